@@ -1,0 +1,368 @@
+package wire
+
+import "fmt"
+
+// Type identifies a control message.
+type Type uint8
+
+// Control message types. Peer-to-master messages are below 64, master-to-peer messages from 64, link
+// messages (between neighbours) from 128. TypeData marks a data frame header.
+const (
+	TypeHello        Type = 1
+	TypeVoteTopology Type = 2
+	TypeLinksReady   Type = 3
+	TypeVotePending  Type = 4
+	TypeInitiate     Type = 5
+	TypeDone         Type = 6
+	TypeHeartbeat    Type = 7
+	TypeBye          Type = 8
+
+	TypeWelcome      Type = 64
+	TypeConnect      Type = 65
+	TypeTopology     Type = 66
+	TypePending      Type = 67
+	TypeCommence     Type = 68
+	TypeOutcome      Type = 69
+	TypeKick         Type = 70
+	TypeHeartbeatAck Type = 71
+
+	TypeLinkHello Type = 128
+	TypeLinkAck   Type = 129
+
+	TypeData Type = 200
+)
+
+// Message is one control message. Append encodes the payload (without the frame header).
+type Message interface {
+	Type() Type
+	Append(b []byte) []byte
+}
+
+// Decode decodes the payload of a control frame of type t.
+func Decode(t Type, p []byte) (Message, error) {
+	d := &decoder{b: p}
+	var m Message
+	switch t {
+	case TypeHello:
+		m = &Hello{Token: d.str("token"), Addr: d.str("addr"), Site: d.str("site"), Caps: d.u64("caps")}
+	case TypeVoteTopology:
+		m = &VoteTopology{Rewire: d.boolean("rewire")}
+	case TypeLinksReady:
+		v := &LinksReady{Epoch: d.u64("epoch"), OK: d.boolean("ok")}
+		n := d.count(8, "failed")
+		for i := 0; i < n; i++ {
+			v.Failed = append(v.Failed, d.u64("failed"))
+		}
+		v.Detail = d.str("detail")
+		m = v
+	case TypeVotePending:
+		m = &VotePending{}
+	case TypeInitiate:
+		m = &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant")}}
+	case TypeDone:
+		m = &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Aborted: d.boolean("aborted"), Detail: d.str("detail")}
+	case TypeHeartbeat:
+		m = &Heartbeat{Seq: d.u64("seq")}
+	case TypeBye:
+		m = &Bye{}
+	case TypeWelcome:
+		m = &Welcome{Peer: d.u64("peer"), HeartbeatInterval: d.u64("interval"), HeartbeatTimeout: d.u64("timeout")}
+	case TypeConnect:
+		v := &Connect{Epoch: d.u64("epoch")}
+		n := d.count(16, "ring")
+		for i := 0; i < n; i++ {
+			v.Ring = append(v.Ring, PeerInfo{ID: d.u64("peer id"), Addr: d.str("peer addr"), Site: d.str("peer site")})
+		}
+		m = v
+	case TypeTopology:
+		v := &Topology{Epoch: d.u64("epoch"), Changed: d.boolean("changed")}
+		n := d.count(8, "ring")
+		for i := 0; i < n; i++ {
+			v.Ring = append(v.Ring, d.u64("ring"))
+		}
+		m = v
+	case TypePending:
+		m = &Pending{Answer: d.boolean("answer")}
+	case TypeCommence:
+		m = &Commence{Tag: d.u64("tag"), Seq: d.u64("seq"), Epoch: d.u64("epoch")}
+	case TypeOutcome:
+		v := &Outcome{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: Code(d.u8("code")), Detail: d.str("detail")}
+		if v.Code > codeMax {
+			d.fail("code")
+		}
+		m = v
+	case TypeKick:
+		m = &Kick{Reason: d.str("reason")}
+	case TypeHeartbeatAck:
+		m = &HeartbeatAck{Seq: d.u64("seq")}
+	case TypeLinkHello:
+		m = &LinkHello{Token: d.str("token"), From: d.u64("from"), To: d.u64("to"), Index: d.u16("index")}
+	case TypeLinkAck:
+		m = &LinkAck{OK: d.boolean("ok"), Reason: d.str("reason")}
+	default:
+		return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, t)
+	}
+	if err := d.finish(); err != nil {
+		return nil, fmt.Errorf("decode type %d: %w", t, err)
+	}
+	return m, nil
+}
+
+// Hello is a peer's first message to the master.
+type Hello struct {
+	Token string // the run token; the master refuses peers with another token
+	Addr  string // the address ring neighbours dial, host:port
+	Site  string // the site (datacenter, region) the peer runs in; may be empty
+	Caps  uint64 // capability bits, reserved
+}
+
+// VoteTopology is an accepted peer's vote in UpdateTopology. Rewire asks for the ring's links to be
+// re-established even if membership did not change (after an aborted collective left them unusable).
+type VoteTopology struct{ Rewire bool }
+
+// LinksReady reports the result of wiring the ring of Epoch: OK, or the neighbours that could not be
+// reached.
+type LinksReady struct {
+	Epoch  uint64
+	OK     bool
+	Failed []uint64
+	Detail string
+}
+
+// VotePending is a peer's vote in ArePeersPending.
+type VotePending struct{}
+
+// Desc describes a collective: element count, dtype, op and quantization. All participants must send
+// the same Desc for one operation.
+type Desc struct {
+	Count uint64
+	DType uint8
+	Op    uint8
+	Quant uint8
+}
+
+// Initiate is a peer's vote to start the collective on Tag.
+type Initiate struct {
+	Tag  uint64
+	Desc Desc
+}
+
+// Done reports that the peer finished its part of the operation (Tag, Seq), or aborted it. Seq 0
+// withdraws a vote for an operation that has not commenced.
+type Done struct {
+	Tag     uint64
+	Seq     uint64
+	Aborted bool
+	Detail  string
+}
+
+// Heartbeat tells the master the peer is alive.
+type Heartbeat struct{ Seq uint64 }
+
+// Bye announces a graceful leave.
+type Bye struct{}
+
+// Welcome registers the peer: its id and the heartbeat timing it must keep (nanoseconds).
+type Welcome struct {
+	Peer              uint64
+	HeartbeatInterval uint64
+	HeartbeatTimeout  uint64
+}
+
+// PeerInfo names a ring member and where to reach it.
+type PeerInfo struct {
+	ID   uint64
+	Addr string
+	Site string
+}
+
+// Connect asks the peer to wire the ring of Epoch: open links to its successor and accept its
+// predecessor's, then answer LinksReady.
+type Connect struct {
+	Epoch uint64
+	Ring  []PeerInfo
+}
+
+// Topology puts the ring of Epoch in force. Changed is false when nothing changed since the last one.
+type Topology struct {
+	Epoch   uint64
+	Changed bool
+	Ring    []uint64
+}
+
+// Pending answers ArePeersPending; every voter receives the same answer.
+type Pending struct{ Answer bool }
+
+// Commence starts the collective (Tag, Seq) on the ring of Epoch.
+type Commence struct {
+	Tag   uint64
+	Seq   uint64
+	Epoch uint64
+}
+
+// Code is the outcome of an operation.
+type Code uint8
+
+// Outcome codes.
+const (
+	CodeOK          Code = iota // every participant completed; commit the result
+	CodePeerLeft                // a participant left or failed; retry after UpdateTopology
+	CodeAborted                 // a participant aborted (cancelled) the operation
+	CodeMismatch                // participants passed different descriptors
+	CodeTooFewPeers             // fewer accepted peers than MinPeers
+	CodeRejected                // the master refused the request (see Detail)
+	codeMax         = CodeRejected
+)
+
+var codeNames = [...]string{"ok", "peer-left", "aborted", "mismatch", "too-few-peers", "rejected"}
+
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("code(%d)", uint8(c))
+}
+
+// Outcome ends the operation (Tag, Seq) for this peer; each participant gets exactly one. Seq is 0 when
+// the operation never commenced.
+type Outcome struct {
+	Tag    uint64
+	Seq    uint64
+	Code   Code
+	Detail string
+}
+
+// Kick tells the peer it has been removed, and why. The master closes the connection after it.
+type Kick struct{ Reason string }
+
+// HeartbeatAck answers a Heartbeat.
+type HeartbeatAck struct{ Seq uint64 }
+
+// LinkHello opens a data link from peer From to peer To; Index is the connection's slot in the pool.
+type LinkHello struct {
+	Token string
+	From  uint64
+	To    uint64
+	Index uint16
+}
+
+// LinkAck accepts or refuses a LinkHello.
+type LinkAck struct {
+	OK     bool
+	Reason string
+}
+
+func (*Hello) Type() Type        { return TypeHello }
+func (*VoteTopology) Type() Type { return TypeVoteTopology }
+func (*LinksReady) Type() Type   { return TypeLinksReady }
+func (*VotePending) Type() Type  { return TypeVotePending }
+func (*Initiate) Type() Type     { return TypeInitiate }
+func (*Done) Type() Type         { return TypeDone }
+func (*Heartbeat) Type() Type    { return TypeHeartbeat }
+func (*Bye) Type() Type          { return TypeBye }
+func (*Welcome) Type() Type      { return TypeWelcome }
+func (*Connect) Type() Type      { return TypeConnect }
+func (*Topology) Type() Type     { return TypeTopology }
+func (*Pending) Type() Type      { return TypePending }
+func (*Commence) Type() Type     { return TypeCommence }
+func (*Outcome) Type() Type      { return TypeOutcome }
+func (*Kick) Type() Type         { return TypeKick }
+func (*HeartbeatAck) Type() Type { return TypeHeartbeatAck }
+func (*LinkHello) Type() Type    { return TypeLinkHello }
+func (*LinkAck) Type() Type      { return TypeLinkAck }
+
+// Append methods encode the payload.
+
+func (m *Hello) Append(b []byte) []byte {
+	b = appendString(b, m.Token)
+	b = appendString(b, m.Addr)
+	b = appendString(b, m.Site)
+	return appendU64(b, m.Caps)
+}
+
+func (m *VoteTopology) Append(b []byte) []byte { return appendBool(b, m.Rewire) }
+
+func (m *LinksReady) Append(b []byte) []byte {
+	b = appendU64(b, m.Epoch)
+	b = appendBool(b, m.OK)
+	b = appendU32(b, uint32(len(m.Failed)))
+	for _, id := range m.Failed {
+		b = appendU64(b, id)
+	}
+	return appendString(b, m.Detail)
+}
+
+func (m *VotePending) Append(b []byte) []byte { return b }
+
+func (m *Initiate) Append(b []byte) []byte {
+	b = appendU64(b, m.Tag)
+	b = appendU64(b, m.Desc.Count)
+	return append(b, m.Desc.DType, m.Desc.Op, m.Desc.Quant)
+}
+
+func (m *Done) Append(b []byte) []byte {
+	b = appendU64(b, m.Tag)
+	b = appendU64(b, m.Seq)
+	b = appendBool(b, m.Aborted)
+	return appendString(b, m.Detail)
+}
+
+func (m *Heartbeat) Append(b []byte) []byte { return appendU64(b, m.Seq) }
+func (m *Bye) Append(b []byte) []byte       { return b }
+
+func (m *Welcome) Append(b []byte) []byte {
+	b = appendU64(b, m.Peer)
+	b = appendU64(b, m.HeartbeatInterval)
+	return appendU64(b, m.HeartbeatTimeout)
+}
+
+func (m *Connect) Append(b []byte) []byte {
+	b = appendU64(b, m.Epoch)
+	b = appendU32(b, uint32(len(m.Ring)))
+	for _, p := range m.Ring {
+		b = appendU64(b, p.ID)
+		b = appendString(b, p.Addr)
+		b = appendString(b, p.Site)
+	}
+	return b
+}
+
+func (m *Topology) Append(b []byte) []byte {
+	b = appendU64(b, m.Epoch)
+	b = appendBool(b, m.Changed)
+	b = appendU32(b, uint32(len(m.Ring)))
+	for _, id := range m.Ring {
+		b = appendU64(b, id)
+	}
+	return b
+}
+
+func (m *Pending) Append(b []byte) []byte { return appendBool(b, m.Answer) }
+
+func (m *Commence) Append(b []byte) []byte {
+	b = appendU64(b, m.Tag)
+	b = appendU64(b, m.Seq)
+	return appendU64(b, m.Epoch)
+}
+
+func (m *Outcome) Append(b []byte) []byte {
+	b = appendU64(b, m.Tag)
+	b = appendU64(b, m.Seq)
+	b = append(b, byte(m.Code))
+	return appendString(b, m.Detail)
+}
+
+func (m *Kick) Append(b []byte) []byte         { return appendString(b, m.Reason) }
+func (m *HeartbeatAck) Append(b []byte) []byte { return appendU64(b, m.Seq) }
+
+func (m *LinkHello) Append(b []byte) []byte {
+	b = appendString(b, m.Token)
+	b = appendU64(b, m.From)
+	b = appendU64(b, m.To)
+	return appendU16(b, m.Index)
+}
+
+func (m *LinkAck) Append(b []byte) []byte {
+	b = appendBool(b, m.OK)
+	return appendString(b, m.Reason)
+}

@@ -1,0 +1,196 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"reflect"
+	"testing"
+)
+
+func sampleMessages() []Message {
+	return []Message{
+		&Hello{Token: "run-1", Addr: "127.0.0.1:4000", Site: "eu", Caps: 7},
+		&VoteTopology{Rewire: true},
+		&LinksReady{Epoch: 3, OK: false, Failed: []uint64{4, 9}, Detail: "dial refused"},
+		&LinksReady{Epoch: 3, OK: true},
+		&VotePending{},
+		&Initiate{Tag: 12, Desc: Desc{Count: 1 << 40, DType: 3, Op: 2, Quant: 1}},
+		&Done{Tag: 12, Seq: 99, Aborted: true, Detail: "peer 3: eof"},
+		&Heartbeat{Seq: 5},
+		&Bye{},
+		&Welcome{Peer: 17, HeartbeatInterval: 250e6, HeartbeatTimeout: 1500e6},
+		&Connect{Epoch: 4, Ring: []PeerInfo{{ID: 1, Addr: "a:1", Site: "x"}, {ID: 2, Addr: "b:2"}}},
+		&Topology{Epoch: 4, Changed: true, Ring: []uint64{2, 1}},
+		&Pending{Answer: true},
+		&Commence{Tag: 1, Seq: 2, Epoch: 3},
+		&Outcome{Tag: 1, Seq: 2, Code: CodeMismatch, Detail: "count"},
+		&Kick{Reason: "illegal message"},
+		&HeartbeatAck{Seq: 5},
+		&LinkHello{Token: "t", From: 1, To: 2, Index: 3},
+		&LinkAck{OK: false, Reason: "wrong token"},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	var stream []byte
+	for _, m := range sampleMessages() {
+		stream = AppendFrame(stream, m)
+	}
+	r := bytes.NewReader(stream)
+	var buf []byte
+	for _, want := range sampleMessages() {
+		got, b, err := ReadFrame(r, 0, buf)
+		buf = b
+		if err != nil {
+			t.Fatalf("%T: %v", want, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("round trip: got %#v, want %#v", got, want)
+		}
+	}
+	if r.Len() != 0 {
+		t.Fatalf("%d bytes left", r.Len())
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	cases := []struct {
+		name string
+		t    Type
+		p    []byte
+	}{
+		{"unknown type", 250, nil},
+		{"short", TypeCommence, []byte{1, 2, 3}},
+		{"trailing", TypeBye, []byte{0}},
+		{"bad bool", TypeVoteTopology, []byte{2}},
+		{"huge count", TypeTopology, append(make([]byte, 9), 0xff, 0xff, 0xff, 0xff)},
+		{"bad code", TypeOutcome, append(make([]byte, 16), 99, 0, 0, 0, 0)},
+		{"huge string", TypeKick, []byte{0xff, 0xff, 0xff, 0xff}},
+	}
+	for _, c := range cases {
+		if _, err := Decode(c.t, c.p); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: err = %v, want ErrMalformed", c.name, err)
+		}
+	}
+}
+
+func TestFrameLimit(t *testing.T) {
+	b := AppendFrame(nil, &Kick{Reason: string(make([]byte, 1000))})
+	if _, _, err := ReadFrame(bytes.NewReader(b), 100, nil); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("err = %v, want ErrTooLarge", err)
+	}
+}
+
+func TestDataHeader(t *testing.T) {
+	h := DataHeader{Len: 1 << 20, Epoch: 1, Tag: 2, Seq: 3, Step: 4, Part: 5}
+	var b [DataHeaderSize]byte
+	PutDataHeader(b[:], h)
+	got, err := DecodeDataHeader(b[:], 1<<20)
+	if err != nil || got != h {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	if _, err := DecodeDataHeader(b[:], 1<<19); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("limit: %v", err)
+	}
+	b[0] = 1
+	if _, err := DecodeDataHeader(b[:], 1<<20); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("type: %v", err)
+	}
+	if n := testing.AllocsPerRun(100, func() { PutDataHeader(b[:], h); _, _ = DecodeDataHeader(b[:], 1<<20) }); n != 0 {
+		t.Fatalf("data header path allocates %v times", n)
+	}
+}
+
+func TestExchange(t *testing.T) {
+	// Exchange writes before it reads, so it needs a buffered stream like TCP (net.Pipe is not).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	errc := make(chan error, 1)
+	go func() {
+		b, err := ln.Accept()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer b.Close()
+		errc <- Exchange(b, KindData)
+	}()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := Exchange(a, KindData); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	hs := AppendHandshake(nil, Handshake{Version: Version + 1, Kind: KindControl})
+	h, err := DecodeHandshake(hs)
+	if err != nil || h.Version != Version+1 {
+		t.Fatalf("%+v %v", h, err)
+	}
+	if _, err := DecodeHandshake([]byte("HTTP/1.1")); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("bad magic: %v", err)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, m := range sampleMessages() {
+		f.Add(byte(m.Type()), m.Append(nil))
+	}
+	f.Fuzz(func(t *testing.T, typ byte, p []byte) {
+		m, err := Decode(Type(typ), p)
+		if err != nil {
+			return
+		}
+		// Whatever decodes must re-encode to the same bytes.
+		if got := m.Append(nil); !bytes.Equal(got, p) {
+			t.Fatalf("re-encode of %T differs: %x vs %x", m, got, p)
+		}
+	})
+}
+
+func FuzzReadFrame(f *testing.F) {
+	for _, m := range sampleMessages() {
+		f.Add(AppendFrame(nil, m))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _, _ = ReadFrame(bytes.NewReader(b), 1<<16, nil)
+	})
+}
+
+func FuzzDecodeDataHeader(f *testing.F) {
+	var b [DataHeaderSize]byte
+	PutDataHeader(b[:], DataHeader{Len: 10, Epoch: 1, Tag: 2, Seq: 3})
+	f.Add(b[:])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := DecodeDataHeader(b, 1<<20)
+		if err != nil {
+			return
+		}
+		var out [DataHeaderSize]byte
+		PutDataHeader(out[:], h)
+		if !bytes.Equal(out[:], b) {
+			t.Fatalf("re-encode differs")
+		}
+	})
+}
+
+func FuzzDecodeHandshake(f *testing.F) {
+	f.Add(AppendHandshake(nil, Handshake{Version: Version, Kind: KindControl}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := DecodeHandshake(b)
+		if err != nil {
+			return
+		}
+		if got := AppendHandshake(nil, h); !bytes.Equal(got[:7], b[:7]) {
+			t.Fatalf("re-encode differs")
+		}
+	})
+}
