@@ -1,0 +1,69 @@
+package rings
+
+import (
+	"math/bits"
+	"sync"
+)
+
+// DefaultMaxIdleBytes is the idle capacity a BufferPool keeps when MaxIdleBytes is zero.
+const DefaultMaxIdleBytes = 1 << 30
+
+// BufferPool recycles staging buffers across operations. Buffers come in power-of-two capacity
+// classes, so one buffer serves any length up to its class. Idle buffers are kept (not left to the
+// garbage collector) up to MaxIdleBytes of capacity in total; beyond that, Put drops them.
+//
+// The zero value is ready to use. A BufferPool is safe for concurrent use; it must not be copied after
+// first use.
+type BufferPool struct {
+	// MaxIdleBytes bounds the total capacity of the idle buffers kept, in bytes. Zero means
+	// DefaultMaxIdleBytes (1 GiB); a negative value keeps none.
+	MaxIdleBytes int
+
+	mu    sync.Mutex
+	idle  [64][][]byte // idle[k] holds buffers of capacity 1<<k; guarded by mu
+	bytes int          // total capacity in idle; guarded by mu
+}
+
+// Get returns a buffer of length n. Its contents are arbitrary. The caller owns it until it passes it
+// to Put.
+func (p *BufferPool) Get(n int) []byte {
+	if n <= 0 {
+		return nil
+	}
+	k := bits.Len(uint(n - 1))
+	p.mu.Lock()
+	if free := p.idle[k]; len(free) > 0 {
+		b := free[len(free)-1]
+		free[len(free)-1] = nil
+		p.idle[k] = free[:len(free)-1]
+		p.bytes -= cap(b)
+		p.mu.Unlock()
+		return b[:n]
+	}
+	p.mu.Unlock()
+	return make([]byte, n, 1<<k)
+}
+
+// Put hands b back for reuse. The caller must not use b afterwards. A buffer whose capacity is not a
+// power of two, or that would take the idle total over MaxIdleBytes, is dropped.
+func (p *BufferPool) Put(b []byte) {
+	c := cap(b)
+	if c == 0 || c&(c-1) != 0 {
+		return
+	}
+	limit := p.MaxIdleBytes
+	if limit == 0 {
+		limit = DefaultMaxIdleBytes
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bytes+c > limit {
+		return
+	}
+	k := bits.Len(uint(c - 1))
+	p.idle[k] = append(p.idle[k], b[:0])
+	p.bytes += c
+}
+
+// defaultPool serves every AllReduce whose Options name no pool.
+var defaultPool BufferPool
