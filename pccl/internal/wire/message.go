@@ -60,7 +60,11 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeInitiate:
 		m = &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant")}}
 	case TypeDone:
-		m = &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Aborted: d.boolean("aborted"), Detail: d.str("detail")}
+		v := &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: Code(d.u8("code")), Detail: d.str("detail")}
+		if v.Code > codeMax {
+			d.fail("code")
+		}
+		m = v
 	case TypeHeartbeat:
 		m = &Heartbeat{Seq: d.u64("seq")}
 	case TypeBye:
@@ -147,13 +151,15 @@ type Initiate struct {
 	Desc Desc
 }
 
-// Done reports that the peer finished its part of the operation (Tag, Seq), or aborted it. Seq 0
-// withdraws a vote for an operation that has not commenced.
+// Done reports that the peer finished its part of the operation (Tag, Seq) (Code is CodeOK) or failed
+// it: CodePeerLeft for an I/O failure on a link, CodeAborted when the caller cancelled. Seq 0 withdraws
+// a vote for an operation whose Commence the peer has not seen; the master then counts the withdrawal
+// as the peer's Done of that operation, and the peer ignores a Commence that crosses it.
 type Done struct {
-	Tag     uint64
-	Seq     uint64
-	Aborted bool
-	Detail  string
+	Tag    uint64
+	Seq    uint64
+	Code   Code
+	Detail string
 }
 
 // Heartbeat tells the master the peer is alive.
@@ -303,7 +309,7 @@ func (m *Initiate) Append(b []byte) []byte {
 func (m *Done) Append(b []byte) []byte {
 	b = appendU64(b, m.Tag)
 	b = appendU64(b, m.Seq)
-	b = appendBool(b, m.Aborted)
+	b = append(b, byte(m.Code))
 	return appendString(b, m.Detail)
 }
 

@@ -16,7 +16,7 @@ func sampleMessages() []Message {
 		&LinksReady{Epoch: 3, OK: true},
 		&VotePending{},
 		&Initiate{Tag: 12, Desc: Desc{Count: 1 << 40, DType: 3, Op: 2, Quant: 1}},
-		&Done{Tag: 12, Seq: 99, Aborted: true, Detail: "peer 3: eof"},
+		&Done{Tag: 12, Seq: 99, Code: CodePeerLeft, Detail: "peer 3: eof"},
 		&Heartbeat{Seq: 5},
 		&Bye{},
 		&Welcome{Peer: 17, HeartbeatInterval: 250e6, HeartbeatTimeout: 1500e6},
