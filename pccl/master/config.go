@@ -1,0 +1,62 @@
+package master
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config configures the master's state machine. The zero value works: it is the LAN preset with no run
+// token and MinPeers 1.
+type Config struct {
+	// Token is the run token every peer must present in its Hello. Empty accepts only peers that send
+	// an empty token.
+	Token string
+	// MinPeers is the smallest group that runs collectives: with fewer accepted peers, collectives fail
+	// with ErrTooFewPeers until more join. Zero means 1.
+	MinPeers int
+	// HeartbeatInterval is how often peers send heartbeats. Zero means 250ms (LAN preset).
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long a peer may stay silent before it is declared gone, kicked, and every
+	// operation it takes part in is aborted. Zero means 1.5s (LAN preset), which bounds the detection of
+	// a hung (SIGSTOPped) peer to under 2s.
+	HeartbeatTimeout time.Duration
+}
+
+// LAN returns the preset for peers on one network: 250ms heartbeats, gone after 1.5s of silence.
+func LAN() Config {
+	return Config{HeartbeatInterval: 250 * time.Millisecond, HeartbeatTimeout: 1500 * time.Millisecond}
+}
+
+// WAN returns the preset for peers across the internet: 1s heartbeats, gone after 6s of silence, which
+// rides out short routing hiccups.
+func WAN() Config { return Config{HeartbeatInterval: time.Second, HeartbeatTimeout: 6 * time.Second} }
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.MinPeers == 0 {
+		c.MinPeers = 1
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 250 * time.Millisecond
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = 1500 * time.Millisecond
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	d := c.withDefaults()
+	switch {
+	case c.MinPeers < 0:
+		return fmt.Errorf("master: Config.MinPeers is %d, must be >= 0", c.MinPeers)
+	case c.HeartbeatInterval < 0:
+		return fmt.Errorf("master: Config.HeartbeatInterval is %v, must be >= 0", c.HeartbeatInterval)
+	case c.HeartbeatTimeout < 0:
+		return fmt.Errorf("master: Config.HeartbeatTimeout is %v, must be >= 0", c.HeartbeatTimeout)
+	case d.HeartbeatTimeout <= d.HeartbeatInterval:
+		return fmt.Errorf("master: Config.HeartbeatTimeout (%v) must exceed HeartbeatInterval (%v)", d.HeartbeatTimeout, d.HeartbeatInterval)
+	}
+	return nil
+}

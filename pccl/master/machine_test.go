@@ -1,0 +1,227 @@
+package master
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/concord-ccl/concord/pccl/internal/wire"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of the scenario tests")
+
+// TestScenarios runs every testdata/*.txt script through a Machine and compares what it did with the
+// golden file next to it. One line is one input:
+//
+//	hello ID [addr=A] [site=S] [token=T]   a new connection's Hello
+//	links ID epoch=E [fail=P]              LinksReady (ok unless fail names an unreachable peer)
+//	topo ID [rewire]                       VoteTopology
+//	pending ID                             VotePending
+//	init ID tag=T count=N [dtype=D] [op=O] [quant=Q]
+//	done ID tag=T seq=S [code=peer-left|aborted]
+//	heartbeat ID | bye ID | close ID
+//	illegal ID                             a master-to-peer message sent by a peer
+//	advance DURATION                       move the clock (no input)
+//	tick                                   Tick
+//
+// Run `go test ./pccl/master -run Scenarios -update` to accept new output.
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
+			got := runScenario(t, file)
+			golden := strings.TrimSuffix(file, ".txt") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("output differs from %s (run with -update after checking):\n%s", golden, diff(string(want), got))
+			}
+		})
+	}
+}
+
+func diff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var a, b string
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			b = g[i]
+		}
+		if a != b {
+			return fmt.Sprintf("line %d:\nwant: %s\ngot:  %s", i+1, a, b)
+		}
+	}
+	return ""
+}
+
+func runScenario(t *testing.T, file string) string {
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m := New(Config{Token: "tok", MinPeers: 2})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var out strings.Builder
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			out.WriteString(line + "\n")
+			continue
+		}
+		fields := strings.Fields(line)
+		args := map[string]string{}
+		for _, f := range fields[1:] {
+			k, v, _ := strings.Cut(f, "=")
+			args[k] = v
+		}
+		id := func() PeerID {
+			if len(fields) < 2 {
+				t.Fatalf("%s:%d: missing peer id", file, n)
+			}
+			v, err := strconv.ParseUint(fields[1], 10, 64)
+			if err != nil {
+				t.Fatalf("%s:%d: %v", file, n, err)
+			}
+			return v
+		}
+		num := func(k string, def uint64) uint64 {
+			s, ok := args[k]
+			if !ok {
+				return def
+			}
+			v, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				t.Fatalf("%s:%d: %s: %v", file, n, k, err)
+			}
+			return v
+		}
+		var in Input
+		switch fields[0] {
+		case "hello":
+			addr := args["addr"]
+			if addr == "" {
+				addr = fmt.Sprintf("10.0.0.%d:7000", id())
+			}
+			tok, ok := args["token"]
+			if !ok {
+				tok = "tok"
+			}
+			in = Received{id(), &wire.Hello{Token: tok, Addr: addr, Site: args["site"]}}
+		case "links":
+			l := &wire.LinksReady{Epoch: num("epoch", 0), OK: true}
+			if _, ok := args["fail"]; ok {
+				l.OK, l.Failed, l.Detail = false, []uint64{num("fail", 0)}, "refused"
+			}
+			in = Received{id(), l}
+		case "topo":
+			_, rewire := args["rewire"]
+			in = Received{id(), &wire.VoteTopology{Rewire: rewire}}
+		case "pending":
+			in = Received{id(), &wire.VotePending{}}
+		case "init":
+			in = Received{id(), &wire.Initiate{Tag: num("tag", 0), Desc: wire.Desc{Count: num("count", 0),
+				DType: uint8(num("dtype", 3)), Op: uint8(num("op", 1)), Quant: uint8(num("quant", 0))}}}
+		case "done":
+			d := &wire.Done{Tag: num("tag", 0), Seq: num("seq", 0)}
+			switch args["code"] {
+			case "peer-left":
+				d.Code, d.Detail = wire.CodePeerLeft, "link failed"
+			case "aborted":
+				d.Code, d.Detail = wire.CodeAborted, "cancelled"
+			}
+			in = Received{id(), d}
+		case "heartbeat":
+			in = Received{id(), &wire.Heartbeat{Seq: 1}}
+		case "bye":
+			in = Received{id(), &wire.Bye{}}
+		case "close":
+			in = Closed{id(), "EOF"}
+		case "illegal":
+			in = Received{id(), &wire.Welcome{Peer: 9}}
+		case "advance":
+			d, err := time.ParseDuration(fields[1])
+			if err != nil {
+				t.Fatalf("%s:%d: %v", file, n, err)
+			}
+			now = now.Add(d)
+			out.WriteString("> " + line + "\n")
+			continue
+		case "tick":
+			in = Tick{}
+		default:
+			t.Fatalf("%s:%d: unknown input %q", file, n, fields[0])
+		}
+		out.WriteString("> " + line + "\n")
+		for _, a := range m.Step(now, in) {
+			out.WriteString("  " + formatAction(a) + "\n")
+		}
+		checkInvariants(t, m, file, n)
+	}
+	snap := m.Snapshot(now)
+	fmt.Fprintf(&out, "= epoch %d ring %v peers %d ops %d counters %+v\n", snap.Epoch, snap.Ring, len(snap.Peers), len(snap.Ops), snap.Counters)
+	return out.String()
+}
+
+func formatAction(a Action) string {
+	switch a := a.(type) {
+	case Send:
+		v := reflect.ValueOf(a.Msg).Elem()
+		return fmt.Sprintf("send %d %s%+v", a.To, v.Type().Name(), v.Interface())
+	case Drop:
+		return fmt.Sprintf("drop %d: %s", a.Peer, a.Reason)
+	case Note:
+		return fmt.Sprintf("note %s peer=%d: %s", a.Event.Kind, a.Event.Peer, a.Event.Detail)
+	}
+	return fmt.Sprintf("%T", a)
+}
+
+// checkInvariants asserts what must hold after every step, whatever the script does.
+func checkInvariants(t *testing.T, m *Machine, file string, line int) {
+	t.Helper()
+	seen := map[PeerID]bool{}
+	for _, id := range m.ring {
+		p := m.peers[id]
+		if p == nil || p.state != Accepted {
+			t.Fatalf("%s:%d: ring member %d is not an accepted peer", file, line, id)
+		}
+		if seen[id] {
+			t.Fatalf("%s:%d: peer %d twice in the ring", file, line, id)
+		}
+		seen[id] = true
+	}
+	for _, id := range m.accepted() {
+		if !seen[id] {
+			t.Fatalf("%s:%d: accepted peer %d is not in the ring", file, line, id)
+		}
+	}
+	for tag, o := range m.ops {
+		for _, id := range o.members {
+			if m.peers[id] == nil {
+				t.Fatalf("%s:%d: op tag %d has gone member %d", file, line, tag, id)
+			}
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package master
+
+import "time"
+
+// PeerID identifies a peer for the lifetime of a master. The server assigns one per connection.
+type PeerID = uint64
+
+// PeerState is where a peer is in its lifecycle.
+type PeerState uint8
+
+// Peer states.
+const (
+	Registered PeerState = iota + 1 // connected, waiting to be accepted at the next UpdateTopology
+	Accepted                        // member of the ring
+)
+
+func (s PeerState) String() string {
+	switch s {
+	case Registered:
+		return "registered"
+	case Accepted:
+		return "accepted"
+	}
+	return "unknown"
+}
+
+// PeerInfo describes one peer in a Snapshot.
+type PeerInfo struct {
+	ID       PeerID
+	Addr     string
+	Site     string
+	State    PeerState
+	Joined   time.Time
+	LastSeen time.Time
+}
+
+// OpInfo describes one collective in a Snapshot.
+type OpInfo struct {
+	Tag       uint64
+	Seq       uint64 // 0 while peers are still voting
+	Count     uint64
+	Voted     int // votes so far (before it commenced)
+	Done      int // participants that reported done (after it commenced)
+	Peers     int // participants
+	Failed    bool
+	FailCause string
+}
+
+// Counters are totals since the master started.
+type Counters struct {
+	Joined     uint64 // peers registered
+	Accepted   uint64 // peers accepted into the ring
+	Left       uint64 // peers gone: connection closed, Bye, heartbeat timeout or kick
+	Kicked     uint64
+	Timeouts   uint64 // peers declared gone for missed heartbeats
+	OpsDone    uint64 // collectives completed
+	OpsAborted uint64 // collectives aborted
+	Rounds     uint64 // ring wiring rounds started
+}
+
+// Event is one notable thing that happened, for logs and the status page.
+type Event struct {
+	Time   time.Time
+	Kind   string // "joined", "accepted", "left", "kicked", "timeout", "aborted", "ring", "mismatch"
+	Peer   PeerID // 0 if not about one peer
+	Detail string
+}
+
+// Snapshot is a consistent copy of the master's state for observers (status page, metrics, tests).
+// It shares no memory with the master.
+type Snapshot struct {
+	Time     time.Time
+	Epoch    uint64
+	MinPeers int
+	Peers    []PeerInfo // sorted by ID
+	Ring     []PeerID   // ring order in force
+	Ops      []OpInfo   // sorted by tag
+	Counters Counters
+	// Bandwidth[i][j] is the measured bandwidth in bytes/s from Ring[i] to Ring[j] (0 = unknown).
+	// Nil until topology measurement exists.
+	Bandwidth [][]float64
+	// Delay[i][j] is the recent mean time in seconds a part took from Ring[i] to Ring[j] (0 = unknown).
+	// Nil until diagnosis exists.
+	Delay [][]float64
+	// Events are the most recent events, oldest first.
+	Events []Event
+}
