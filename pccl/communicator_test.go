@@ -1,0 +1,281 @@
+package pccl_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/pccl/master"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// group is a master and peers on one in-memory network.
+type group struct {
+	t      *testing.T
+	net    *pccl.Network
+	addr   string
+	srv    *master.Server
+	cancel context.CancelFunc
+	done   chan error
+	n      int
+}
+
+func newGroup(t *testing.T, cfg master.Config) *group {
+	t.Helper()
+	g := &group{t: t, net: pccl.NewNetwork(), addr: "master:7000", done: make(chan error, 1)}
+	ln, err := g.net.Host("master").Listen(g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.srv = master.NewServer(master.ServerConfig{Config: cfg})
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	go func() { g.done <- g.srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-g.done; err != nil {
+			t.Errorf("master: %v", err)
+		}
+	})
+	return g
+}
+
+// host returns the name of the next peer host.
+func (g *group) host() string {
+	g.n++
+	return fmt.Sprintf("peer%d", g.n)
+}
+
+func (g *group) connect(ctx context.Context, host string) (*pccl.Communicator, error) {
+	return pccl.Connect(ctx, pccl.Config{
+		Master:     g.addr,
+		ListenAddr: host + ":9000",
+		Transport:  g.net.Host(host),
+		PartBytes:  4096,
+	})
+}
+
+// start connects n peers: the first is accepted alone, the rest through one UpdateTopology.
+func (g *group) start(ctx context.Context, n int) ([]*pccl.Communicator, []string) {
+	g.t.Helper()
+	hosts := make([]string, n)
+	comms := make([]*pccl.Communicator, n)
+	var err error
+	hosts[0] = g.host()
+	if comms[0], err = g.connect(ctx, hosts[0]); err != nil {
+		g.t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 1; i < n; i++ {
+		hosts[i] = g.host()
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			comms[i], errs[i] = g.connect(ctx, hosts[i])
+		}(i)
+	}
+	// Wait until every newcomer registered, then admit them all in one UpdateTopology.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if s := g.srv.Snapshot(); len(s.Peers) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatal("peers did not register")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := comms[0].UpdateTopology(ctx); err != nil {
+		g.t.Fatal(err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			g.t.Fatalf("peer %d: %v", i, err)
+		}
+	}
+	for _, c := range comms {
+		if c.WorldSize() != n {
+			g.t.Fatalf("world size %d, want %d", c.WorldSize(), n)
+		}
+	}
+	return comms, hosts
+}
+
+func closeAll(comms []*pccl.Communicator) {
+	for _, c := range comms {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// fill returns count float32 values that depend on (seed, i); small integers so sums are exact.
+func fill(count int, seed uint64) []float32 {
+	r := rand.New(rand.NewPCG(seed, 7))
+	v := make([]float32, count)
+	for i := range v {
+		v[i] = float32(r.IntN(200) - 100)
+	}
+	return v
+}
+
+func TestAllReduceSum(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	for _, n := range []int{4} {
+		comms, _ := g.start(ctx, n)
+		defer closeAll(comms)
+		for _, count := range []int{0, 1, 3, 1000, 20011} {
+			in := make([][]float32, n)
+			want := make([]float32, count)
+			for i := range comms {
+				in[i] = fill(count, uint64(comms[i].ID()))
+				for j, v := range in[i] {
+					want[j] += v
+				}
+			}
+			out := make([][]float32, n)
+			var wg sync.WaitGroup
+			errs := make([]error, n)
+			for i, c := range comms {
+				out[i] = make([]float32, count)
+				wg.Add(1)
+				go func(i int, c *pccl.Communicator) {
+					defer wg.Done()
+					errs[i] = c.AllReduce(ctx, pccl.Bytes(in[i]), pccl.Bytes(out[i]), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum})
+				}(i, c)
+			}
+			wg.Wait()
+			for i := range comms {
+				if errs[i] != nil {
+					t.Fatalf("count %d peer %d: %v", count, i, errs[i])
+				}
+				for j := range want {
+					if out[i][j] != want[j] {
+						t.Fatalf("count %d peer %d element %d: %v, want %v", count, i, j, out[i][j], want[j])
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestDescriptorMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	comms, _ := g.start(ctx, 3)
+	defer closeAll(comms)
+	var wg sync.WaitGroup
+	errs := make([]error, len(comms))
+	for i, c := range comms {
+		count := 16
+		if i == 2 {
+			count = 17
+		}
+		buf := make([]float32, count)
+		wg.Add(1)
+		go func(i int, c *pccl.Communicator) {
+			defer wg.Done()
+			errs[i] = c.AllReduce(ctx, pccl.Bytes(buf), pccl.Bytes(buf), pccl.Desc{Tag: 5, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		}(i, c)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, pccl.ErrDescriptorMismatch) {
+			t.Errorf("peer %d: %v, want ErrDescriptorMismatch", i, err)
+		}
+	}
+}
+
+// TestPeerDiesMidCollective crashes one host during a large AllReduce: every survivor gets ErrPeerLeft
+// with its buffers unchanged, re-wires with UpdateTopology and the retry is correct.
+func TestPeerDiesMidCollective(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	comms, hosts := g.start(ctx, 4)
+	defer closeAll(comms)
+	const count = 1 << 18
+	victim := 2
+	bufs := make([][]float32, len(comms))
+	orig := make([][]byte, len(comms))
+	for i, c := range comms {
+		bufs[i] = fill(count, c.ID())
+		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(comms))
+	for i, c := range comms {
+		wg.Add(1)
+		go func(i int, c *pccl.Communicator) {
+			defer wg.Done()
+			b := pccl.Bytes(bufs[i])
+			errs[i] = c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		}(i, c)
+	}
+	// Let the collective start moving data, then crash the victim's host.
+	for g.net.Stats(hosts[victim], hosts[(victim+1)%4]) == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	g.net.Crash(hosts[victim])
+	wg.Wait()
+	comms[victim].Close()
+	var survivors []*pccl.Communicator
+	var sbufs [][]float32
+	for i, c := range comms {
+		if i == victim {
+			continue
+		}
+		if !errors.Is(errs[i], pccl.ErrPeerLeft) {
+			t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, errs[i])
+		}
+		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
+			t.Fatalf("survivor %d: buffer changed by the aborted call", i)
+		}
+		survivors = append(survivors, c)
+		sbufs = append(sbufs, bufs[i])
+	}
+	want := make([]float32, count)
+	for _, b := range sbufs {
+		for j, v := range b {
+			want[j] += v
+		}
+	}
+	for i, c := range survivors {
+		wg.Add(1)
+		go func(i int, c *pccl.Communicator) {
+			defer wg.Done()
+			if err := c.UpdateTopology(ctx); err != nil {
+				errs[i] = err
+				return
+			}
+			b := pccl.Bytes(sbufs[i])
+			errs[i] = c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		}(i, c)
+	}
+	wg.Wait()
+	for i, c := range survivors {
+		if errs[i] != nil {
+			t.Fatalf("survivor %d retry: %v", i, errs[i])
+		}
+		if c.WorldSize() != 3 {
+			t.Fatalf("world size %d after the crash, want 3", c.WorldSize())
+		}
+		for j := range want {
+			if sbufs[i][j] != want[j] {
+				t.Fatalf("survivor %d element %d: %v, want %v", i, j, sbufs[i][j], want[j])
+			}
+		}
+	}
+}

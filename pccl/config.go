@@ -1,0 +1,85 @@
+package pccl
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Communicator. Only Master is required; every other zero field takes the
+// default given in its comment.
+type Config struct {
+	// Master is the master's address, host:port. Required.
+	Master string
+	// Token is the run token; the master refuses peers with another one. Default empty.
+	Token string
+	// ListenAddr is where this peer accepts links from its ring predecessor. Default "127.0.0.1:0"
+	// (loopback, any free port); use "0.0.0.0:PORT" or a public address across machines.
+	ListenAddr string
+	// AdvertiseAddr is the address neighbours dial. Default: the listener's address.
+	AdvertiseAddr string
+	// Site names the datacenter or region this peer runs in, for the status page and topology.
+	Site string
+	// PoolSize is the number of connections to the ring successor; concurrent collectives spread over
+	// them by sequence number. Default 1 (LAN preset); the WAN preset uses 4.
+	PoolSize int
+	// PartBytes is the pipelining granularity of collectives in bytes. Default 1 MiB.
+	PartBytes int
+	// DialTimeout bounds opening one link to a neighbour. Default 5s.
+	DialTimeout time.Duration
+	// MasterTimeout is how long the master may stay silent (no answer, no heartbeat ack) before calls
+	// fail with ErrMasterLost. Default 10s.
+	MasterTimeout time.Duration
+	// Logger receives diagnostics. Default: discard.
+	Logger *slog.Logger
+	// Transport opens connections. Default: TCP with no delay.
+	Transport Transport
+}
+
+// LAN returns the preset for peers on one network (fill in Master).
+func LAN() Config { return Config{PoolSize: 1} }
+
+// WAN returns the preset for peers across the internet (fill in Master): four connections per
+// neighbour for long fat pipes, and more patience with the master.
+func WAN() Config {
+	return Config{PoolSize: 4, DialTimeout: 15 * time.Second, MasterTimeout: 30 * time.Second}
+}
+
+func (c Config) withDefaults() Config {
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:0"
+	}
+	if c.PoolSize == 0 {
+		c.PoolSize = 1
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.MasterTimeout == 0 {
+		c.MasterTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Transport == nil {
+		c.Transport = NewTCP(TCPConfig{})
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Master == "":
+		return fmt.Errorf("%w: Config.Master is empty", ErrInvalid)
+	case c.PoolSize < 0 || c.PoolSize > 64:
+		return fmt.Errorf("%w: Config.PoolSize is %d, must be in [0, 64]", ErrInvalid, c.PoolSize)
+	case c.PartBytes < 0:
+		return fmt.Errorf("%w: Config.PartBytes is %d, must be >= 0", ErrInvalid, c.PartBytes)
+	case c.DialTimeout < 0:
+		return fmt.Errorf("%w: Config.DialTimeout is %v, must be >= 0", ErrInvalid, c.DialTimeout)
+	case c.MasterTimeout < 0:
+		return fmt.Errorf("%w: Config.MasterTimeout is %v, must be >= 0", ErrInvalid, c.MasterTimeout)
+	}
+	return nil
+}

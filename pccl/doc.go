@@ -1,0 +1,38 @@
+// Package pccl is Concord's public API: a Communicator that joins a run through the master, keeps a
+// ring of peers wired, and runs abortable collectives over it.
+//
+// A peer calls Connect, which returns once the existing peers have accepted it (at their next
+// UpdateTopology). Collectives are AllReduce and AllReduceAsync; several may run at once on different
+// tags. Every peer passes the same Desc for a tag; a disagreement is ErrDescriptorMismatch on every
+// caller, never a hang. Results are bit-identical on every peer: each chunk's final value is computed
+// by one owner in a fixed ring order and copied by everyone else.
+//
+// Failure is an ordinary path. When a peer dies, hangs or is kicked, every collective it takes part in
+// fails on the survivors with ErrPeerLeft within about one round trip of the master learning of it (at
+// once for a closed connection, after the heartbeat timeout for a hung peer). A failed call leaves its
+// buffers exactly as they were. The caller then re-wires the ring with UpdateTopology and retries:
+//
+//	for {
+//		err := comm.AllReduce(ctx, grads, grads, desc)
+//		if errors.Is(err, pccl.ErrPeerLeft) || errors.Is(err, pccl.ErrAborted) {
+//			if err := comm.UpdateTopology(ctx); err != nil {
+//				return err
+//			}
+//			continue
+//		}
+//		break
+//	}
+//
+// Which method returns which error:
+//   - Connect: ErrKicked (wrong token, unreachable), ErrMasterLost, ctx errors.
+//   - UpdateTopology: ErrBusy while collectives of this peer run, ErrKicked, ErrMasterLost, ErrClosed.
+//   - ArePeersPending: ErrKicked, ErrMasterLost, ErrClosed.
+//   - AllReduce / Request.Wait: ErrPeerLeft (retryable after UpdateTopology), ErrAborted (a peer
+//     cancelled; retryable the same way), ErrTooFewPeers (fewer than MinPeers accepted: wait, then
+//     UpdateTopology), ErrDescriptorMismatch, ErrInvalid (bad arguments, tag in use), ErrKicked,
+//     ErrMasterLost, ErrClosed.
+//
+// Concurrency: AllReduce and AllReduceAsync may be called from many goroutines at once on different
+// tags. UpdateTopology and ArePeersPending are called by one goroutine at a time, like the training
+// loop does. A buffer passed to a collective belongs to Concord until the call (or Wait) returns.
+package pccl

@@ -1,0 +1,257 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/concord-ccl/concord/pccl/internal/wire"
+)
+
+// ServerConfig configures a Server. The zero value works.
+type ServerConfig struct {
+	// Config is the protocol configuration (run token, MinPeers, heartbeat timing).
+	Config Config
+	// Logger receives one line per notable event. Nil discards.
+	Logger *slog.Logger
+	// MaxFrame limits the size of a control frame in bytes. Zero means wire.DefaultMaxFrame.
+	MaxFrame int
+	// SendQueue is how many messages may wait for a slow peer before it is dropped. Zero means 1024.
+	SendQueue int
+	// OnEvent, if set, is called (on the server's event loop) for every event the machine notes.
+	OnEvent func(Event)
+}
+
+// Server runs the master: it accepts peer connections, feeds their messages to a Machine from one
+// goroutine, and carries out the Machine's actions.
+//
+// Goroutines: one event loop owns the Machine and the connection table; each connection has a reader
+// (frames -> event loop) and a writer (queue -> socket). Nothing else touches the Machine.
+type Server struct {
+	cfg ServerConfig
+	log *slog.Logger
+
+	in    chan Input
+	snaps chan chan Snapshot
+
+	mu    sync.Mutex // guards conns and nextID (the accept loop adds, the event loop removes)
+	conns map[PeerID]*peerConn
+	next  PeerID
+	wg    sync.WaitGroup
+}
+
+type peerConn struct {
+	id   PeerID
+	conn net.Conn
+	out  chan wire.Message // nil message: close after what is queued
+	once sync.Once
+}
+
+// NewServer returns a server; Serve starts it.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.SendQueue == 0 {
+		cfg.SendQueue = 1024
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: cfg, log: log, in: make(chan Input, 1024), snaps: make(chan chan Snapshot),
+		conns: map[PeerID]*peerConn{}}
+}
+
+// Serve accepts peers on ln until ctx is done, then closes ln and every connection and returns once all
+// its goroutines have finished. It returns nil after ctx ends, or the listener's error.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if err := s.cfg.Config.Validate(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m := New(s.cfg.Config)
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		s.loop(ctx, m)
+	}()
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	var err error
+	for {
+		c, aerr := ln.Accept()
+		if aerr != nil {
+			if ctx.Err() == nil {
+				err = fmt.Errorf("master: accept: %w", aerr)
+			}
+			break
+		}
+		s.wg.Add(1)
+		go s.handle(ctx, c)
+	}
+	cancel()
+	<-loopDone
+	s.mu.Lock()
+	for _, pc := range s.conns {
+		pc.conn.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+// Snapshot returns the current state. It blocks until the event loop answers; after Serve returned it
+// returns an empty Snapshot.
+func (s *Server) Snapshot() Snapshot {
+	ch := make(chan Snapshot, 1)
+	select {
+	case s.snaps <- ch:
+		return <-ch
+	case <-time.After(5 * time.Second):
+		return Snapshot{Time: time.Now()}
+	}
+}
+
+func (s *Server) loop(ctx context.Context, m *Machine) {
+	cfg := m.cfg
+	tick := time.NewTicker(cfg.HeartbeatInterval / 4)
+	defer tick.Stop()
+	for {
+		var in Input
+		select {
+		case <-ctx.Done():
+			return
+		case ch := <-s.snaps:
+			ch <- m.Snapshot(time.Now())
+			continue
+		case <-tick.C:
+			in = Tick{}
+		case in = <-s.in:
+		}
+		for _, a := range m.Step(time.Now(), in) {
+			s.act(a)
+		}
+	}
+}
+
+func (s *Server) act(a Action) {
+	switch a := a.(type) {
+	case Send:
+		s.mu.Lock()
+		pc := s.conns[a.To]
+		s.mu.Unlock()
+		if pc == nil {
+			return
+		}
+		select {
+		case pc.out <- a.Msg:
+		default:
+			// The peer does not read: drop it rather than stall the master.
+			s.log.Warn("peer send queue full, closing", "peer", a.To)
+			pc.conn.Close()
+		}
+	case Drop:
+		s.mu.Lock()
+		pc := s.conns[a.Peer]
+		delete(s.conns, a.Peer)
+		s.mu.Unlock()
+		if pc != nil {
+			pc.closeAfterQueue()
+		}
+	case Note:
+		e := a.Event
+		s.log.Info(e.Kind, "peer", e.Peer, "detail", e.Detail)
+		if s.cfg.OnEvent != nil {
+			s.cfg.OnEvent(e)
+		}
+	}
+}
+
+func (pc *peerConn) closeAfterQueue() {
+	pc.once.Do(func() {
+		select {
+		case pc.out <- nil:
+		default:
+			pc.conn.Close()
+		}
+	})
+}
+
+func (s *Server) handle(ctx context.Context, c net.Conn) {
+	defer s.wg.Done()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := wire.Exchange(c, wire.KindControl); err != nil {
+		s.log.Debug("handshake failed", "remote", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	s.mu.Lock()
+	s.next++
+	pc := &peerConn{id: s.next, conn: c, out: make(chan wire.Message, s.cfg.SendQueue)}
+	s.conns[pc.id] = pc
+	s.mu.Unlock()
+
+	s.wg.Add(1)
+	go s.write(ctx, pc)
+	var buf []byte
+	for {
+		msg, b, err := wire.ReadFrame(c, s.cfg.MaxFrame, buf)
+		buf = b
+		if err != nil {
+			reason := err.Error()
+			if errors.Is(err, io.EOF) {
+				reason = "EOF"
+			}
+			if errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrTooLarge) {
+				// Tell the peer why before closing; the machine forgets it on Closed.
+				select {
+				case pc.out <- &wire.Kick{Reason: "malformed message: " + err.Error()}:
+				default:
+				}
+			}
+			pc.closeAfterQueue()
+			select {
+			case s.in <- Closed{Peer: pc.id, Err: reason}:
+			case <-ctx.Done():
+			}
+			s.mu.Lock()
+			delete(s.conns, pc.id)
+			s.mu.Unlock()
+			return
+		}
+		select {
+		case s.in <- Received{Peer: pc.id, Msg: msg}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) write(ctx context.Context, pc *peerConn) {
+	defer s.wg.Done()
+	defer pc.conn.Close()
+	var buf []byte
+	for {
+		var msg wire.Message
+		select {
+		case msg = <-pc.out:
+		case <-ctx.Done():
+			return
+		}
+		if msg == nil {
+			return
+		}
+		buf = wire.AppendFrame(buf[:0], msg)
+		pc.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := pc.conn.Write(buf); err != nil {
+			return
+		}
+	}
+}
