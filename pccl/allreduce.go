@@ -246,5 +246,7 @@ func (c *Communicator) run(ctx context.Context, o *op, m *wire.Commence, send, r
 type nopStream struct{}
 
 func (nopStream) Send(rings.ChunkID, []byte) error { return errors.New("pccl: send in a ring of one") }
-func (nopStream) Recv(rings.ChunkID, []byte) error { return errors.New("pccl: receive in a ring of one") }
-func (nopStream) Abort(error)                      {}
+func (nopStream) Recv(rings.ChunkID, []byte) error {
+	return errors.New("pccl: receive in a ring of one")
+}
+func (nopStream) Abort(error) {}

@@ -279,3 +279,147 @@ func TestPeerDiesMidCollective(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinDoesNotStall shows collectives completing while a newcomer registers, and the newcomer being
+// accepted at the next UpdateTopology, then taking part.
+func TestJoinDoesNotStall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	comms, _ := g.start(ctx, 2)
+	defer closeAll(comms)
+
+	joined := make(chan *pccl.Communicator, 1)
+	joinErr := make(chan error, 1)
+	go func() {
+		c, err := g.connect(ctx, g.host())
+		if err != nil {
+			joinErr <- err
+			return
+		}
+		joined <- c
+	}()
+	// Keep reducing among the accepted pair until the newcomer has registered, and a few more times.
+	registered, rounds := false, 0
+	for rounds < 5 {
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, c := range comms {
+			wg.Add(1)
+			go func(i int, c *pccl.Communicator) {
+				defer wg.Done()
+				v := []int64{int64(i + 1)}
+				errs[i] = c.AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 1, Count: 1, DType: pccl.I64, Op: pccl.Sum})
+				if errs[i] == nil && v[0] != 3 {
+					errs[i] = fmt.Errorf("sum %d, want 3", v[0])
+				}
+			}(i, c)
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !registered {
+			registered = len(g.srv.Snapshot().Peers) == 3
+			continue
+		}
+		rounds++
+	}
+	select {
+	case c := <-joined:
+		t.Fatalf("peer %d accepted without an UpdateTopology", c.ID())
+	case err := <-joinErr:
+		t.Fatal(err)
+	default:
+	}
+	pending := make([]bool, 2)
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func(i int, c *pccl.Communicator) {
+			defer wg.Done()
+			p, err := c.ArePeersPending(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			pending[i] = p
+			if err := c.UpdateTopology(ctx); err != nil {
+				t.Error(err)
+			}
+		}(i, c)
+	}
+	wg.Wait()
+	if !pending[0] || !pending[1] {
+		t.Fatalf("ArePeersPending = %v, want true on both", pending)
+	}
+	var newcomer *pccl.Communicator
+	select {
+	case newcomer = <-joined:
+	case err := <-joinErr:
+		t.Fatal(err)
+	}
+	comms = append(comms, newcomer)
+	errs := make([]error, 3)
+	for i, c := range comms {
+		wg.Add(1)
+		go func(i int, c *pccl.Communicator) {
+			defer wg.Done()
+			v := []int64{int64(i + 1)}
+			errs[i] = c.AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 1, Count: 1, DType: pccl.I64, Op: pccl.Sum})
+			if errs[i] == nil && v[0] != 6 {
+				errs[i] = fmt.Errorf("sum %d, want 6", v[0])
+			}
+		}(i, c)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("peer %d: %v", i, err)
+		}
+	}
+	newcomer.Close()
+}
+
+// TestHungPeerIsDetected black-holes one peer (as if SIGSTOPped): the master's heartbeat deadline
+// declares it gone and the survivors' collective fails with ErrPeerLeft.
+func TestHungPeerIsDetected(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond})
+	comms, hosts := g.start(ctx, 3)
+	defer closeAll(comms)
+	for _, other := range []string{"master", hosts[0], hosts[2]} {
+		g.net.Partition(hosts[1], other)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for _, i := range []int{0, 2} {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			v := make([]float32, 1<<16)
+			errs[i] = comms[i].AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 2, Count: len(v), DType: pccl.F32, Op: pccl.Sum})
+		}(i)
+	}
+	wg.Wait()
+	for _, i := range []int{0, 2} {
+		if !errors.Is(errs[i], pccl.ErrPeerLeft) {
+			t.Fatalf("peer %d: %v, want ErrPeerLeft", i, errs[i])
+		}
+	}
+	for _, other := range []string{"master", hosts[0], hosts[2]} {
+		g.net.Heal(hosts[1], other)
+	}
+}
+
+func TestKickedForWrongToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{Token: "secret"})
+	_, err := g.connect(ctx, g.host())
+	if !errors.Is(err, pccl.ErrKicked) {
+		t.Fatalf("err = %v, want ErrKicked", err)
+	}
+}
