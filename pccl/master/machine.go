@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/sharedstate"
 )
 
 // Input is an input to the Machine: Received, Closed or Tick.
@@ -63,6 +64,11 @@ type peer struct {
 	voteTopo    bool // voted in UpdateTopology
 	rewire      bool // asked for the links to be re-established
 	votePending bool // voted in ArePeersPending
+
+	voteSync *wire.VoteSync // vote in SyncSharedState, nil if none
+	digest   sharedstate.Digest
+	step     sharedstate.StepTag // last reported training step
+	hasStep  bool
 }
 
 // round is one ring-wiring phase: every member opens its links for epoch and reports LinksReady.
@@ -115,6 +121,8 @@ type Machine struct {
 	wiring    *round // the wiring round in progress, or nil
 	seq       uint64 // last collective sequence number handed out
 	ops       map[uint64]*op
+	sync      *syncRound         // the shared-state sync in progress, or nil
+	prior     *sharedstate.Prior // the last accepted shared state; kept when every peer leaves
 
 	counters Counters
 	events   []Event
@@ -215,6 +223,12 @@ func (m *Machine) receive(id PeerID, msg wire.Message) {
 		m.initiate(p, msg)
 	case *wire.Done:
 		m.done(p, msg)
+	case *wire.VoteSync:
+		m.voteSync(p, msg)
+	case *wire.SyncDone:
+		m.syncDone(p, msg)
+	case *wire.StepReport:
+		p.step, p.hasStep = sharedstate.StepTag{Step: msg.Step, InOptimizer: msg.InOptimizer}, true
 	default:
 		m.kick(id, fmt.Sprintf("illegal message %T from a peer", msg))
 	}
@@ -291,6 +305,7 @@ func (m *Machine) remove(id PeerID, kind, reason string) {
 	}
 	m.checkTopology()
 	m.checkPending()
+	m.leaveSync(id)
 	for _, tag := range m.tags() {
 		if o := m.ops[tag]; o != nil {
 			m.checkOp(o)
@@ -399,6 +414,9 @@ func (m *Machine) voteTopology(p *peer, v *wire.VoteTopology) {
 		return
 	case m.busy(p):
 		m.kick(p.id, "UpdateTopology vote while a collective of this peer is running")
+		return
+	case m.sync != nil && slices.Contains(m.sync.members, p.id):
+		m.kick(p.id, "UpdateTopology vote while a shared-state sync of this peer is running")
 		return
 	}
 	p.voteTopo = true

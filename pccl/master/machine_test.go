@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/rings"
+	"github.com/concord-ccl/concord/sharedstate"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of the scenario tests")
@@ -28,6 +30,10 @@ var update = flag.Bool("update", false, "rewrite the golden files of the scenari
 //	done ID tag=T seq=S [code=peer-left|aborted]
 //	heartbeat ID | bye ID | close ID
 //	illegal ID                             a master-to-peer message sent by a peer
+//	sync ID rev=R [strategy=popular|send|receive] [state=name:hash,...]  VoteSync (f32 entries of 4 elements;
+//	                                       a name ending in ~ is MayDiffer)
+//	syncdone ID [fail]                     SyncDone
+//	step ID step=N [opt]                   StepReport
 //	advance DURATION                       move the clock (no input)
 //	tick                                   Tick
 //
@@ -153,6 +159,28 @@ func runScenario(t *testing.T, file string) string {
 				d.Code, d.Detail = wire.CodeAborted, "cancelled"
 			}
 			in = Received{id(), d}
+		case "sync":
+			d := sharedstate.Digest{Revision: num("rev", 0)}
+			if st := args["state"]; st != "" {
+				for _, kv := range strings.Split(st, ",") {
+					name, h, _ := strings.Cut(kv, ":")
+					hash, err := strconv.ParseUint(h, 10, 64)
+					if err != nil {
+						t.Fatalf("%s:%d: %v", file, n, err)
+					}
+					may := strings.HasSuffix(name, "~")
+					d.Entries = append(d.Entries, sharedstate.EntryDigest{Name: strings.TrimSuffix(name, "~"), DType: rings.F32, Count: 4, Hash: hash, MayDiffer: may})
+				}
+			}
+			strategy := map[string]sharedstate.Strategy{"": sharedstate.EnforcePopular, "popular": sharedstate.EnforcePopular,
+				"send": sharedstate.SendOnly, "receive": sharedstate.ReceiveOnly}[args["strategy"]]
+			in = Received{id(), &wire.VoteSync{Strategy: uint8(strategy), Digest: sharedstate.EncodeDigest(d)}}
+		case "syncdone":
+			_, fail := args["fail"]
+			in = Received{id(), &wire.SyncDone{OK: !fail, Detail: map[bool]string{true: "donor died"}[fail]}}
+		case "step":
+			_, opt := args["opt"]
+			in = Received{id(), &wire.StepReport{Step: num("step", 0), InOptimizer: opt}}
 		case "heartbeat":
 			in = Received{id(), &wire.Heartbeat{Seq: 1}}
 		case "bye":

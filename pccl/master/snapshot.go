@@ -56,6 +56,7 @@ type Counters struct {
 	OpsDone    uint64 // collectives completed
 	OpsAborted uint64 // collectives aborted
 	Rounds     uint64 // ring wiring rounds started
+	Syncs      uint64 // shared-state syncs completed
 }
 
 // Event is one notable thing that happened, for logs and the status page.

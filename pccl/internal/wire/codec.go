@@ -25,6 +25,7 @@ const DefaultMaxFrame = 16 << 20
 const (
 	KindControl uint8 = 1 // peer <-> master
 	KindData    uint8 = 2 // peer -> ring neighbour
+	KindState   uint8 = 3 // peer -> shared-state donor
 )
 
 // ErrMalformed is wrapped by every decoding error.
@@ -59,6 +60,33 @@ func DecodeHandshake(b []byte) (Handshake, error) {
 		return Handshake{}, fmt.Errorf("%w: bad magic %q", ErrMalformed, b[:4])
 	}
 	return Handshake{Version: binary.BigEndian.Uint16(b[4:6]), Kind: b[6]}, nil
+}
+
+// Accept is Exchange for a listener that serves several kinds: it answers with the kind the dialer
+// asked for if it is among kinds, and returns it.
+func Accept(rw io.ReadWriter, kinds ...uint8) (uint8, error) {
+	var buf [HandshakeSize]byte
+	if _, err := io.ReadFull(rw, buf[:]); err != nil {
+		return 0, fmt.Errorf("wire: read handshake: %w", err)
+	}
+	h, err := DecodeHandshake(buf[:])
+	if err != nil {
+		return 0, err
+	}
+	if h.Version != Version {
+		return 0, fmt.Errorf("%w: ours %d, theirs %d", ErrVersion, Version, h.Version)
+	}
+	ok := false
+	for _, k := range kinds {
+		ok = ok || k == h.Kind
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: connection kind %d not served here", ErrMalformed, h.Kind)
+	}
+	if _, err := rw.Write(AppendHandshake(nil, Handshake{Version: Version, Kind: h.Kind})); err != nil {
+		return 0, fmt.Errorf("wire: send handshake: %w", err)
+	}
+	return h.Kind, nil
 }
 
 // Exchange writes our handshake and reads the other side's. It returns an error wrapping ErrVersion if
@@ -140,6 +168,11 @@ func appendString(b []byte, s string) []byte {
 }
 
 func appendF64(b []byte, v float64) []byte { return appendU64(b, math.Float64bits(v)) }
+
+func appendBytes(b []byte, v []byte) []byte {
+	b = appendU32(b, uint32(len(v)))
+	return append(b, v...)
+}
 
 // decoder reads fields from a payload. The first error sticks; later reads return zero values.
 type decoder struct {
@@ -236,6 +269,24 @@ func (d *decoder) count(min int, what string) int {
 		return 0
 	}
 	return int(n)
+}
+
+// bytes reads a byte string; its length is bounded by the frame, which the reader already limited.
+func (d *decoder) bytes(what string) []byte {
+	n := d.u32(what)
+	v := d.take(int(n), what)
+	if v == nil {
+		return nil
+	}
+	return append([]byte{}, v...)
+}
+
+func (d *decoder) code() Code {
+	c := Code(d.u8("code"))
+	if c > codeMax {
+		d.fail("code")
+	}
+	return c
 }
 
 func (d *decoder) finish() error {

@@ -16,6 +16,9 @@ const (
 	TypeDone         Type = 6
 	TypeHeartbeat    Type = 7
 	TypeBye          Type = 8
+	TypeVoteSync     Type = 9
+	TypeStepReport   Type = 10
+	TypeSyncDone     Type = 11
 
 	TypeWelcome      Type = 64
 	TypeConnect      Type = 65
@@ -25,9 +28,13 @@ const (
 	TypeOutcome      Type = 69
 	TypeKick         Type = 70
 	TypeHeartbeatAck Type = 71
+	TypeSyncPlan     Type = 72
+	TypeSyncComplete Type = 73
 
-	TypeLinkHello Type = 128
-	TypeLinkAck   Type = 129
+	TypeLinkHello     Type = 128
+	TypeLinkAck       Type = 129
+	TypeStateRequest  Type = 130
+	TypeStateResponse Type = 131
 
 	TypeData Type = 200
 )
@@ -60,11 +67,7 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeInitiate:
 		m = &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant")}}
 	case TypeDone:
-		v := &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: Code(d.u8("code")), Detail: d.str("detail")}
-		if v.Code > codeMax {
-			d.fail("code")
-		}
-		m = v
+		m = &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: d.code(), Detail: d.str("detail")}
 	case TypeHeartbeat:
 		m = &Heartbeat{Seq: d.u64("seq")}
 	case TypeBye:
@@ -90,11 +93,7 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeCommence:
 		m = &Commence{Tag: d.u64("tag"), Seq: d.u64("seq"), Epoch: d.u64("epoch")}
 	case TypeOutcome:
-		v := &Outcome{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: Code(d.u8("code")), Detail: d.str("detail")}
-		if v.Code > codeMax {
-			d.fail("code")
-		}
-		m = v
+		m = &Outcome{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: d.code(), Detail: d.str("detail")}
 	case TypeKick:
 		m = &Kick{Reason: d.str("reason")}
 	case TypeHeartbeatAck:
@@ -103,6 +102,31 @@ func Decode(t Type, p []byte) (Message, error) {
 		m = &LinkHello{Token: d.str("token"), From: d.u64("from"), To: d.u64("to"), Index: d.u16("index")}
 	case TypeLinkAck:
 		m = &LinkAck{OK: d.boolean("ok"), Reason: d.str("reason")}
+	case TypeVoteSync:
+		m = &VoteSync{Strategy: d.u8("strategy"), Digest: d.bytes("digest")}
+	case TypeStepReport:
+		m = &StepReport{Step: d.u64("step"), InOptimizer: d.boolean("in optimizer")}
+	case TypeSyncDone:
+		m = &SyncDone{OK: d.boolean("ok"), Detail: d.str("detail")}
+	case TypeSyncPlan:
+		v := &SyncPlan{Revision: d.u64("revision"), Code: d.code(), Detail: d.str("detail")}
+		n := d.count(24, "fetch")
+		for i := 0; i < n; i++ {
+			f := FetchItem{Name: d.str("fetch name"), Hash: d.u64("fetch hash"), Bytes: d.u64("fetch bytes")}
+			k := d.count(16, "donors")
+			for j := 0; j < k; j++ {
+				f.Donors = append(f.Donors, PeerInfo{ID: d.u64("donor id"), Addr: d.str("donor addr"), Site: d.str("donor site")})
+			}
+			v.Fetch = append(v.Fetch, f)
+		}
+		m = v
+	case TypeSyncComplete:
+		m = &SyncComplete{Revision: d.u64("revision"), Code: d.code(), Detail: d.str("detail"), ResumeStep: d.u64("resume step")}
+	case TypeStateRequest:
+		m = &StateRequest{Token: d.str("token"), Name: d.str("name"), Hash: d.u64("hash"), Off: d.u64("off"),
+			Len: d.u64("len"), Compress: d.boolean("compress")}
+	case TypeStateResponse:
+		m = &StateResponse{OK: d.boolean("ok"), Detail: d.str("detail"), Len: d.u64("len"), Compressed: d.boolean("compressed")}
 	default:
 		return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, t)
 	}
@@ -258,24 +282,31 @@ type LinkAck struct {
 	Reason string
 }
 
-func (*Hello) Type() Type        { return TypeHello }
-func (*VoteTopology) Type() Type { return TypeVoteTopology }
-func (*LinksReady) Type() Type   { return TypeLinksReady }
-func (*VotePending) Type() Type  { return TypeVotePending }
-func (*Initiate) Type() Type     { return TypeInitiate }
-func (*Done) Type() Type         { return TypeDone }
-func (*Heartbeat) Type() Type    { return TypeHeartbeat }
-func (*Bye) Type() Type          { return TypeBye }
-func (*Welcome) Type() Type      { return TypeWelcome }
-func (*Connect) Type() Type      { return TypeConnect }
-func (*Topology) Type() Type     { return TypeTopology }
-func (*Pending) Type() Type      { return TypePending }
-func (*Commence) Type() Type     { return TypeCommence }
-func (*Outcome) Type() Type      { return TypeOutcome }
-func (*Kick) Type() Type         { return TypeKick }
-func (*HeartbeatAck) Type() Type { return TypeHeartbeatAck }
-func (*LinkHello) Type() Type    { return TypeLinkHello }
-func (*LinkAck) Type() Type      { return TypeLinkAck }
+func (*Hello) Type() Type         { return TypeHello }
+func (*VoteSync) Type() Type      { return TypeVoteSync }
+func (*StepReport) Type() Type    { return TypeStepReport }
+func (*SyncDone) Type() Type      { return TypeSyncDone }
+func (*SyncPlan) Type() Type      { return TypeSyncPlan }
+func (*SyncComplete) Type() Type  { return TypeSyncComplete }
+func (*StateRequest) Type() Type  { return TypeStateRequest }
+func (*StateResponse) Type() Type { return TypeStateResponse }
+func (*VoteTopology) Type() Type  { return TypeVoteTopology }
+func (*LinksReady) Type() Type    { return TypeLinksReady }
+func (*VotePending) Type() Type   { return TypeVotePending }
+func (*Initiate) Type() Type      { return TypeInitiate }
+func (*Done) Type() Type          { return TypeDone }
+func (*Heartbeat) Type() Type     { return TypeHeartbeat }
+func (*Bye) Type() Type           { return TypeBye }
+func (*Welcome) Type() Type       { return TypeWelcome }
+func (*Connect) Type() Type       { return TypeConnect }
+func (*Topology) Type() Type      { return TypeTopology }
+func (*Pending) Type() Type       { return TypePending }
+func (*Commence) Type() Type      { return TypeCommence }
+func (*Outcome) Type() Type       { return TypeOutcome }
+func (*Kick) Type() Type          { return TypeKick }
+func (*HeartbeatAck) Type() Type  { return TypeHeartbeatAck }
+func (*LinkHello) Type() Type     { return TypeLinkHello }
+func (*LinkAck) Type() Type       { return TypeLinkAck }
 
 // Append methods encode the payload.
 
@@ -371,4 +402,126 @@ func (m *LinkHello) Append(b []byte) []byte {
 func (m *LinkAck) Append(b []byte) []byte {
 	b = appendBool(b, m.OK)
 	return appendString(b, m.Reason)
+}
+
+// VoteSync is a peer's vote in SyncSharedState: its strategy (sharedstate.Strategy) and the digest of
+// its state (sharedstate's encoding).
+type VoteSync struct {
+	Strategy uint8
+	Digest   []byte
+}
+
+// StepReport tells the master the peer's training step and whether it is inside the optimizer step,
+// so that a recovery resumes every peer at one consistent step.
+type StepReport struct {
+	Step        uint64
+	InOptimizer bool
+}
+
+// SyncDone reports that the peer fetched (and verified) everything its SyncPlan listed, or failed to.
+type SyncDone struct {
+	OK     bool
+	Detail string
+}
+
+// FetchItem is one entry an outlier must fetch: its elected hash, size, and the peers that hold it,
+// preferred first.
+type FetchItem struct {
+	Name   string
+	Hash   uint64
+	Bytes  uint64
+	Donors []PeerInfo
+}
+
+// SyncPlan is the master's answer to a VoteSync: the elected revision and what this peer must fetch.
+// A Code other than CodeOK means the sync failed for this peer (Detail says why).
+type SyncPlan struct {
+	Revision uint64
+	Code     Code
+	Detail   string
+	Fetch    []FetchItem
+}
+
+// SyncComplete ends a sync: every peer holds Revision (CodeOK), or the sync failed. ResumeStep is the
+// consistent training step to resume from, from the peers' step reports.
+type SyncComplete struct {
+	Revision   uint64
+	Code       Code
+	Detail     string
+	ResumeStep uint64
+}
+
+// StateRequest asks a donor for Len bytes at Off of entry Name, whose content must hash to Hash.
+type StateRequest struct {
+	Token    string
+	Name     string
+	Hash     uint64
+	Off      uint64
+	Len      uint64
+	Compress bool
+}
+
+// StateResponse answers a StateRequest; if OK, Len bytes follow (zstd-compressed if Compressed).
+type StateResponse struct {
+	OK         bool
+	Detail     string
+	Len        uint64
+	Compressed bool
+}
+
+func (m *VoteSync) Append(b []byte) []byte {
+	b = append(b, m.Strategy)
+	return appendBytes(b, m.Digest)
+}
+
+func (m *StepReport) Append(b []byte) []byte {
+	b = appendU64(b, m.Step)
+	return appendBool(b, m.InOptimizer)
+}
+
+func (m *SyncDone) Append(b []byte) []byte {
+	b = appendBool(b, m.OK)
+	return appendString(b, m.Detail)
+}
+
+func (m *SyncPlan) Append(b []byte) []byte {
+	b = appendU64(b, m.Revision)
+	b = append(b, byte(m.Code))
+	b = appendString(b, m.Detail)
+	b = appendU32(b, uint32(len(m.Fetch)))
+	for _, f := range m.Fetch {
+		b = appendString(b, f.Name)
+		b = appendU64(b, f.Hash)
+		b = appendU64(b, f.Bytes)
+		b = appendU32(b, uint32(len(f.Donors)))
+		for _, p := range f.Donors {
+			b = appendU64(b, p.ID)
+			b = appendString(b, p.Addr)
+			b = appendString(b, p.Site)
+		}
+	}
+	return b
+}
+
+func (m *SyncComplete) Append(b []byte) []byte {
+	b = appendU64(b, m.Revision)
+	b = append(b, byte(m.Code))
+	b = appendString(b, m.Detail)
+	return appendU64(b, m.ResumeStep)
+}
+
+func (m *StateRequest) Append(b []byte) []byte {
+	b = appendString(b, m.Token)
+	b = appendString(b, m.Name)
+	b = appendU64(b, m.Hash)
+	b = appendU64(b, m.Off)
+	b = appendU64(b, m.Len)
+	return appendBool(b, m.Compress)
+}
+
+func (m *StateResponse) Append(b []byte) []byte {
+	b = appendBool(b, m.OK)
+	b = appendString(b, m.Detail)
+	b = appendU64(b, m.Len)
+	return appendBool(b, m.Compressed)
 }

@@ -29,6 +29,13 @@ func sampleMessages() []Message {
 		&HeartbeatAck{Seq: 5},
 		&LinkHello{Token: "t", From: 1, To: 2, Index: 3},
 		&LinkAck{OK: false, Reason: "wrong token"},
+		&VoteSync{Strategy: 2, Digest: []byte{1, 2, 3}},
+		&StepReport{Step: 77, InOptimizer: true},
+		&SyncDone{OK: false, Detail: "donor died"},
+		&SyncPlan{Revision: 4, Code: CodeOK, Fetch: []FetchItem{{Name: "w", Hash: 9, Bytes: 1024, Donors: []PeerInfo{{ID: 2, Addr: "x:1"}}}}},
+		&SyncComplete{Revision: 4, Code: CodeRejected, Detail: "send-only lost", ResumeStep: 12},
+		&StateRequest{Token: "t", Name: "w", Hash: 9, Off: 512, Len: 512, Compress: true},
+		&StateResponse{OK: true, Len: 512, Compressed: true},
 	}
 }
 

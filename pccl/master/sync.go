@@ -1,0 +1,173 @@
+package master
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/sharedstate"
+)
+
+// syncRound is a shared-state sync after the election: members fetch what their plan lists and
+// report SyncDone; when all have, the master remembers the elected state and tells everyone.
+type syncRound struct {
+	plan    sharedstate.Plan
+	members []PeerID
+	done    map[PeerID]bool
+	failed  bool
+	detail  string
+}
+
+func peerKey(id PeerID) string { return strconv.FormatUint(id, 10) }
+
+func (m *Machine) voteSync(p *peer, v *wire.VoteSync) {
+	switch {
+	case p.state != Accepted:
+		m.kick(p.id, "SyncSharedState vote from a peer that is not accepted")
+		return
+	case p.voteSync != nil:
+		m.kick(p.id, "second SyncSharedState vote in one round")
+		return
+	case m.sync != nil && slices.Contains(m.sync.members, p.id):
+		m.kick(p.id, "SyncSharedState vote while the previous sync is running")
+		return
+	case m.busy(p):
+		m.kick(p.id, "SyncSharedState vote while a collective of this peer is running")
+		return
+	case !sharedstate.Strategy(v.Strategy).Valid():
+		m.kick(p.id, fmt.Sprintf("unknown sync strategy %d", v.Strategy))
+		return
+	}
+	d, err := sharedstate.DecodeDigest(v.Digest)
+	if err != nil {
+		m.kick(p.id, "malformed state digest: "+err.Error())
+		return
+	}
+	p.voteSync, p.digest = v, d
+	m.checkSync()
+}
+
+// checkSync runs the election once every accepted peer has voted.
+func (m *Machine) checkSync() {
+	if m.sync != nil {
+		return
+	}
+	acc := m.accepted()
+	if len(acc) == 0 {
+		return
+	}
+	cands := make([]sharedstate.Candidate, 0, len(acc))
+	for _, id := range acc {
+		p := m.peers[id]
+		if p.voteSync == nil {
+			return
+		}
+		cands = append(cands, sharedstate.Candidate{Peer: peerKey(id), Strategy: sharedstate.Strategy(p.voteSync.Strategy), Digest: p.digest})
+	}
+	for _, id := range acc {
+		m.peers[id].voteSync = nil
+	}
+	plan, err := sharedstate.Elect(cands, m.prior)
+	if err != nil {
+		m.note("sync", 0, "election failed: %v", err)
+		for _, id := range acc {
+			m.send(id, &wire.SyncPlan{Code: wire.CodeRejected, Detail: err.Error()})
+		}
+		return
+	}
+	rejected := map[PeerID]bool{}
+	for _, r := range plan.Rejected {
+		id, _ := strconv.ParseUint(r.Peer, 10, 64)
+		rejected[id] = true
+		m.note("sync", id, "rejected: %v", r.Err)
+		m.send(id, &wire.SyncPlan{Revision: plan.Revision, Code: wire.CodeRejected, Detail: r.Err.Error()})
+	}
+	round := &syncRound{plan: plan, done: map[PeerID]bool{}}
+	var fetched, outliers int
+	for _, id := range acc {
+		if rejected[id] {
+			continue
+		}
+		round.members = append(round.members, id)
+		msg := &wire.SyncPlan{Revision: plan.Revision, Code: wire.CodeOK}
+		for _, f := range plan.Fetch[peerKey(id)] {
+			item := wire.FetchItem{Name: f.Name, Hash: f.Hash, Bytes: uint64(f.Bytes)}
+			for _, d := range f.Donors {
+				did, _ := strconv.ParseUint(d, 10, 64)
+				if q := m.peers[did]; q != nil {
+					item.Donors = append(item.Donors, wire.PeerInfo{ID: did, Addr: q.hello.Addr, Site: q.hello.Site})
+				}
+			}
+			msg.Fetch = append(msg.Fetch, item)
+			fetched += int(f.Bytes)
+		}
+		if len(msg.Fetch) > 0 {
+			outliers++
+		}
+		m.send(id, msg)
+	}
+	m.sync = round
+	m.note("sync", 0, "revision %d: %d peers, %d outliers fetch %d bytes", plan.Revision, len(round.members), outliers, fetched)
+	m.checkSyncDone()
+}
+
+func (m *Machine) syncDone(p *peer, v *wire.SyncDone) {
+	s := m.sync
+	if s == nil || !slices.Contains(s.members, p.id) || s.done[p.id] {
+		m.kick(p.id, "SyncDone outside a sync")
+		return
+	}
+	s.done[p.id] = true
+	if !v.OK && !s.failed {
+		s.failed, s.detail = true, fmt.Sprintf("peer %d: %s", p.id, v.Detail)
+	}
+	m.checkSyncDone()
+}
+
+// checkSyncDone ends the sync once every member reported.
+func (m *Machine) checkSyncDone() {
+	s := m.sync
+	if s == nil {
+		return
+	}
+	for _, id := range s.members {
+		if !s.done[id] {
+			return
+		}
+	}
+	m.sync = nil
+	if len(s.members) == 0 {
+		return
+	}
+	msg := &wire.SyncComplete{Revision: s.plan.Revision, Code: wire.CodeOK}
+	if s.failed {
+		msg.Code, msg.Detail = wire.CodeAborted, s.detail
+		m.note("sync", 0, "revision %d failed: %s", s.plan.Revision, s.detail)
+	} else {
+		m.prior = s.plan.Prior()
+		var tags []sharedstate.StepTag
+		for _, id := range s.members {
+			if p := m.peers[id]; p.hasStep {
+				tags = append(tags, p.step)
+			}
+		}
+		msg.ResumeStep = sharedstate.ResumeStep(tags)
+		m.counters.Syncs++
+	}
+	for _, id := range s.members {
+		m.send(id, msg)
+	}
+}
+
+// leaveSync removes a gone peer from the sync in progress or from the votes.
+func (m *Machine) leaveSync(id PeerID) {
+	if s := m.sync; s != nil {
+		if i := slices.Index(s.members, id); i >= 0 {
+			s.members = slices.Delete(s.members, i, i+1)
+			delete(s.done, id)
+		}
+		m.checkSyncDone()
+	}
+	m.checkSync()
+}
