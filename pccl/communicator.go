@@ -32,6 +32,7 @@ type Communicator struct {
 	connects chan *wire.Connect  // reader -> wiring loop, latest wins
 	topoCh   chan *wire.Topology // reader -> UpdateTopology/Connect waiter
 	pendCh   chan *wire.Pending  // reader -> ArePeersPending waiter
+	syncCh   chan wire.Message   // reader -> SyncSharedState waiter (SyncPlan, SyncComplete)
 	done     chan struct{}       // closed when the communicator dies (Close, kick, master lost)
 	hbEvery  time.Duration
 
@@ -39,13 +40,16 @@ type Communicator struct {
 	pendMu  sync.Mutex // one ArePeersPending at a time
 
 	mu              sync.Mutex
-	fatal           error          // why done was closed
-	epoch           uint64         // epoch of the ring in force
-	ring            []uint64       // ring in force
-	ops             map[uint64]*op // collectives in flight by tag
-	topoOutstanding bool           // a VoteTopology awaits its Topology
-	pendOutstanding bool           // a VotePending awaits its Pending
-	lastHeard       time.Time      // last message from the master
+	fatal           error             // why done was closed
+	epoch           uint64            // epoch of the ring in force
+	ring            []uint64          // ring in force
+	ops             map[uint64]*op    // collectives in flight by tag
+	topoOutstanding bool              // a VoteTopology awaits its Topology
+	pendOutstanding bool              // a VotePending awaits its Pending
+	lastHeard       time.Time         // last message from the master
+	serving         *State            // state donors read during a sync, nil otherwise
+	servingHashes   map[string]uint64 // its hashes at vote time
+	syncActive      bool              // a SyncSharedState call waits for the master
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -64,6 +68,7 @@ func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		connects: make(chan *wire.Connect, 1),
 		topoCh:   make(chan *wire.Topology, 1),
 		pendCh:   make(chan *wire.Pending, 1),
+		syncCh:   make(chan wire.Message, 1),
 		done:     make(chan struct{}),
 		ops:      map[uint64]*op{},
 	}
@@ -256,6 +261,8 @@ func (c *Communicator) readMaster() {
 			if o != nil {
 				o.finish(m)
 			}
+		case *wire.SyncPlan, *wire.SyncComplete:
+			c.syncMessage(m)
 		case *wire.Kick:
 			c.log.Warn("kicked by the master", "reason", m.Reason)
 			c.die(fmt.Errorf("pccl: %w: %s", ErrKicked, m.Reason))

@@ -202,8 +202,13 @@ func (l *links) admit(conn net.Conn) {
 	defer l.wg.Done()
 	cfg := l.c.cfg
 	conn.SetDeadline(time.Now().Add(cfg.DialTimeout))
-	if err := wire.Exchange(conn, wire.KindData); err != nil {
+	kind, err := wire.Accept(conn, wire.KindData, wire.KindState)
+	if err != nil {
 		conn.Close()
+		return
+	}
+	if kind == wire.KindState {
+		l.c.serveState(conn)
 		return
 	}
 	msg, _, err := wire.ReadFrame(conn, 1<<16, nil)

@@ -41,16 +41,28 @@ type Digest struct {
 	Entries []EntryDigest
 }
 
-// Digest hashes every entry of s, MayDiffer ones included, sharing workers goroutines over all blocks
+// Digest hashes every entry of s (except entries whose non-zero Version has not changed since they were
+// last hashed), MayDiffer ones included, sharing workers goroutines over all blocks
 // of all entries (workers < 1 means runtime.GOMAXPROCS(0)), and returns the result sorted by name. The
 // entries' data must not change while it runs.
 func (s *State) Digest(workers int) Digest {
 	entries := s.Sorted()
-	datas := make([][]byte, len(entries))
+	hashes := make([]uint64, len(entries))
+	var datas [][]byte
+	var todo []int
 	for i, e := range entries {
-		datas[i] = e.Data
+		if h, ok := e.cached(); ok {
+			hashes[i] = h
+			continue
+		}
+		datas = append(datas, e.Data)
+		todo = append(todo, i)
 	}
-	hashes := HashAll(datas, workers)
+	for k, h := range HashAll(datas, workers) {
+		e := entries[todo[k]]
+		hashes[todo[k]] = h
+		e.Remember(h)
+	}
 	d := Digest{Revision: s.Revision, Entries: make([]EntryDigest, len(entries))}
 	for i, e := range entries {
 		d.Entries[i] = EntryDigest{Name: e.Name, DType: e.DType, Count: e.Count(), Hash: hashes[i], MayDiffer: e.MayDiffer}

@@ -32,6 +32,28 @@ type Entry struct {
 	Data []byte
 	// MayDiffer excludes the entry from the vote; a peer that is behind still receives it.
 	MayDiffer bool
+	// Version, when non-zero, lets Concord skip re-hashing: the application promises to change Version
+	// whenever it changes Data, and Concord reuses the hash it computed for the same Version. Zero (the
+	// default) re-hashes Data at every sync, which is always safe.
+	Version uint64
+
+	hashedVersion uint64 // Version the cached hash belongs to; 0 = no cached hash
+	hashedLen     int
+	hash          uint64
+}
+
+// cached returns the remembered hash of Data if Version allows it.
+func (e *Entry) cached() (uint64, bool) {
+	if e.Version == 0 || e.hashedVersion != e.Version || e.hashedLen != len(e.Data) {
+		return 0, false
+	}
+	return e.hash, true
+}
+
+// Remember records that Data currently hashes to h (Concord calls it after hashing or after writing
+// verified content). It only takes effect for a non-zero Version.
+func (e *Entry) Remember(h uint64) {
+	e.hashedVersion, e.hashedLen, e.hash = e.Version, len(e.Data), h
 }
 
 // Count returns the number of elements in e.Data, or 0 when the dtype is invalid.

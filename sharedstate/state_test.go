@@ -124,3 +124,26 @@ func TestStateDigest(t *testing.T) {
 		}
 	}
 }
+
+func TestDigestReusesHashOnlyForUnchangedVersion(t *testing.T) {
+	data := []byte{1, 2, 3, 4}
+	st := NewState()
+	e := &Entry{Name: "w", DType: rings.F32, Data: data, Version: 1}
+	if err := st.Add(e); err != nil {
+		t.Fatal(err)
+	}
+	first := st.Digest(1).Entries[0].Hash
+	data[0] = 9 // changed without bumping Version: the cached hash is (by contract) reused
+	if got := st.Digest(1).Entries[0].Hash; got != first {
+		t.Fatalf("hash recomputed for an unchanged Version")
+	}
+	e.Version = 2
+	if got := st.Digest(1).Entries[0].Hash; got == first || got != Hash(data) {
+		t.Fatalf("hash not recomputed after Version changed")
+	}
+	e.Version = 0 // zero always re-hashes
+	data[1] = 7
+	if got := st.Digest(1).Entries[0].Hash; got != Hash(data) {
+		t.Fatalf("Version 0 must always re-hash")
+	}
+}

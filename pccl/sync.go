@@ -1,0 +1,366 @@
+package pccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/sharedstate"
+)
+
+// ErrSync is wrapped by SyncSharedState errors: the election rejected this peer or the whole sync
+// (revision rule, entry-set mismatch, SendOnly lost, no donor, state not matching a resumption), or a
+// transfer failed.
+var ErrSync = errors.New("pccl: shared-state sync failed")
+
+// State, Entry and Strategy are the shared-state types, re-exported for convenience.
+type (
+	State    = sharedstate.State
+	Entry    = sharedstate.Entry
+	Strategy = sharedstate.Strategy
+)
+
+// Sync strategies (see package sharedstate).
+const (
+	EnforcePopular = sharedstate.EnforcePopular
+	SendOnly       = sharedstate.SendOnly
+	ReceiveOnly    = sharedstate.ReceiveOnly
+)
+
+// SyncOptions tunes SyncSharedState. The zero value works.
+type SyncOptions struct {
+	// Strategy is how this peer takes part in the vote. Default EnforcePopular.
+	Strategy Strategy
+	// Compress asks donors to zstd-compress what they send. Worth it only for compressible data.
+	Compress bool
+	// HashWorkers is the number of goroutines hashing the state. Default: GOMAXPROCS.
+	HashWorkers int
+	// Progress, if set, is called as fetched bytes arrive (done of total), from any goroutine.
+	Progress func(done, total int64)
+}
+
+// SyncResult reports what a sync did on this peer.
+type SyncResult struct {
+	Revision     uint64   // the revision every participating peer now holds
+	Fetched      []string // entries this peer received
+	FetchedBytes int64
+	ResumeStep   uint64 // the consistent training step to resume from (see ReportStep)
+}
+
+// minRangeBytes is the smallest byte range fetched from one donor.
+const minRangeBytes = 4 << 20
+
+// ReportStep tells the master this peer's training step and whether it is inside the optimizer step;
+// SyncSharedState returns the consistent step to resume from after a failure.
+func (c *Communicator) ReportStep(step uint64, inOptimizer bool) error {
+	return c.send(&wire.StepReport{Step: step, InOptimizer: inOptimizer})
+}
+
+// SyncSharedState makes st identical on every accepted peer. Every accepted peer calls it with a State
+// of the same entry set. Each peer sends the hash of every entry (keyed by name) and st.Revision; the
+// master elects the most popular content, and a peer whose content lost fetches the mismatched entries
+// from the peers that hold the elected content, spread over several of them, verifies each entry's hash
+// and only then writes it into st. A fresh run accepts any revision; afterwards st.Revision must
+// advance by exactly one per sync (the application increments it before the call).
+//
+// st must not be changed while the call runs: other peers may be reading it. It needs no collective of
+// this peer in flight (else ErrBusy). Failures wrap ErrSync (with the reason), ErrKicked, ErrMasterLost
+// or ErrClosed; after a failed sync the entries may hold either their old content or verified elected
+// content, never anything else.
+func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncOptions) (SyncResult, error) {
+	c.majorMu.Lock()
+	defer c.majorMu.Unlock()
+	var res SyncResult
+	d := st.Digest(opt.HashWorkers)
+	hashes := map[string]uint64{}
+	for _, e := range d.Entries {
+		hashes[e.Name] = e.Hash
+	}
+	c.mu.Lock()
+	if c.fatal != nil {
+		c.mu.Unlock()
+		return res, c.fatal
+	}
+	if n := len(c.ops); n > 0 {
+		c.mu.Unlock()
+		return res, fmt.Errorf("pccl: sync shared state: %w: %d", ErrBusy, n)
+	}
+	c.serving, c.servingHashes, c.syncActive = st, hashes, true
+	select {
+	case <-c.syncCh:
+	default:
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.serving, c.servingHashes, c.syncActive = nil, nil, false
+		c.mu.Unlock()
+	}()
+
+	if err := c.send(&wire.VoteSync{Strategy: uint8(opt.Strategy), Digest: sharedstate.EncodeDigest(d)}); err != nil {
+		return res, err
+	}
+	plan, err := c.awaitSync(ctx)
+	if err != nil {
+		return res, err
+	}
+	p := plan.(*wire.SyncPlan)
+	if p.Code != wire.CodeOK {
+		return res, fmt.Errorf("%w: %s", ErrSync, p.Detail)
+	}
+	res.Revision = p.Revision
+	ferr := c.fetchAll(ctx, st, p.Fetch, opt, &res)
+	done := &wire.SyncDone{OK: ferr == nil}
+	if ferr != nil {
+		done.Detail = ferr.Error()
+	}
+	if err := c.send(done); err != nil {
+		return res, err
+	}
+	msg, err := c.awaitSync(context.WithoutCancel(ctx))
+	if err != nil {
+		return res, err
+	}
+	fin := msg.(*wire.SyncComplete)
+	if ferr != nil {
+		return res, fmt.Errorf("%w: %w", ErrSync, ferr)
+	}
+	if fin.Code != wire.CodeOK {
+		return res, fmt.Errorf("%w: revision %d: %s", ErrSync, fin.Revision, fin.Detail)
+	}
+	st.Revision = fin.Revision
+	res.ResumeStep = fin.ResumeStep
+	return res, nil
+}
+
+// awaitSync waits for the next SyncPlan or SyncComplete. If ctx ends first the communicator keeps
+// answering the master for this sync on its own (it reports failure), so that nobody waits for us.
+func (c *Communicator) awaitSync(ctx context.Context) (wire.Message, error) {
+	select {
+	case m := <-c.syncCh:
+		return m, nil
+	case <-c.done:
+		return nil, c.err()
+	case <-ctx.Done():
+		c.mu.Lock()
+		c.syncActive = false
+		c.mu.Unlock()
+		return nil, fmt.Errorf("pccl: sync shared state: %w", ctx.Err())
+	}
+}
+
+// syncMessage is called by the master reader for SyncPlan and SyncComplete.
+func (c *Communicator) syncMessage(m wire.Message) {
+	c.mu.Lock()
+	active := c.syncActive
+	c.mu.Unlock()
+	if active {
+		replace(c.syncCh, m)
+		return
+	}
+	// Nobody waits (the caller gave up): decline the plan so the others are not held up.
+	if p, ok := m.(*wire.SyncPlan); ok && p.Code == wire.CodeOK {
+		c.send(&wire.SyncDone{OK: false, Detail: "the caller gave up on the sync"})
+	}
+}
+
+// fetchAll fetches, verifies and installs every entry of the plan.
+func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.FetchItem, opt SyncOptions, res *SyncResult) error {
+	var total int64
+	for _, it := range items {
+		total += int64(it.Bytes)
+	}
+	var done atomic.Int64
+	progress := func(n int64) {
+		v := done.Add(n)
+		if opt.Progress != nil {
+			opt.Progress(v, total)
+		}
+	}
+	for _, it := range items {
+		e := st.Lookup(it.Name)
+		if e == nil || uint64(len(e.Data)) != it.Bytes {
+			return fmt.Errorf("entry %q: not registered here with %d bytes", it.Name, it.Bytes)
+		}
+		staging := make([]byte, it.Bytes)
+		if err := c.fetchEntry(ctx, it, staging, opt.Compress, progress); err != nil {
+			return fmt.Errorf("entry %q: %w", it.Name, err)
+		}
+		if h := sharedstate.HashParallel(staging, opt.HashWorkers); h != it.Hash {
+			return fmt.Errorf("entry %q: received content hashes to %x, elected %x: not adopted", it.Name, h, it.Hash)
+		}
+		copy(e.Data, staging)
+		e.Remember(it.Hash)
+		res.Fetched = append(res.Fetched, it.Name)
+		res.FetchedBytes += int64(it.Bytes)
+	}
+	return nil
+}
+
+// fetchEntry fills dst with the entry's bytes, split into ranges fetched from several donors in
+// parallel. A range whose donor fails is retried from the next donor.
+func (c *Communicator) fetchEntry(ctx context.Context, it wire.FetchItem, dst []byte, compress bool, progress func(int64)) error {
+	if len(it.Donors) == 0 {
+		return errors.New("no donor")
+	}
+	keys := make([]string, len(it.Donors))
+	for i, d := range it.Donors {
+		keys[i] = strconv.FormatUint(d.ID, 10)
+	}
+	ranges := sharedstate.SplitRanges(int64(len(dst)), keys, minRangeBytes)
+	errs := make([]error, len(ranges))
+	var wg sync.WaitGroup
+	for i, r := range ranges {
+		first := slices.Index(keys, r.Donor)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last error
+			for k := range it.Donors {
+				donor := it.Donors[(first+k)%len(it.Donors)]
+				part := dst[r.Off : r.Off+r.Len]
+				if last = c.fetchRange(ctx, donor, it, uint64(r.Off), part, compress); last == nil {
+					progress(r.Len)
+					return
+				}
+				c.log.Warn("state fetch failed, trying the next donor", "entry", it.Name, "donor", donor.ID, "err", last)
+			}
+			errs[i] = last
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *Communicator) fetchRange(ctx context.Context, donor wire.PeerInfo, it wire.FetchItem, off uint64, dst []byte, compress bool) error {
+	cfg := c.cfg
+	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	conn, err := cfg.Transport.Dial(dctx, donor.Addr)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	conn.SetDeadline(time.Now().Add(cfg.DialTimeout))
+	if err := wire.Exchange(conn, wire.KindState); err != nil {
+		return err
+	}
+	req := &wire.StateRequest{Token: cfg.Token, Name: it.Name, Hash: it.Hash, Off: off, Len: uint64(len(dst)), Compress: compress}
+	if _, err := conn.Write(wire.AppendFrame(nil, req)); err != nil {
+		return err
+	}
+	msg, _, err := wire.ReadFrame(conn, 1<<16, nil)
+	if err != nil {
+		return err
+	}
+	resp, ok := msg.(*wire.StateResponse)
+	switch {
+	case !ok:
+		return fmt.Errorf("donor answered %T", msg)
+	case !resp.OK:
+		return fmt.Errorf("donor refused: %s", resp.Detail)
+	}
+	// The transfer may take long; its pace, not a fixed deadline, decides.
+	conn.SetDeadline(time.Time{})
+	if !resp.Compressed {
+		if resp.Len != uint64(len(dst)) {
+			return fmt.Errorf("donor sends %d bytes, asked for %d", resp.Len, len(dst))
+		}
+		_, err := io.ReadFull(conn, dst)
+		return err
+	}
+	if resp.Len > uint64(len(dst))+uint64(len(dst))/8+1<<20 {
+		return fmt.Errorf("compressed payload of %d bytes for %d bytes of data", resp.Len, len(dst))
+	}
+	zr, err := zstd.NewReader(io.LimitReader(conn, int64(resp.Len)), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(len(dst))+1<<20))
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	if _, err := io.ReadFull(zr, dst); err != nil {
+		return fmt.Errorf("decompress: %w", err)
+	}
+	if n, _ := io.Copy(io.Discard, zr); n != 0 {
+		return fmt.Errorf("compressed payload holds %d bytes too many", n)
+	}
+	return nil
+}
+
+// serveState answers StateRequests on a connection from a peer that fetches our state.
+func (c *Communicator) serveState(conn net.Conn) {
+	defer conn.Close()
+	var enc *zstd.Encoder
+	for {
+		conn.SetReadDeadline(time.Now().Add(c.cfg.DialTimeout))
+		msg, _, err := wire.ReadFrame(conn, 1<<16, nil)
+		if err != nil {
+			return
+		}
+		req, ok := msg.(*wire.StateRequest)
+		if !ok {
+			return
+		}
+		data, reason := c.stateRange(req)
+		if reason != "" {
+			conn.Write(wire.AppendFrame(nil, &wire.StateResponse{OK: false, Detail: reason}))
+			return
+		}
+		conn.SetWriteDeadline(time.Time{})
+		if req.Compress {
+			if enc == nil {
+				if enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1)); err != nil {
+					return
+				}
+			}
+			z := enc.EncodeAll(data, nil)
+			if _, err := conn.Write(wire.AppendFrame(nil, &wire.StateResponse{OK: true, Len: uint64(len(z)), Compressed: true})); err != nil {
+				return
+			}
+			if _, err := conn.Write(z); err != nil {
+				return
+			}
+			continue
+		}
+		if _, err := conn.Write(wire.AppendFrame(nil, &wire.StateResponse{OK: true, Len: uint64(len(data))})); err != nil {
+			return
+		}
+		if _, err := conn.Write(data); err != nil {
+			return
+		}
+	}
+}
+
+// stateRange returns the requested bytes of the state we serve, or why not.
+func (c *Communicator) stateRange(req *wire.StateRequest) ([]byte, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case req.Token != c.cfg.Token:
+		return nil, "run token mismatch"
+	case c.serving == nil:
+		return nil, "not in a sync"
+	}
+	e := c.serving.Lookup(req.Name)
+	if e == nil {
+		return nil, fmt.Sprintf("no entry %q", req.Name)
+	}
+	if h, ok := c.servingHashes[req.Name]; !ok || h != req.Hash {
+		return nil, fmt.Sprintf("entry %q does not hold the elected content", req.Name)
+	}
+	if req.Off > uint64(len(e.Data)) || req.Len > uint64(len(e.Data))-req.Off {
+		return nil, fmt.Sprintf("range %d+%d outside entry %q of %d bytes", req.Off, req.Len, req.Name, len(e.Data))
+	}
+	return e.Data[req.Off : req.Off+req.Len], ""
+}
