@@ -211,7 +211,11 @@ func (c *Communicator) run(ctx context.Context, o *op, m *wire.Commence, send, r
 	reported := false
 	commit := func() error {
 		reported = true
-		if err := c.send(&wire.Done{Tag: d.Tag, Seq: m.Seq, Code: wire.CodeOK}); err != nil {
+		done := &wire.Done{Tag: d.Tag, Seq: m.Seq, Code: wire.CodeOK}
+		if st != nil {
+			done.LinkBytes, done.LinkNanos = st.sentBytes, st.sentNanos
+		}
+		if err := c.send(done); err != nil {
 			return err
 		}
 		if err := c.awaitOutcome(o); err != nil {

@@ -29,12 +29,13 @@ type Communicator struct {
 
 	links *links
 
-	connects chan *wire.Connect  // reader -> wiring loop, latest wins
-	topoCh   chan *wire.Topology // reader -> UpdateTopology/Connect waiter
-	pendCh   chan *wire.Pending  // reader -> ArePeersPending waiter
-	syncCh   chan wire.Message   // reader -> SyncSharedState waiter (SyncPlan, SyncComplete)
-	done     chan struct{}       // closed when the communicator dies (Close, kick, master lost)
-	hbEvery  time.Duration
+	connects  chan *wire.Connect      // reader -> wiring loop, latest wins
+	topoCh    chan *wire.Topology     // reader -> UpdateTopology/Connect waiter
+	pendCh    chan *wire.Pending      // reader -> ArePeersPending waiter
+	syncCh    chan wire.Message       // reader -> SyncSharedState waiter (SyncPlan, SyncComplete)
+	measureCh chan *wire.MeasureRound // reader -> OptimizeTopology caller
+	done      chan struct{}           // closed when the communicator dies (Close, kick, master lost)
+	hbEvery   time.Duration
 
 	majorMu sync.Mutex // one UpdateTopology at a time
 	pendMu  sync.Mutex // one ArePeersPending at a time
@@ -63,14 +64,15 @@ func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Communicator{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		connects: make(chan *wire.Connect, 1),
-		topoCh:   make(chan *wire.Topology, 1),
-		pendCh:   make(chan *wire.Pending, 1),
-		syncCh:   make(chan wire.Message, 1),
-		done:     make(chan struct{}),
-		ops:      map[uint64]*op{},
+		cfg:       cfg,
+		log:       cfg.Logger,
+		connects:  make(chan *wire.Connect, 1),
+		topoCh:    make(chan *wire.Topology, 1),
+		pendCh:    make(chan *wire.Pending, 1),
+		syncCh:    make(chan wire.Message, 1),
+		measureCh: make(chan *wire.MeasureRound, 1),
+		done:      make(chan struct{}),
+		ops:       map[uint64]*op{},
 	}
 	ln, err := cfg.Transport.Listen(cfg.ListenAddr)
 	if err != nil {
@@ -261,6 +263,8 @@ func (c *Communicator) readMaster() {
 			if o != nil {
 				o.finish(m)
 			}
+		case *wire.MeasureRound:
+			replace(c.measureCh, m)
 		case *wire.SyncPlan, *wire.SyncComplete:
 			c.syncMessage(m)
 		case *wire.Kick:

@@ -202,13 +202,17 @@ func (l *links) admit(conn net.Conn) {
 	defer l.wg.Done()
 	cfg := l.c.cfg
 	conn.SetDeadline(time.Now().Add(cfg.DialTimeout))
-	kind, err := wire.Accept(conn, wire.KindData, wire.KindState)
+	kind, err := wire.Accept(conn, wire.KindData, wire.KindState, wire.KindBench)
 	if err != nil {
 		conn.Close()
 		return
 	}
-	if kind == wire.KindState {
+	switch kind {
+	case wire.KindState:
 		l.c.serveState(conn)
+		return
+	case wire.KindBench:
+		l.c.serveBench(conn)
 		return
 	}
 	msg, _, err := wire.ReadFrame(conn, 1<<16, nil)
@@ -388,6 +392,9 @@ type stream struct {
 	abortOnce sync.Once
 	aborted   chan struct{}
 	cause     error // written once before aborted is closed
+
+	sentBytes uint64 // owned by the sender goroutine; read after the collective
+	sentNanos uint64 // time blocked in sends
 }
 
 type recvReq struct {
@@ -441,7 +448,11 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 		Seq: s.key.seq, Step: id.Step, Part: id.Part})
 	oc.bufs = append(oc.bufs[:0], oc.hdr[:], payload)
 	bufs := oc.bufs
-	if _, err := bufs.WriteTo(oc.conn); err != nil {
+	t0 := time.Now()
+	_, err := bufs.WriteTo(oc.conn)
+	s.sentNanos += uint64(time.Since(t0))
+	s.sentBytes += uint64(len(payload))
+	if err != nil {
 		s.l.broken(oc.conn)
 		select {
 		case <-s.aborted:

@@ -20,6 +20,16 @@ type Config struct {
 	// operation it takes part in is aborted. Zero means 1.5s (LAN preset), which bounds the detection of
 	// a hung (SIGSTOPped) peer to under 2s.
 	HeartbeatTimeout time.Duration
+	// MeasureDuration is how long one bandwidth test of OptimizeTopology runs. Zero means 500ms.
+	// A measurement of n peers takes n-1 rounds of tests run in parallel.
+	MeasureDuration time.Duration
+	// MeasureStreams is the number of connections one bandwidth test uses. Zero means 2.
+	MeasureStreams int
+	// SolveBudget bounds the quick ring solve of OptimizeTopology. Zero means 200ms. A background
+	// search keeps improving afterwards and proposes a better ring at the next OptimizeTopology.
+	SolveBudget time.Duration
+	// ImproveBudget bounds that background search. Zero means 30s.
+	ImproveBudget time.Duration
 }
 
 // LAN returns the preset for peers on one network: 250ms heartbeats, gone after 1.5s of silence.
@@ -42,6 +52,18 @@ func (c Config) withDefaults() Config {
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = 1500 * time.Millisecond
 	}
+	if c.MeasureDuration == 0 {
+		c.MeasureDuration = 500 * time.Millisecond
+	}
+	if c.MeasureStreams == 0 {
+		c.MeasureStreams = 2
+	}
+	if c.SolveBudget == 0 {
+		c.SolveBudget = 200 * time.Millisecond
+	}
+	if c.ImproveBudget == 0 {
+		c.ImproveBudget = 30 * time.Second
+	}
 	return c
 }
 
@@ -55,6 +77,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: Config.HeartbeatInterval is %v, must be >= 0", c.HeartbeatInterval)
 	case c.HeartbeatTimeout < 0:
 		return fmt.Errorf("master: Config.HeartbeatTimeout is %v, must be >= 0", c.HeartbeatTimeout)
+	case c.MeasureDuration < 0 || c.SolveBudget < 0 || c.ImproveBudget < 0:
+		return fmt.Errorf("master: Config.MeasureDuration, SolveBudget and ImproveBudget must be >= 0")
+	case c.MeasureStreams < 0 || c.MeasureStreams > 64:
+		return fmt.Errorf("master: Config.MeasureStreams is %d, must be in [0, 64]", c.MeasureStreams)
 	case d.HeartbeatTimeout <= d.HeartbeatInterval:
 		return fmt.Errorf("master: Config.HeartbeatTimeout (%v) must exceed HeartbeatInterval (%v)", d.HeartbeatTimeout, d.HeartbeatInterval)
 	}

@@ -65,6 +65,7 @@ type peer struct {
 	rewire      bool // asked for the links to be re-established
 	votePending bool // voted in ArePeersPending
 
+	voteOpt  bool           // voted in OptimizeTopology
 	voteSync *wire.VoteSync // vote in SyncSharedState, nil if none
 	digest   sharedstate.Digest
 	step     sharedstate.StepTag // last reported training step
@@ -124,6 +125,12 @@ type Machine struct {
 	sync      *syncRound         // the shared-state sync in progress, or nil
 	prior     *sharedstate.Prior // the last accepted shared state; kept when every peer leaves
 
+	bw       map[edge]float64 // bandwidth estimates, bytes/s, from tests and real collectives
+	opt      *optRound        // OptimizeTopology in progress, or nil
+	solveSeq uint64
+	proposal []PeerID // better ring found in the background, applied at the next OptimizeTopology
+	forced   []PeerID // ring installed by the next OptimizeTopology (ForceRing)
+
 	counters Counters
 	events   []Event
 	out      []Action
@@ -134,7 +141,7 @@ const maxEvents = 200
 
 // New returns a Machine with no peers.
 func New(cfg Config) *Machine {
-	return &Machine{cfg: cfg.withDefaults(), peers: map[PeerID]*peer{}, ops: map[uint64]*op{}}
+	return &Machine{cfg: cfg.withDefaults(), peers: map[PeerID]*peer{}, ops: map[uint64]*op{}, bw: map[edge]float64{}}
 }
 
 // Step applies one input at time now and returns the actions to carry out in order.
@@ -150,6 +157,12 @@ func (m *Machine) Step(now time.Time, ev Input) []Action {
 		}
 	case Tick:
 		m.tick()
+	case Solved:
+		m.solved(ev)
+	case Improved:
+		m.improved(ev)
+	case ForceRing:
+		m.forced = slices.Clone(ev.Ring)
 	}
 	return m.out
 }
@@ -227,6 +240,10 @@ func (m *Machine) receive(id PeerID, msg wire.Message) {
 		m.voteSync(p, msg)
 	case *wire.SyncDone:
 		m.syncDone(p, msg)
+	case *wire.VoteOptimize:
+		m.voteOptimize(p)
+	case *wire.MeasureReport:
+		m.measureReport(p, msg)
 	case *wire.StepReport:
 		p.step, p.hasStep = sharedstate.StepTag{Step: msg.Step, InOptimizer: msg.InOptimizer}, true
 	default:
@@ -306,6 +323,12 @@ func (m *Machine) remove(id PeerID, kind, reason string) {
 	m.checkTopology()
 	m.checkPending()
 	m.leaveSync(id)
+	m.leaveOptimize(id)
+	for e := range m.bw {
+		if e.from == id || e.to == id {
+			delete(m.bw, e)
+		}
+	}
 	for _, tag := range m.tags() {
 		if o := m.ops[tag]; o != nil {
 			m.checkOp(o)
@@ -418,6 +441,9 @@ func (m *Machine) voteTopology(p *peer, v *wire.VoteTopology) {
 	case m.sync != nil && slices.Contains(m.sync.members, p.id):
 		m.kick(p.id, "UpdateTopology vote while a shared-state sync of this peer is running")
 		return
+	case m.opt != nil && slices.Contains(m.opt.members, p.id):
+		m.kick(p.id, "UpdateTopology vote while OptimizeTopology runs")
+		return
 	}
 	p.voteTopo = true
 	p.rewire = p.rewire || v.Rewire
@@ -426,7 +452,7 @@ func (m *Machine) voteTopology(p *peer, v *wire.VoteTopology) {
 
 // checkTopology completes UpdateTopology once every accepted peer has voted.
 func (m *Machine) checkTopology() {
-	if m.wiring != nil {
+	if m.wiring != nil || m.opt != nil {
 		return
 	}
 	acc := m.accepted()
@@ -457,7 +483,7 @@ func (m *Machine) checkTopology() {
 func (m *Machine) startRound() {
 	ring := slices.Clone(m.ring)
 	for _, id := range m.registered() {
-		ring = append(ring, id)
+		ring = m.placeNewcomer(ring, id)
 	}
 	if len(ring) == 0 {
 		return
@@ -546,6 +572,7 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 		}
 	}
 	m.note("ring", 0, "epoch %d: ring %v", r.epoch, r.ring)
+	m.checkOptimize()
 	for _, id := range r.ring {
 		m.send(id, &wire.Topology{Epoch: r.epoch, Changed: true, Ring: slices.Clone(r.ring)})
 	}
@@ -705,6 +732,9 @@ func (m *Machine) done(p *peer, d *wire.Done) {
 		return
 	}
 	o.done[p.id] = true
+	if d.Code == wire.CodeOK {
+		m.observeLink(p.id, o.members, d.LinkBytes, d.LinkNanos)
+	}
 	if d.Code != wire.CodeOK && !o.failed {
 		code := d.Code
 		if code != wire.CodeAborted {
@@ -718,7 +748,7 @@ func (m *Machine) done(p *peer, d *wire.Done) {
 // Snapshot returns a copy of the state for observers.
 func (m *Machine) Snapshot(now time.Time) Snapshot {
 	s := Snapshot{Time: now, Epoch: m.epoch, MinPeers: m.cfg.MinPeers, Ring: slices.Clone(m.ring),
-		Counters: m.counters, Events: slices.Clone(m.events)}
+		Counters: m.counters, Events: slices.Clone(m.events), Bandwidth: m.bandwidthMatrix()}
 	for _, id := range m.ids {
 		p := m.peers[id]
 		s.Peers = append(s.Peers, PeerInfo{ID: id, Addr: p.hello.Addr, Site: p.hello.Site, State: p.state,

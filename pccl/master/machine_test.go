@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/concord-ccl/concord/atsp"
 	"github.com/concord-ccl/concord/pccl/internal/wire"
 	"github.com/concord-ccl/concord/rings"
 	"github.com/concord-ccl/concord/sharedstate"
@@ -34,7 +35,13 @@ var update = flag.Bool("update", false, "rewrite the golden files of the scenari
 //	                                       a name ending in ~ is MayDiffer)
 //	syncdone ID [fail]                     SyncDone
 //	step ID step=N [opt]                   StepReport
+//	optimize ID                            VoteOptimize
+//	measure ID round=R to=P bw=B           MeasureReport (bytes/s)
+//	force RING                             ForceRing (ids joined by commas)
 //	advance DURATION                       move the clock (no input)
+//
+// A Solve action is answered at once with the exact solver's ring.
+//
 //	tick                                   Tick
 //
 // Run `go test ./pccl/master -run Scenarios -update` to accept new output.
@@ -178,6 +185,21 @@ func runScenario(t *testing.T, file string) string {
 		case "syncdone":
 			_, fail := args["fail"]
 			in = Received{id(), &wire.SyncDone{OK: !fail, Detail: map[bool]string{true: "donor died"}[fail]}}
+		case "optimize":
+			in = Received{id(), &wire.VoteOptimize{}}
+		case "measure":
+			bw, err := strconv.ParseFloat(args["bw"], 64)
+			if err != nil {
+				t.Fatalf("%s:%d: %v", file, n, err)
+			}
+			in = Received{id(), &wire.MeasureReport{Round: uint32(num("round", 0)), To: num("to", 0), BytesPerSec: bw}}
+		case "force":
+			var ring []PeerID
+			for _, f := range strings.Split(fields[1], ",") {
+				v, _ := strconv.ParseUint(f, 10, 64)
+				ring = append(ring, v)
+			}
+			in = ForceRing{Ring: ring}
 		case "step":
 			_, opt := args["opt"]
 			in = Received{id(), &wire.StepReport{Step: num("step", 0), InOptimizer: opt}}
@@ -203,8 +225,23 @@ func runScenario(t *testing.T, file string) string {
 			t.Fatalf("%s:%d: unknown input %q", file, n, fields[0])
 		}
 		out.WriteString("> " + line + "\n")
-		for _, a := range m.Step(now, in) {
+		actions := m.Step(now, in)
+		for len(actions) > 0 {
+			a := actions[0]
+			actions = actions[1:]
 			out.WriteString("  " + formatAction(a) + "\n")
+			if sv, ok := a.(Solve); ok {
+				tour, _, err := atsp.Solve(sv.Cost, atsp.Options{Objective: atsp.Bottleneck, ExactMax: 17})
+				if err != nil {
+					t.Fatalf("%s:%d: solve: %v", file, n, err)
+				}
+				ring := make([]PeerID, len(tour))
+				for i, k := range tour {
+					ring[i] = sv.Nodes[k]
+				}
+				out.WriteString(fmt.Sprintf("  (solved %v)\n", ring))
+				actions = append(actions, m.Step(now, Solved{ID: sv.ID, Ring: ring})...)
+			}
 		}
 		checkInvariants(t, m, file, n)
 	}
@@ -222,6 +259,8 @@ func formatAction(a Action) string {
 		return fmt.Sprintf("drop %d: %s", a.Peer, a.Reason)
 	case Note:
 		return fmt.Sprintf("note %s peer=%d: %s", a.Event.Kind, a.Event.Peer, a.Event.Detail)
+	case Solve:
+		return fmt.Sprintf("solve id=%d nodes=%v", a.ID, a.Nodes)
 	}
 	return fmt.Sprintf("%T", a)
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/concord-ccl/concord/atsp"
 	"github.com/concord-ccl/concord/pccl/internal/wire"
 )
 
@@ -38,6 +39,8 @@ type Server struct {
 
 	in    chan Input
 	snaps chan chan Snapshot
+
+	improveStop context.CancelFunc // owned by the event loop: stops the background ring search
 
 	mu    sync.Mutex // guards conns and nextID (the accept loop adds, the event loop removes)
 	conns map[PeerID]*peerConn
@@ -135,13 +138,63 @@ func (s *Server) loop(ctx context.Context, m *Machine) {
 		case in = <-s.in:
 		}
 		for _, a := range m.Step(time.Now(), in) {
-			s.act(a)
+			s.act(ctx, a)
 		}
 	}
 }
 
-func (s *Server) act(a Action) {
+// solve runs a ring solve off the event loop and feeds the result back, then keeps improving in the
+// background until ctx ends, the budget runs out or a newer solve starts.
+func (s *Server) solve(ctx context.Context, req Solve) {
+	if s.improveStop != nil {
+		s.improveStop()
+	}
+	ictx, stop := context.WithTimeout(ctx, req.Budget+req.ImproveBudget)
+	s.improveStop = stop
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer stop()
+		ring := func(t atsp.Tour) []PeerID {
+			out := make([]PeerID, len(t))
+			for i, k := range t {
+				out[i] = req.Nodes[k]
+			}
+			return out
+		}
+		opt := atsp.Options{Objective: atsp.Bottleneck, Budget: req.Budget, Seed: int64(req.ID)}
+		tour, _, err := atsp.Solve(req.Cost, opt)
+		var solved []PeerID
+		if err == nil {
+			solved = ring(tour)
+		} else {
+			tour = atsp.Tour(req.Start)
+			s.log.Warn("ring solve failed", "err", err)
+		}
+		select {
+		case s.in <- Solved{ID: req.ID, Ring: solved}:
+		case <-ctx.Done():
+			return
+		}
+		for r := range atsp.Improve(ictx, req.Cost, tour, atsp.Options{Objective: atsp.Bottleneck, Seed: int64(req.ID) + 1}) {
+			select {
+			case s.in <- Improved{Ring: ring(r.Tour)}:
+			case <-ictx.Done():
+			}
+		}
+	}()
+}
+
+// ForceRing makes the next OptimizeTopology install ring (a permutation of the ring in force) without
+// measuring. It is meant for operators and benchmarks.
+func (s *Server) ForceRing(ring []PeerID) {
+	s.in <- ForceRing{Ring: ring}
+}
+
+func (s *Server) act(ctx context.Context, a Action) {
 	switch a := a.(type) {
+	case Solve:
+		s.solve(ctx, a)
 	case Send:
 		s.mu.Lock()
 		pc := s.conns[a.To]

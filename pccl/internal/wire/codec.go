@@ -26,6 +26,7 @@ const (
 	KindControl uint8 = 1 // peer <-> master
 	KindData    uint8 = 2 // peer -> ring neighbour
 	KindState   uint8 = 3 // peer -> shared-state donor
+	KindBench   uint8 = 4 // peer -> peer bandwidth test
 )
 
 // ErrMalformed is wrapped by every decoding error.

@@ -8,17 +8,19 @@ type Type uint8
 // Control message types. Peer-to-master messages are below 64, master-to-peer messages from 64, link
 // messages (between neighbours) from 128. TypeData marks a data frame header.
 const (
-	TypeHello        Type = 1
-	TypeVoteTopology Type = 2
-	TypeLinksReady   Type = 3
-	TypeVotePending  Type = 4
-	TypeInitiate     Type = 5
-	TypeDone         Type = 6
-	TypeHeartbeat    Type = 7
-	TypeBye          Type = 8
-	TypeVoteSync     Type = 9
-	TypeStepReport   Type = 10
-	TypeSyncDone     Type = 11
+	TypeHello         Type = 1
+	TypeVoteTopology  Type = 2
+	TypeLinksReady    Type = 3
+	TypeVotePending   Type = 4
+	TypeInitiate      Type = 5
+	TypeDone          Type = 6
+	TypeHeartbeat     Type = 7
+	TypeBye           Type = 8
+	TypeVoteSync      Type = 9
+	TypeStepReport    Type = 10
+	TypeSyncDone      Type = 11
+	TypeVoteOptimize  Type = 12
+	TypeMeasureReport Type = 13
 
 	TypeWelcome      Type = 64
 	TypeConnect      Type = 65
@@ -30,11 +32,14 @@ const (
 	TypeHeartbeatAck Type = 71
 	TypeSyncPlan     Type = 72
 	TypeSyncComplete Type = 73
+	TypeMeasureRound Type = 74
 
 	TypeLinkHello     Type = 128
 	TypeLinkAck       Type = 129
 	TypeStateRequest  Type = 130
 	TypeStateResponse Type = 131
+	TypeBenchHello    Type = 132
+	TypeBenchResult   Type = 133
 
 	TypeData Type = 200
 )
@@ -67,7 +72,8 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeInitiate:
 		m = &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant")}}
 	case TypeDone:
-		m = &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: d.code(), Detail: d.str("detail")}
+		m = &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: d.code(), Detail: d.str("detail"),
+			LinkBytes: d.u64("link bytes"), LinkNanos: d.u64("link nanos")}
 	case TypeHeartbeat:
 		m = &Heartbeat{Seq: d.u64("seq")}
 	case TypeBye:
@@ -127,6 +133,17 @@ func Decode(t Type, p []byte) (Message, error) {
 			Len: d.u64("len"), Compress: d.boolean("compress")}
 	case TypeStateResponse:
 		m = &StateResponse{OK: d.boolean("ok"), Detail: d.str("detail"), Len: d.u64("len"), Compressed: d.boolean("compressed")}
+	case TypeVoteOptimize:
+		m = &VoteOptimize{}
+	case TypeMeasureReport:
+		m = &MeasureReport{Round: d.u32("round"), To: d.u64("to"), BytesPerSec: d.f64("rate")}
+	case TypeMeasureRound:
+		m = &MeasureRound{Round: d.u32("round"), Target: PeerInfo{ID: d.u64("target id"), Addr: d.str("target addr"),
+			Site: d.str("target site")}, Nanos: d.u64("nanos"), Streams: d.u16("streams")}
+	case TypeBenchHello:
+		m = &BenchHello{Token: d.str("token"), Nanos: d.u64("nanos")}
+	case TypeBenchResult:
+		m = &BenchResult{Bytes: d.u64("bytes"), Nanos: d.u64("nanos")}
 	default:
 		return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, t)
 	}
@@ -179,11 +196,17 @@ type Initiate struct {
 // it: CodePeerLeft for an I/O failure on a link, CodeAborted when the caller cancelled. Seq 0 withdraws
 // a vote for an operation whose Commence the peer has not seen; the master then counts the withdrawal
 // as the peer's Done of that operation, and the peer ignores a Commence that crosses it.
+//
+// LinkBytes and LinkNanos time the peer's link to its successor during the operation: the bytes it
+// sent and the nanoseconds its sends were blocked. The master keeps its bandwidth estimates fresh
+// from them.
 type Done struct {
-	Tag    uint64
-	Seq    uint64
-	Code   Code
-	Detail string
+	Tag       uint64
+	Seq       uint64
+	Code      Code
+	Detail    string
+	LinkBytes uint64
+	LinkNanos uint64
 }
 
 // Heartbeat tells the master the peer is alive.
@@ -290,6 +313,11 @@ func (*SyncPlan) Type() Type      { return TypeSyncPlan }
 func (*SyncComplete) Type() Type  { return TypeSyncComplete }
 func (*StateRequest) Type() Type  { return TypeStateRequest }
 func (*StateResponse) Type() Type { return TypeStateResponse }
+func (*VoteOptimize) Type() Type  { return TypeVoteOptimize }
+func (*MeasureReport) Type() Type { return TypeMeasureReport }
+func (*MeasureRound) Type() Type  { return TypeMeasureRound }
+func (*BenchHello) Type() Type    { return TypeBenchHello }
+func (*BenchResult) Type() Type   { return TypeBenchResult }
 func (*VoteTopology) Type() Type  { return TypeVoteTopology }
 func (*LinksReady) Type() Type    { return TypeLinksReady }
 func (*VotePending) Type() Type   { return TypeVotePending }
@@ -341,7 +369,9 @@ func (m *Done) Append(b []byte) []byte {
 	b = appendU64(b, m.Tag)
 	b = appendU64(b, m.Seq)
 	b = append(b, byte(m.Code))
-	return appendString(b, m.Detail)
+	b = appendString(b, m.Detail)
+	b = appendU64(b, m.LinkBytes)
+	return appendU64(b, m.LinkNanos)
 }
 
 func (m *Heartbeat) Append(b []byte) []byte { return appendU64(b, m.Seq) }
@@ -524,4 +554,64 @@ func (m *StateResponse) Append(b []byte) []byte {
 	b = appendString(b, m.Detail)
 	b = appendU64(b, m.Len)
 	return appendBool(b, m.Compressed)
+}
+
+// VoteOptimize is a peer's vote in OptimizeTopology.
+type VoteOptimize struct{}
+
+// MeasureRound asks the peer to measure its link to Target for Nanos nanoseconds over Streams
+// connections, and answer MeasureReport. Target.ID 0 means the peer sends nothing this round (it may
+// still be measured by another peer).
+type MeasureRound struct {
+	Round   uint32
+	Target  PeerInfo
+	Nanos   uint64
+	Streams uint16
+}
+
+// MeasureReport is the measured bandwidth of the directed link to To, in bytes per second (0: failed).
+type MeasureReport struct {
+	Round       uint32
+	To          uint64
+	BytesPerSec float64
+}
+
+// BenchHello opens a bandwidth-test connection: the receiver counts what arrives during Nanos
+// nanoseconds from the first byte and answers BenchResult.
+type BenchHello struct {
+	Token string
+	Nanos uint64
+}
+
+// BenchResult is what a bandwidth-test receiver counted.
+type BenchResult struct {
+	Bytes uint64
+	Nanos uint64
+}
+
+func (m *VoteOptimize) Append(b []byte) []byte { return b }
+
+func (m *MeasureReport) Append(b []byte) []byte {
+	b = appendU32(b, m.Round)
+	b = appendU64(b, m.To)
+	return appendF64(b, m.BytesPerSec)
+}
+
+func (m *MeasureRound) Append(b []byte) []byte {
+	b = appendU32(b, m.Round)
+	b = appendU64(b, m.Target.ID)
+	b = appendString(b, m.Target.Addr)
+	b = appendString(b, m.Target.Site)
+	b = appendU64(b, m.Nanos)
+	return appendU16(b, m.Streams)
+}
+
+func (m *BenchHello) Append(b []byte) []byte {
+	b = appendString(b, m.Token)
+	return appendU64(b, m.Nanos)
+}
+
+func (m *BenchResult) Append(b []byte) []byte {
+	b = appendU64(b, m.Bytes)
+	return appendU64(b, m.Nanos)
 }

@@ -16,7 +16,7 @@ func sampleMessages() []Message {
 		&LinksReady{Epoch: 3, OK: true},
 		&VotePending{},
 		&Initiate{Tag: 12, Desc: Desc{Count: 1 << 40, DType: 3, Op: 2, Quant: 1}},
-		&Done{Tag: 12, Seq: 99, Code: CodePeerLeft, Detail: "peer 3: eof"},
+		&Done{Tag: 12, Seq: 99, Code: CodePeerLeft, Detail: "peer 3: eof", LinkBytes: 1 << 20, LinkNanos: 5e6},
 		&Heartbeat{Seq: 5},
 		&Bye{},
 		&Welcome{Peer: 17, HeartbeatInterval: 250e6, HeartbeatTimeout: 1500e6},
@@ -36,6 +36,11 @@ func sampleMessages() []Message {
 		&SyncComplete{Revision: 4, Code: CodeRejected, Detail: "send-only lost", ResumeStep: 12},
 		&StateRequest{Token: "t", Name: "w", Hash: 9, Off: 512, Len: 512, Compress: true},
 		&StateResponse{OK: true, Len: 512, Compressed: true},
+		&VoteOptimize{},
+		&MeasureReport{Round: 2, To: 5, BytesPerSec: 1.25e9},
+		&MeasureRound{Round: 2, Target: PeerInfo{ID: 5, Addr: "h:1", Site: "eu"}, Nanos: 2e8, Streams: 4},
+		&BenchHello{Token: "t", Nanos: 2e8},
+		&BenchResult{Bytes: 1 << 30, Nanos: 2e8},
 	}
 }
 

@@ -1,0 +1,343 @@
+package master
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/concord-ccl/concord/atsp"
+	"github.com/concord-ccl/concord/pccl/internal/wire"
+)
+
+// Solved returns the result of a Solve action: the best ring found for the request ID (nil if none).
+type Solved struct {
+	ID   uint64
+	Ring []PeerID
+}
+
+// Improved proposes a ring found by the background search; it is applied at the next
+// OptimizeTopology if it is better than the ring then in force.
+type Improved struct{ Ring []PeerID }
+
+// ForceRing makes the next OptimizeTopology install Ring (a permutation of the ring in force) without
+// measuring or solving. It is an operator's and a benchmark's tool.
+type ForceRing struct{ Ring []PeerID }
+
+func (Solved) isInput()    {}
+func (Improved) isInput()  {}
+func (ForceRing) isInput() {}
+
+// Solve asks the server to solve the ring order over Nodes for Cost (Cost[i][j]: seconds per byte
+// from Nodes[i] to Nodes[j], +Inf if unusable) within Budget, starting from Start (indexes into Nodes),
+// to answer with Solved{ID}, and then to keep improving in the background for at most ImproveBudget,
+// sending Improved for each better ring.
+type Solve struct {
+	ID            uint64
+	Nodes         []PeerID
+	Cost          [][]float64
+	Start         []int
+	Budget        time.Duration
+	ImproveBudget time.Duration
+}
+
+func (Solve) isAction() {}
+
+// optRound is an OptimizeTopology in progress: bandwidth rounds, then a solve.
+type optRound struct {
+	members  []PeerID // the ring at the vote, in order
+	round    int      // current measurement round, 1..n-1
+	reported map[PeerID]bool
+	solveID  uint64 // non-zero while waiting for Solved
+}
+
+type edge struct{ from, to PeerID }
+
+// ewmaWeight is the weight of a new bandwidth sample from a real collective.
+const ewmaWeight = 0.3
+
+func (m *Machine) voteOptimize(p *peer) {
+	switch {
+	case p.state != Accepted:
+		m.kick(p.id, "OptimizeTopology vote from a peer that is not accepted")
+		return
+	case p.voteOpt:
+		m.kick(p.id, "second OptimizeTopology vote in one round")
+		return
+	case m.opt != nil && slices.Contains(m.opt.members, p.id):
+		m.kick(p.id, "OptimizeTopology vote while the previous one is running")
+		return
+	case m.busy(p):
+		m.kick(p.id, "OptimizeTopology vote while a collective of this peer is running")
+		return
+	}
+	p.voteOpt = true
+	m.checkOptimize()
+}
+
+// checkOptimize starts the measurement once every accepted peer voted.
+func (m *Machine) checkOptimize() {
+	if m.opt != nil || m.wiring != nil {
+		return
+	}
+	acc := m.accepted()
+	if len(acc) == 0 {
+		return
+	}
+	for _, id := range acc {
+		if !m.peers[id].voteOpt {
+			return
+		}
+	}
+	for _, id := range acc {
+		m.peers[id].voteOpt = false
+	}
+	if m.ringDirty {
+		// Re-wire first: the ring lost a peer. The newcomers come along, as in UpdateTopology.
+		m.startRound()
+		return
+	}
+	if forced := m.forced; forced != nil {
+		m.forced = nil
+		if sameMembers(forced, m.ring) {
+			m.applyRing(forced, "forced")
+			return
+		}
+	}
+	if len(m.ring) < 2 {
+		m.applyRing(m.ring, "")
+		return
+	}
+	m.opt = &optRound{members: slices.Clone(m.ring)}
+	m.nextMeasureRound()
+}
+
+// nextMeasureRound sends round k: member i measures its link to member i+k, so every peer sends one
+// test and receives one, and n-1 rounds cover every directed link.
+func (m *Machine) nextMeasureRound() {
+	o := m.opt
+	o.round++
+	o.reported = map[PeerID]bool{}
+	n := len(o.members)
+	if o.round >= n {
+		m.solve()
+		return
+	}
+	for i, id := range o.members {
+		t := m.peers[o.members[(i+o.round)%n]]
+		m.send(id, &wire.MeasureRound{Round: uint32(o.round), Target: wire.PeerInfo{ID: t.id, Addr: t.hello.Addr, Site: t.hello.Site},
+			Nanos: uint64(m.cfg.MeasureDuration), Streams: uint16(m.cfg.MeasureStreams)})
+	}
+}
+
+func (m *Machine) measureReport(p *peer, r *wire.MeasureReport) {
+	o := m.opt
+	if o == nil || int(r.Round) != o.round || !slices.Contains(o.members, p.id) || o.reported[p.id] {
+		m.kick(p.id, "MeasureReport outside a measurement round")
+		return
+	}
+	o.reported[p.id] = true
+	if r.BytesPerSec > 0 && !math.IsInf(r.BytesPerSec, 0) && !math.IsNaN(r.BytesPerSec) {
+		m.bw[edge{p.id, r.To}] = r.BytesPerSec
+	} else {
+		delete(m.bw, edge{p.id, r.To})
+	}
+	for _, id := range o.members {
+		if !o.reported[id] {
+			return
+		}
+	}
+	m.nextMeasureRound()
+}
+
+// costMatrix returns seconds per byte between nodes from the bandwidth estimates; unknown links cost
+// more than any known one but stay usable, so that a ring always exists.
+func (m *Machine) costMatrix(nodes []PeerID) [][]float64 {
+	worst := 0.0
+	for _, bw := range m.bw {
+		worst = max(worst, 1/bw)
+	}
+	if worst == 0 {
+		worst = 1
+	}
+	cost := make([][]float64, len(nodes))
+	for i, a := range nodes {
+		cost[i] = make([]float64, len(nodes))
+		for j, b := range nodes {
+			switch bw := m.bw[edge{a, b}]; {
+			case i == j:
+			case bw > 0:
+				cost[i][j] = 1 / bw
+			default:
+				cost[i][j] = 10 * worst
+				if m.peers[a] != nil && m.peers[b] != nil && m.peers[a].hello.Site != "" &&
+					m.peers[a].hello.Site == m.peers[b].hello.Site {
+					cost[i][j] = 5 * worst
+				}
+			}
+		}
+	}
+	return cost
+}
+
+func (m *Machine) solve() {
+	o := m.opt
+	m.solveSeq++
+	o.solveID = m.solveSeq
+	start := make([]int, len(o.members))
+	for i := range start {
+		start[i] = i
+	}
+	m.out = append(m.out, Solve{ID: o.solveID, Nodes: slices.Clone(o.members), Cost: m.costMatrix(o.members),
+		Start: start, Budget: m.cfg.SolveBudget, ImproveBudget: m.cfg.ImproveBudget})
+}
+
+func (m *Machine) solved(s Solved) {
+	o := m.opt
+	if o == nil || s.ID != o.solveID {
+		return
+	}
+	m.opt = nil
+	cost := m.costMatrix(o.members)
+	best, bestScore := o.members, score(cost, o.members, o.members)
+	for _, cand := range [][]PeerID{s.Ring, m.proposal} {
+		if !sameMembers(cand, o.members) {
+			continue
+		}
+		if sc := score(cost, o.members, cand); better(sc, bestScore) {
+			best, bestScore = cand, sc
+		}
+	}
+	m.proposal = nil
+	m.applyRing(best, "optimized")
+}
+
+// score evaluates ring (peer ids) on cost over nodes.
+func score(cost [][]float64, nodes, ring []PeerID) atsp.Score {
+	t := make(atsp.Tour, len(ring))
+	for i, id := range ring {
+		t[i] = slices.Index(nodes, id)
+	}
+	return atsp.Evaluate(cost, t)
+}
+
+// better reports whether a beats b by a margin worth a re-wire: a smaller bottleneck, or the same
+// bottleneck and a total at least 1% smaller.
+func better(a, b atsp.Score) bool {
+	const eps = 1e-9
+	if a.Bottleneck < b.Bottleneck*(1-0.01) {
+		return true
+	}
+	return math.Abs(a.Bottleneck-b.Bottleneck) <= eps*b.Bottleneck+eps && a.Total < b.Total*(1-0.01)
+}
+
+func sameMembers(a, b []PeerID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
+}
+
+// rotate returns ring rotated so that it starts with its smallest id (rings are cyclic).
+func rotate(ring []PeerID) []PeerID {
+	if len(ring) == 0 {
+		return ring
+	}
+	i := slices.Index(ring, slices.Min(ring))
+	return append(slices.Clone(ring[i:]), ring[:i]...)
+}
+
+// applyRing installs ring: unchanged rings are answered at once, others go through a wiring round in
+// which only the links that changed are re-opened.
+func (m *Machine) applyRing(ring []PeerID, why string) {
+	if slices.Equal(rotate(ring), rotate(m.ring)) {
+		for _, id := range m.ring {
+			m.send(id, &wire.Topology{Epoch: m.epoch, Changed: false, Ring: slices.Clone(m.ring)})
+		}
+		return
+	}
+	m.note("ring", 0, "%s ring %v replaces %v", why, ring, m.ring)
+	m.wiring = &round{ring: slices.Clone(ring)}
+	m.restartRound()
+}
+
+func (m *Machine) improved(r Improved) {
+	if sameMembers(r.Ring, m.ring) {
+		m.proposal = slices.Clone(r.Ring)
+	}
+}
+
+// observeLink folds a collective's timing of the link from p to its successor into the estimates.
+func (m *Machine) observeLink(p PeerID, members []PeerID, bytes, nanos uint64) {
+	if bytes < 1<<20 || nanos == 0 || len(members) < 2 {
+		return
+	}
+	i := slices.Index(members, p)
+	if i < 0 {
+		return
+	}
+	e := edge{p, members[(i+1)%len(members)]}
+	rate := float64(bytes) / (float64(nanos) / 1e9)
+	if old := m.bw[e]; old > 0 {
+		rate = (1-ewmaWeight)*old + ewmaWeight*rate
+	}
+	m.bw[e] = rate
+}
+
+// placeNewcomer inserts id into ring at its cheapest position under the current estimates (sites
+// stand in for links never measured), so joins do not reshuffle the ring.
+func (m *Machine) placeNewcomer(ring []PeerID, id PeerID) []PeerID {
+	if len(ring) < 2 {
+		return append(ring, id)
+	}
+	nodes := append(slices.Clone(ring), id)
+	cost := m.costMatrix(nodes)
+	t := make(atsp.Tour, len(ring))
+	for i := range ring {
+		t[i] = i
+	}
+	t = atsp.InsertCheapest(cost, t, len(ring), atsp.Bottleneck)
+	out := make([]PeerID, len(t))
+	for i, k := range t {
+		out[i] = nodes[k]
+	}
+	// Without a clear gain, append: the order of joins is as good as any and keeps the ring stable.
+	if !better(score(cost, nodes, out), score(cost, nodes, nodes)) {
+		return nodes
+	}
+	return out
+}
+
+// leaveOptimize handles a departure during OptimizeTopology: the measurement is abandoned and the
+// spliced ring re-wired.
+func (m *Machine) leaveOptimize(id PeerID) {
+	if o := m.opt; o != nil && slices.Contains(o.members, id) {
+		m.opt = nil
+		for _, q := range m.accepted() {
+			m.peers[q].voteOpt = false
+		}
+		m.note("ring", 0, "topology optimization abandoned: peer %d left", id)
+		if m.wiring == nil {
+			m.startRound()
+		}
+		return
+	}
+	m.checkOptimize()
+}
+
+// bandwidthMatrix returns the estimates in ring order for the status page.
+func (m *Machine) bandwidthMatrix() [][]float64 {
+	if len(m.bw) == 0 {
+		return nil
+	}
+	out := make([][]float64, len(m.ring))
+	for i, a := range m.ring {
+		out[i] = make([]float64, len(m.ring))
+		for j, b := range m.ring {
+			out[i][j] = m.bw[edge{a, b}]
+		}
+	}
+	return out
+}

@@ -1,0 +1,98 @@
+package pccl_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// TestOptimizeTopologyGroupsSites joins peers of two sites alternately, makes links between the sites
+// slow, and checks that OptimizeTopology leaves a ring that crosses between sites only twice, and that
+// collectives are correct on it.
+func TestOptimizeTopologyGroupsSites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{MeasureDuration: 100 * time.Millisecond, SolveBudget: 50 * time.Millisecond, ImproveBudget: time.Second})
+	comms, hosts := g.start(ctx, 4)
+	defer closeAll(comms)
+	site := map[string]int{}
+	for i, h := range hosts {
+		site[h] = i % 2
+	}
+	for _, a := range hosts {
+		for _, b := range hosts {
+			if a == b {
+				continue
+			}
+			if site[a] == site[b] {
+				g.net.SetLink(a, b, pccl.LinkConfig{Bandwidth: 400e6})
+			} else {
+				g.net.SetLink(a, b, pccl.LinkConfig{Bandwidth: 40e6, Latency: 5 * time.Millisecond})
+			}
+		}
+	}
+	before := comms[0].Ring()
+	var wg sync.WaitGroup
+	errs := make([]error, len(comms))
+	for i, c := range comms {
+		wg.Add(1)
+		go func(i int, c *pccl.Communicator) {
+			defer wg.Done()
+			errs[i] = c.OptimizeTopology(ctx)
+		}(i, c)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("peer %d: %v", i, err)
+		}
+	}
+	ring := comms[0].Ring()
+	for _, c := range comms {
+		if !slices.Equal(c.Ring(), ring) {
+			t.Fatalf("peers disagree on the ring: %v vs %v", c.Ring(), ring)
+		}
+	}
+	siteOf := map[uint64]int{}
+	for i, c := range comms {
+		siteOf[c.ID()] = site[hosts[i]]
+	}
+	crossings := func(r []uint64) int {
+		n := 0
+		for i := range r {
+			if siteOf[r[i]] != siteOf[r[(i+1)%len(r)]] {
+				n++
+			}
+		}
+		return n
+	}
+	if crossings(before) != 4 || crossings(ring) != 2 {
+		t.Fatalf("crossings before %d (ring %v), after %d (ring %v); want 4 then 2", crossings(before), before, crossings(ring), ring)
+	}
+	if bw := g.srv.Snapshot().Bandwidth; len(bw) != 4 {
+		t.Fatalf("bandwidth matrix %v", bw)
+	}
+	// Collectives work on the new ring.
+	for i, c := range comms {
+		wg.Add(1)
+		go func(i int, c *pccl.Communicator) {
+			defer wg.Done()
+			v := []int32{int32(i), 1}
+			errs[i] = c.AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 1, Count: 2, DType: pccl.I32, Op: pccl.Sum})
+			if errs[i] == nil && (v[0] != 6 || v[1] != 4) {
+				t.Errorf("peer %d: %v", i, v)
+			}
+		}(i, c)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("peer %d: %v", i, err)
+		}
+	}
+}
