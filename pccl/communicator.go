@@ -51,6 +51,7 @@ type Communicator struct {
 	serving         *State            // state donors read during a sync, nil otherwise
 	servingHashes   map[string]uint64 // its hashes at vote time
 	syncActive      bool              // a SyncSharedState call waits for the master
+	lastOptimize    OptimizeStats
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup

@@ -320,7 +320,7 @@ func (l *links) read(ic *inConn) {
 			}
 			continue
 		}
-		if err := ib.deliver(ic.conn, h); err != nil {
+		if err := ib.deliver(ic.conn, ic.index, h); err != nil {
 			l.broken(ic.conn)
 			return
 		}
@@ -351,22 +351,29 @@ func (l *links) broken(conn net.Conn) {
 	l.mu.Unlock()
 }
 
-// stream returns the rings.Stream of collective (tag, seq) on epoch: frames go out on pool
-// connection seq%PoolSize to the successor and come in on the same slot from the predecessor.
+// stream returns the rings.Stream of collective (tag, seq) on epoch. Its frames are striped over every
+// connection of the pool, so one collective fills a long fat pipe: part p of the schedule travels on
+// connection (seq+p) mod poolsize, on both ends, so concurrent collectives start on different ones.
 func (l *links) stream(tag, seq, epoch uint64, prev uint64) (*stream, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := int(seq % uint64(l.c.cfg.PoolSize))
 	s := &stream{l: l, key: inboxKey{tag, seq}, epoch: epoch, aborted: make(chan struct{})}
-	if len(l.out) <= k {
+	if len(l.out) == 0 {
 		l.isDirty = true
-		return nil, fmt.Errorf("%w: no link to the successor (pool slot %d)", ErrPeerLeft, k)
+		return nil, fmt.Errorf("%w: no link to the successor", ErrPeerLeft)
 	}
-	s.out = l.out[k]
-	if pool := l.in[prev]; len(pool) > k && pool[k] != nil {
-		s.inConn = pool[k].conn
+	s.outs = slices.Clone(l.out)
+	for _, ic := range l.in[prev] {
+		var conn net.Conn
+		if ic != nil {
+			conn = ic.conn
+		}
+		s.ins = append(s.ins, conn)
 	}
-	s.box = &inbox{s: s, reqs: make(chan *recvReq)}
+	s.box = &inbox{s: s, reqs: make([]chan *recvReq, max(len(s.ins), 1))}
+	for i := range s.box.reqs {
+		s.box.reqs[i] = make(chan *recvReq)
+	}
 	l.inboxes[s.key] = s.box
 	l.notify()
 	return s, nil
@@ -382,12 +389,12 @@ func (l *links) release(s *stream) {
 
 // stream implements rings.Stream for one collective.
 type stream struct {
-	l      *links
-	key    inboxKey
-	epoch  uint64
-	out    *outConn
-	inConn net.Conn // may be nil if the predecessor's link is not there; Recv then waits for abort
-	box    *inbox
+	l     *links
+	key   inboxKey
+	epoch uint64
+	outs  []*outConn // the pool to the successor
+	ins   []net.Conn // the pool from the predecessor, by index; an entry may be nil (not connected)
+	box   *inbox
 
 	abortOnce sync.Once
 	aborted   chan struct{}
@@ -403,18 +410,22 @@ type recvReq struct {
 	done chan error
 }
 
-// inbox is where a reader hands a collective its frames.
+// inbox is where readers hand a collective its frames: reqs[k] carries the receive requests for
+// frames that travel on pool connection k.
 type inbox struct {
 	s    *stream
-	reqs chan *recvReq
+	reqs []chan *recvReq
 }
 
-// deliver reads the payload of the frame with header h from conn into the buffer the collective
-// posted. It is called by the reader goroutine of the connection.
-func (ib *inbox) deliver(conn net.Conn, h wire.DataHeader) error {
+// deliver reads the payload of the frame with header h from conn, the pool connection with the given
+// index, into the buffer the collective posted. It is called by the reader goroutine of the connection.
+func (ib *inbox) deliver(conn net.Conn, index int, h wire.DataHeader) error {
+	if index >= len(ib.reqs) {
+		return fmt.Errorf("frame on pool connection %d, the collective uses %d", index, len(ib.reqs))
+	}
 	var req *recvReq
 	select {
-	case req = <-ib.reqs:
+	case req = <-ib.reqs[index]:
 	case <-ib.s.aborted:
 		_, err := io.CopyN(io.Discard, conn, int64(h.Len))
 		return err
@@ -441,7 +452,7 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 		return s.cause
 	default:
 	}
-	oc := s.out
+	oc := s.outs[(s.key.seq+uint64(id.Part))%uint64(len(s.outs))]
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
 	wire.PutDataHeader(oc.hdr[:], wire.DataHeader{Len: uint32(len(payload)), Epoch: s.epoch, Tag: s.key.tag,
@@ -465,12 +476,13 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 }
 
 func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
-	if s.inConn == nil {
+	k := int((s.key.seq + uint64(id.Part)) % uint64(max(len(s.ins), 1)))
+	if k >= len(s.ins) || s.ins[k] == nil {
 		return fmt.Errorf("%w: receive %v: %w", ErrPeerLeft, id, errNoPredecessor)
 	}
 	req := &recvReq{id: id, dst: dst, done: make(chan error, 1)}
 	select {
-	case s.box.reqs <- req:
+	case s.box.reqs[k] <- req:
 	case <-s.aborted:
 		return s.cause
 	}
@@ -492,9 +504,13 @@ func (s *stream) Abort(err error) {
 	s.abortOnce.Do(func() {
 		s.cause = err
 		close(s.aborted)
-		s.l.broken(s.out.conn)
-		if s.inConn != nil {
-			s.l.broken(s.inConn)
+		for _, oc := range s.outs {
+			s.l.broken(oc.conn)
+		}
+		for _, conn := range s.ins {
+			if conn != nil {
+				s.l.broken(conn)
+			}
 		}
 	})
 }

@@ -38,13 +38,22 @@ func (c *Communicator) OptimizeTopology(ctx context.Context) error {
 	if err := c.send(&wire.VoteOptimize{}); err != nil {
 		return err
 	}
+	var first time.Time
+	var rounds int
 	for {
 		select {
 		case r := <-c.measureCh:
-			rate := c.measure(ctx, r)
-			if err := c.send(&wire.MeasureReport{Round: r.Round, To: r.Target.ID, BytesPerSec: rate}); err != nil {
+			if first.IsZero() {
+				first = time.Now()
+			}
+			rate, lat := c.measure(ctx, r)
+			if err := c.send(&wire.MeasureReport{Round: r.Round, To: r.Target.ID, BytesPerSec: rate, LatencyNanos: uint64(lat)}); err != nil {
 				return err
 			}
+			rounds++
+			c.mu.Lock()
+			c.lastOptimize = OptimizeStats{Rounds: rounds, Measure: time.Since(first)}
+			c.mu.Unlock()
 		case <-c.topoCh:
 			return nil
 		case <-c.done:
@@ -56,6 +65,19 @@ func (c *Communicator) OptimizeTopology(ctx context.Context) error {
 			return fmt.Errorf("pccl: optimize topology: %w", ctx.Err())
 		}
 	}
+}
+
+// OptimizeStats describes this peer's part in the last OptimizeTopology.
+type OptimizeStats struct {
+	Rounds  int           // bandwidth rounds it took part in
+	Measure time.Duration // from the first round's start to the last round's report
+}
+
+// LastOptimize returns the stats of the last OptimizeTopology.
+func (c *Communicator) LastOptimize() OptimizeStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastOptimize
 }
 
 // finishOptimize answers the rounds of an OptimizeTopology whose caller gave up, without measuring.
@@ -75,32 +97,37 @@ func (c *Communicator) finishOptimize() {
 	}
 }
 
-// measure runs one bandwidth test to r.Target and returns bytes per second (0 if it failed).
-func (c *Communicator) measure(ctx context.Context, r *wire.MeasureRound) float64 {
+// measure runs one bandwidth test to r.Target and returns bytes per second (0 if it failed) and the
+// one-way latency (half the smallest round trip).
+func (c *Communicator) measure(ctx context.Context, r *wire.MeasureRound) (float64, time.Duration) {
 	if r.Target.ID == 0 || r.Target.ID == c.id {
-		return 0
+		return 0, 0
 	}
 	d := time.Duration(r.Nanos)
 	streams := max(int(r.Streams), 1)
 	rates := make([]float64, streams)
+	rtts := make([]time.Duration, streams)
 	var wg sync.WaitGroup
 	for k := range streams {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rate, err := c.benchStream(ctx, r.Target.Addr, d)
+			rate, rtt, err := c.benchStream(ctx, r.Target.Addr, d)
 			if err != nil {
 				c.log.Warn("bandwidth test failed", "to", r.Target.ID, "err", err)
 			}
-			rates[k] = rate
+			rates[k], rtts[k] = rate, rtt
 		}()
 	}
 	wg.Wait()
-	total := 0.0
-	for _, v := range rates {
+	total, rtt := 0.0, time.Duration(0)
+	for k, v := range rates {
 		total += v
+		if rtts[k] > 0 && (rtt == 0 || rtts[k] < rtt) {
+			rtt = rtts[k]
+		}
 	}
-	return total
+	return total, rtt / 2
 }
 
 // benchBlock is the write size of a bandwidth test.
@@ -108,15 +135,15 @@ const benchBlock = 1 << 20
 
 var benchData = make([]byte, benchBlock)
 
-// benchStream sends as fast as it can to addr until the receiver, which counts the bytes that arrive
-// during d from the first one, reports its count.
-func (c *Communicator) benchStream(ctx context.Context, addr string, d time.Duration) (float64, error) {
+// benchStream times a round trip to addr, then sends as fast as it can until the receiver, which
+// counts the bytes that arrive during d from the first one, reports its count.
+func (c *Communicator) benchStream(ctx context.Context, addr string, d time.Duration) (float64, time.Duration, error) {
 	cfg := c.cfg
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	conn, err := cfg.Transport.Dial(dctx, addr)
 	cancel()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer conn.Close()
 	limit := time.Now().Add(3*d + cfg.DialTimeout)
@@ -124,34 +151,43 @@ func (c *Communicator) benchStream(ctx context.Context, addr string, d time.Dura
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 	if err := wire.Exchange(conn, wire.KindBench); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	t0 := time.Now()
 	if _, err := conn.Write(wire.AppendFrame(nil, &wire.BenchHello{Token: cfg.Token, Nanos: uint64(d)})); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	// The receiver acknowledges the hello at once (that times the round trip); data flows only then,
+	// so that the receiver is already waiting for it and counts no backlog.
+	if msg, _, err := wire.ReadFrame(conn, 1<<10, nil); err != nil {
+		return 0, 0, err
+	} else if _, ok := msg.(*wire.BenchResult); !ok {
+		return 0, 0, fmt.Errorf("bandwidth test to %s: answer %T", addr, msg)
+	}
+	rtt := time.Since(t0)
 	result := make(chan *wire.BenchResult, 1)
 	go func() {
+		defer close(result)
 		msg, _, err := wire.ReadFrame(conn, 1<<10, nil)
 		if r, ok := msg.(*wire.BenchResult); ok && err == nil {
 			result <- r
 		}
-		close(result)
 	}()
 	for {
 		select {
 		case r := <-result:
 			if r == nil || r.Nanos == 0 {
-				return 0, fmt.Errorf("bandwidth test to %s: no result", addr)
+				return 0, rtt, fmt.Errorf("bandwidth test to %s: no result", addr)
 			}
-			return float64(r.Bytes) / (float64(r.Nanos) / 1e9), nil
+			return float64(r.Bytes) / (float64(r.Nanos) / 1e9), rtt, nil
 		default:
 		}
 		if _, err := conn.Write(benchData); err != nil {
 			// The receiver may close right after its result: prefer the result.
 			if r := <-result; r != nil && r.Nanos > 0 {
-				return float64(r.Bytes) / (float64(r.Nanos) / 1e9), nil
+				return float64(r.Bytes) / (float64(r.Nanos) / 1e9), rtt, nil
 			}
-			return 0, err
+			return 0, rtt, err
 		}
 	}
 }
@@ -165,24 +201,41 @@ func (c *Communicator) serveBench(conn net.Conn) {
 	if err != nil || !ok || h.Token != c.cfg.Token || h.Nanos == 0 || h.Nanos > uint64(time.Minute) {
 		return
 	}
-	d := time.Duration(h.Nanos)
+	// The test's whole budget is h.Nanos; a fifth of it is left for the handshake and the latencies
+	// around the counting window, so that a round of tests takes about the configured time.
+	d := time.Duration(h.Nanos) * 4 / 5
+	if _, err := conn.Write(wire.AppendFrame(nil, &wire.BenchResult{})); err != nil {
+		return
+	}
 	buf := make([]byte, benchBlock)
 	conn.SetReadDeadline(time.Now().Add(c.cfg.DialTimeout + d))
 	n, err := io.ReadFull(conn, buf[:1])
 	if err != nil {
 		return
 	}
+	// Count from a third of the window on: by then any backlog of the first moments has been read,
+	// and what arrives is the link's pace.
 	start := time.Now()
 	total := uint64(n)
+	from := start.Add(d / 3)
+	var base uint64
+	var baseAt time.Time
 	conn.SetReadDeadline(start.Add(d))
 	for {
 		n, err := conn.Read(buf)
 		total += uint64(n)
+		if baseAt.IsZero() && time.Now().After(from) {
+			base, baseAt = total, time.Now()
+		}
 		if err != nil {
 			break
 		}
 	}
-	elapsed := time.Since(start)
+	if baseAt.IsZero() {
+		base, baseAt = uint64(n), start
+	}
+	elapsed := time.Since(baseAt)
+	total -= base
 	conn.SetDeadline(time.Now().Add(c.cfg.DialTimeout))
 	conn.Write(wire.AppendFrame(nil, &wire.BenchResult{Bytes: total, Nanos: uint64(elapsed)}))
 	// Drain until the sender notices and closes.

@@ -20,8 +20,9 @@ type Config struct {
 	// operation it takes part in is aborted. Zero means 1.5s (LAN preset), which bounds the detection of
 	// a hung (SIGSTOPped) peer to under 2s.
 	HeartbeatTimeout time.Duration
-	// MeasureDuration is how long one bandwidth test of OptimizeTopology runs. Zero means 500ms.
-	// A measurement of n peers takes n-1 rounds of tests run in parallel.
+	// MeasureDuration is the time budget of one bandwidth test of OptimizeTopology: the receiver counts
+	// during 80% of it, the rest covers the handshake and the latencies. Zero means 500ms. A
+	// measurement of n peers takes n-1 rounds of tests run in parallel.
 	MeasureDuration time.Duration
 	// MeasureStreams is the number of connections one bandwidth test uses. Zero means 2.
 	MeasureStreams int

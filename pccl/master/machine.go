@@ -125,8 +125,9 @@ type Machine struct {
 	sync      *syncRound         // the shared-state sync in progress, or nil
 	prior     *sharedstate.Prior // the last accepted shared state; kept when every peer leaves
 
-	bw       map[edge]float64 // bandwidth estimates, bytes/s, from tests and real collectives
-	opt      *optRound        // OptimizeTopology in progress, or nil
+	bw       map[edge]float64       // bandwidth estimates, bytes/s, from tests and real collectives
+	lat      map[edge]time.Duration // one-way latency estimates from tests
+	opt      *optRound              // OptimizeTopology in progress, or nil
 	solveSeq uint64
 	proposal []PeerID // better ring found in the background, applied at the next OptimizeTopology
 	forced   []PeerID // ring installed by the next OptimizeTopology (ForceRing)
@@ -141,7 +142,8 @@ const maxEvents = 200
 
 // New returns a Machine with no peers.
 func New(cfg Config) *Machine {
-	return &Machine{cfg: cfg.withDefaults(), peers: map[PeerID]*peer{}, ops: map[uint64]*op{}, bw: map[edge]float64{}}
+	return &Machine{cfg: cfg.withDefaults(), peers: map[PeerID]*peer{}, ops: map[uint64]*op{}, bw: map[edge]float64{},
+		lat: map[edge]time.Duration{}}
 }
 
 // Step applies one input at time now and returns the actions to carry out in order.
@@ -324,6 +326,11 @@ func (m *Machine) remove(id PeerID, kind, reason string) {
 	m.checkPending()
 	m.leaveSync(id)
 	m.leaveOptimize(id)
+	for e := range m.lat {
+		if e.from == id || e.to == id {
+			delete(m.lat, e)
+		}
+	}
 	for e := range m.bw {
 		if e.from == id || e.to == id {
 			delete(m.bw, e)

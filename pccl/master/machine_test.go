@@ -231,8 +231,11 @@ func runScenario(t *testing.T, file string) string {
 			actions = actions[1:]
 			out.WriteString("  " + formatAction(a) + "\n")
 			if sv, ok := a.(Solve); ok {
-				tour, _, err := atsp.Solve(sv.Cost, atsp.Options{Objective: atsp.Bottleneck, ExactMax: 17})
+				tour, sc, err := atsp.Solve(sv.Cost, atsp.Options{Objective: atsp.Bottleneck, ExactMax: 17})
 				if err != nil {
+					t.Fatalf("%s:%d: solve: %v", file, n, err)
+				}
+				if tour, _, err = atsp.Solve(Restrict(sv.Cost, sv.Hop, sc.Bottleneck, sv.Tol), atsp.Options{Objective: atsp.Total, ExactMax: 17}); err != nil {
 					t.Fatalf("%s:%d: solve: %v", file, n, err)
 				}
 				ring := make([]PeerID, len(tour))

@@ -162,8 +162,16 @@ func (s *Server) solve(ctx context.Context, req Solve) {
 			}
 			return out
 		}
-		opt := atsp.Options{Objective: atsp.Bottleneck, Budget: req.Budget, Seed: int64(req.ID)}
-		tour, _, err := atsp.Solve(req.Cost, opt)
+		// Level one: the best bottleneck. Level two: the shortest fill time among rings whose
+		// bottleneck is within the tolerance of it.
+		tour, sc, err := atsp.Solve(req.Cost, atsp.Options{Objective: atsp.Bottleneck, Budget: req.Budget / 2, Seed: int64(req.ID)})
+		restricted := req.Hop
+		if err == nil {
+			restricted = Restrict(req.Cost, req.Hop, sc.Bottleneck, req.Tol)
+			if t2, _, err2 := atsp.Solve(restricted, atsp.Options{Objective: atsp.Total, Budget: req.Budget / 2, Seed: int64(req.ID)}); err2 == nil {
+				tour = t2
+			}
+		}
 		var solved []PeerID
 		if err == nil {
 			solved = ring(tour)
@@ -176,7 +184,7 @@ func (s *Server) solve(ctx context.Context, req Solve) {
 		case <-ctx.Done():
 			return
 		}
-		for r := range atsp.Improve(ictx, req.Cost, tour, atsp.Options{Objective: atsp.Bottleneck, Seed: int64(req.ID) + 1}) {
+		for r := range atsp.Improve(ictx, restricted, tour, atsp.Options{Objective: atsp.Total, Seed: int64(req.ID) + 1}) {
 			select {
 			case s.in <- Improved{Ring: ring(r.Tour)}:
 			case <-ictx.Done():

@@ -27,17 +27,45 @@ func (Solved) isInput()    {}
 func (Improved) isInput()  {}
 func (ForceRing) isInput() {}
 
-// Solve asks the server to solve the ring order over Nodes for Cost (Cost[i][j]: seconds per byte
-// from Nodes[i] to Nodes[j], +Inf if unusable) within Budget, starting from Start (indexes into Nodes),
-// to answer with Solved{ID}, and then to keep improving in the background for at most ImproveBudget,
-// sending Improved for each better ring.
+// Solve asks the server to solve the ring order over Nodes within Budget, starting from Start
+// (indexes into Nodes), answer with Solved{ID}, and then keep improving in the background for at most
+// ImproveBudget, sending Improved for each better ring.
+//
+// The objective has two levels, as a ring runs at the pace of its slowest link: first the bottleneck
+// of Cost (Cost[i][j]: seconds per byte from Nodes[i] to Nodes[j]), where rings within a factor 1+Tol
+// of the best count as equal (measurements are noisy); then the sum of Hop (Hop[i][j]: seconds for one
+// pipelined part to cross the link, transfer plus latency), which is the pipeline's fill time.
 type Solve struct {
 	ID            uint64
 	Nodes         []PeerID
 	Cost          [][]float64
+	Hop           [][]float64
+	Tol           float64
 	Start         []int
 	Budget        time.Duration
 	ImproveBudget time.Duration
+}
+
+// RingTolerance is the relative bottleneck difference below which two rings count as equally fast.
+const RingTolerance = 0.15
+
+// hopPartBytes is the part size used to price a hop of the pipeline.
+const hopPartBytes = 1 << 20
+
+// Restrict returns Hop with +Inf wherever Cost exceeds the bottleneck bound (1+Tol)*best.
+func Restrict(cost, hop [][]float64, best, tol float64) [][]float64 {
+	out := make([][]float64, len(hop))
+	for i := range hop {
+		out[i] = make([]float64, len(hop[i]))
+		for j := range hop[i] {
+			if i != j && cost[i][j] > best*(1+tol) {
+				out[i][j] = math.Inf(1)
+			} else {
+				out[i][j] = hop[i][j]
+			}
+		}
+	}
+	return out
 }
 
 func (Solve) isAction() {}
@@ -138,8 +166,10 @@ func (m *Machine) measureReport(p *peer, r *wire.MeasureReport) {
 	o.reported[p.id] = true
 	if r.BytesPerSec > 0 && !math.IsInf(r.BytesPerSec, 0) && !math.IsNaN(r.BytesPerSec) {
 		m.bw[edge{p.id, r.To}] = r.BytesPerSec
+		m.lat[edge{p.id, r.To}] = time.Duration(r.LatencyNanos)
 	} else {
 		delete(m.bw, edge{p.id, r.To})
+		delete(m.lat, edge{p.id, r.To})
 	}
 	for _, id := range o.members {
 		if !o.reported[id] {
@@ -179,6 +209,20 @@ func (m *Machine) costMatrix(nodes []PeerID) [][]float64 {
 	return cost
 }
 
+// hopMatrix returns the time for one pipelined part to cross each link: part/bandwidth + latency.
+func (m *Machine) hopMatrix(nodes []PeerID, cost [][]float64) [][]float64 {
+	hop := make([][]float64, len(nodes))
+	for i, a := range nodes {
+		hop[i] = make([]float64, len(nodes))
+		for j, b := range nodes {
+			if i != j {
+				hop[i][j] = cost[i][j]*hopPartBytes + m.lat[edge{a, b}].Seconds()
+			}
+		}
+	}
+	return hop
+}
+
 func (m *Machine) solve() {
 	o := m.opt
 	m.solveSeq++
@@ -187,8 +231,9 @@ func (m *Machine) solve() {
 	for i := range start {
 		start[i] = i
 	}
-	m.out = append(m.out, Solve{ID: o.solveID, Nodes: slices.Clone(o.members), Cost: m.costMatrix(o.members),
-		Start: start, Budget: m.cfg.SolveBudget, ImproveBudget: m.cfg.ImproveBudget})
+	cost := m.costMatrix(o.members)
+	m.out = append(m.out, Solve{ID: o.solveID, Nodes: slices.Clone(o.members), Cost: cost, Hop: m.hopMatrix(o.members, cost),
+		Tol: RingTolerance, Start: start, Budget: m.cfg.SolveBudget, ImproveBudget: m.cfg.ImproveBudget})
 }
 
 func (m *Machine) solved(s Solved) {
@@ -198,12 +243,13 @@ func (m *Machine) solved(s Solved) {
 	}
 	m.opt = nil
 	cost := m.costMatrix(o.members)
-	best, bestScore := o.members, score(cost, o.members, o.members)
+	hop := m.hopMatrix(o.members, cost)
+	best, bestScore := o.members, ringScore(cost, hop, o.members, o.members)
 	for _, cand := range [][]PeerID{s.Ring, m.proposal} {
 		if !sameMembers(cand, o.members) {
 			continue
 		}
-		if sc := score(cost, o.members, cand); better(sc, bestScore) {
+		if sc := ringScore(cost, hop, o.members, cand); sc.better(bestScore) {
 			best, bestScore = cand, sc
 		}
 	}
@@ -211,23 +257,28 @@ func (m *Machine) solved(s Solved) {
 	m.applyRing(best, "optimized")
 }
 
-// score evaluates ring (peer ids) on cost over nodes.
-func score(cost [][]float64, nodes, ring []PeerID) atsp.Score {
+// rscore is a ring's bottleneck (seconds per byte of its slowest link) and fill time (sum of hops).
+type rscore struct{ bottleneck, fill float64 }
+
+// ringScore evaluates ring (peer ids) over nodes.
+func ringScore(cost, hop [][]float64, nodes, ring []PeerID) rscore {
 	t := make(atsp.Tour, len(ring))
 	for i, id := range ring {
 		t[i] = slices.Index(nodes, id)
 	}
-	return atsp.Evaluate(cost, t)
+	return rscore{bottleneck: atsp.Evaluate(cost, t).Bottleneck, fill: atsp.Evaluate(hop, t).Total}
 }
 
-// better reports whether a beats b by a margin worth a re-wire: a smaller bottleneck, or the same
-// bottleneck and a total at least 1% smaller.
-func better(a, b atsp.Score) bool {
-	const eps = 1e-9
-	if a.Bottleneck < b.Bottleneck*(1-0.01) {
+// better reports whether a beats b by a margin worth a re-wire: a bottleneck smaller beyond the
+// tolerance, or one within it and a fill time at least 1% smaller.
+func (a rscore) better(b rscore) bool {
+	switch {
+	case a.bottleneck < b.bottleneck/(1+RingTolerance):
 		return true
+	case a.bottleneck > b.bottleneck*(1+RingTolerance):
+		return false
 	}
-	return math.Abs(a.Bottleneck-b.Bottleneck) <= eps*b.Bottleneck+eps && a.Total < b.Total*(1-0.01)
+	return a.fill < b.fill*(1-0.01)
 }
 
 func sameMembers(a, b []PeerID) bool {
@@ -304,7 +355,8 @@ func (m *Machine) placeNewcomer(ring []PeerID, id PeerID) []PeerID {
 		out[i] = nodes[k]
 	}
 	// Without a clear gain, append: the order of joins is as good as any and keeps the ring stable.
-	if !better(score(cost, nodes, out), score(cost, nodes, nodes)) {
+	hop := m.hopMatrix(nodes, cost)
+	if !ringScore(cost, hop, nodes, out).better(ringScore(cost, hop, nodes, nodes)) {
 		return nodes
 	}
 	return out

@@ -136,7 +136,7 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeVoteOptimize:
 		m = &VoteOptimize{}
 	case TypeMeasureReport:
-		m = &MeasureReport{Round: d.u32("round"), To: d.u64("to"), BytesPerSec: d.f64("rate")}
+		m = &MeasureReport{Round: d.u32("round"), To: d.u64("to"), BytesPerSec: d.f64("rate"), LatencyNanos: d.u64("latency")}
 	case TypeMeasureRound:
 		m = &MeasureRound{Round: d.u32("round"), Target: PeerInfo{ID: d.u64("target id"), Addr: d.str("target addr"),
 			Site: d.str("target site")}, Nanos: d.u64("nanos"), Streams: d.u16("streams")}
@@ -569,15 +569,18 @@ type MeasureRound struct {
 	Streams uint16
 }
 
-// MeasureReport is the measured bandwidth of the directed link to To, in bytes per second (0: failed).
+// MeasureReport is the measured bandwidth of the directed link to To, in bytes per second (0: failed),
+// and its one-way latency (half the round trip) in nanoseconds.
 type MeasureReport struct {
-	Round       uint32
-	To          uint64
-	BytesPerSec float64
+	Round        uint32
+	To           uint64
+	BytesPerSec  float64
+	LatencyNanos uint64
 }
 
-// BenchHello opens a bandwidth-test connection: the receiver counts what arrives during Nanos
-// nanoseconds from the first byte and answers BenchResult.
+// BenchHello opens a bandwidth-test connection: the receiver answers an empty BenchResult at once (the
+// sender times that round trip), then counts what arrives during Nanos nanoseconds from the first byte
+// and answers a second BenchResult with the count.
 type BenchHello struct {
 	Token string
 	Nanos uint64
@@ -594,7 +597,8 @@ func (m *VoteOptimize) Append(b []byte) []byte { return b }
 func (m *MeasureReport) Append(b []byte) []byte {
 	b = appendU32(b, m.Round)
 	b = appendU64(b, m.To)
-	return appendF64(b, m.BytesPerSec)
+	b = appendF64(b, m.BytesPerSec)
+	return appendU64(b, m.LatencyNanos)
 }
 
 func (m *MeasureRound) Append(b []byte) []byte {

@@ -37,7 +37,7 @@ func sampleMessages() []Message {
 		&StateRequest{Token: "t", Name: "w", Hash: 9, Off: 512, Len: 512, Compress: true},
 		&StateResponse{OK: true, Len: 512, Compressed: true},
 		&VoteOptimize{},
-		&MeasureReport{Round: 2, To: 5, BytesPerSec: 1.25e9},
+		&MeasureReport{Round: 2, To: 5, BytesPerSec: 1.25e9, LatencyNanos: 3e7},
 		&MeasureRound{Round: 2, Target: PeerInfo{ID: 5, Addr: "h:1", Site: "eu"}, Nanos: 2e8, Streams: 4},
 		&BenchHello{Token: "t", Nanos: 2e8},
 		&BenchResult{Bytes: 1 << 30, Nanos: 2e8},
