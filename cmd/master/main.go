@@ -1,0 +1,124 @@
+// Command master runs a Concord master: the coordinator peers register with, which runs the
+// micro-consensus of membership, topology, shared-state syncs and collectives, detects failed peers
+// and serves a status page with Prometheus metrics.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/concord-ccl/concord/internal/logx"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+func main() {
+	if err := app().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "master:", err)
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			os.Exit(ec.ExitCode())
+		}
+		os.Exit(1)
+	}
+}
+
+func app() *cli.App {
+	return &cli.App{
+		Name:  "master",
+		Usage: "coordinate a Concord run: membership, ring topology, shared-state sync and failure detection",
+		Description: "Peers connect to the master's --listen address. It accepts newcomers when the running\n" +
+			"peers call UpdateTopology, aborts every collective of a peer that dies or hangs (heartbeat\n" +
+			"timeout), elects the shared state and orders the ring from measured bandwidth. A status page,\n" +
+			"/status.json and Prometheus /metrics are served on --http. Stop it with SIGINT or SIGTERM.\n" +
+			"Every flag can also be set through the environment variable shown next to it.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "listen", Value: "0.0.0.0:48148", EnvVars: []string{"CONCORD_LISTEN"},
+				Usage: "address peers connect to (host:port)"},
+			&cli.StringFlag{Name: "http", Value: "127.0.0.1:48180", EnvVars: []string{"CONCORD_HTTP"},
+				Usage: "address of the status page and /metrics; empty disables it"},
+			&cli.StringFlag{Name: "preset", Value: "lan", EnvVars: []string{"CONCORD_PRESET"},
+				Usage: "timing preset: lan (heartbeat 250ms, gone after 1.5s) or wan (1s, gone after 6s)"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"CONCORD_TOKEN"},
+				Usage: "run token; peers with another token are refused"},
+			&cli.IntFlag{Name: "min-peers", Value: 1, EnvVars: []string{"CONCORD_MIN_PEERS"},
+				Usage: "collectives fail with ErrTooFewPeers while fewer peers are accepted"},
+			&cli.DurationFlag{Name: "heartbeat-interval", EnvVars: []string{"CONCORD_HEARTBEAT_INTERVAL"},
+				Usage: "how often peers send heartbeats", DefaultText: "from --preset"},
+			&cli.DurationFlag{Name: "heartbeat-timeout", EnvVars: []string{"CONCORD_HEARTBEAT_TIMEOUT"},
+				Usage: "silence after which a peer is declared gone and its collectives aborted", DefaultText: "from --preset"},
+			&cli.DurationFlag{Name: "measure-duration", EnvVars: []string{"CONCORD_MEASURE_DURATION"},
+				Usage: "time budget of one bandwidth test in OptimizeTopology", DefaultText: "500ms"},
+			&cli.DurationFlag{Name: "solve-budget", EnvVars: []string{"CONCORD_SOLVE_BUDGET"},
+				Usage: "time budget of the quick ring solve; a background search goes on", DefaultText: "200ms"},
+			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"CONCORD_LOG_FORMAT"},
+				Usage: "log format: text or json"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"CONCORD_LOG_LEVEL"},
+				Usage: "log level: debug, info, warn or error"},
+		},
+		Action: run,
+	}
+}
+
+func run(cc *cli.Context) error {
+	log, err := logx.New(os.Stderr, cc.String("log-format"), cc.String("log-level"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	var cfg master.Config
+	switch cc.String("preset") {
+	case "lan":
+		cfg = master.LAN()
+	case "wan":
+		cfg = master.WAN()
+	default:
+		return cli.Exit(fmt.Sprintf("--preset %q: want lan or wan", cc.String("preset")), 2)
+	}
+	cfg.Token = cc.String("token")
+	cfg.MinPeers = cc.Int("min-peers")
+	if d := cc.Duration("heartbeat-interval"); d != 0 {
+		cfg.HeartbeatInterval = d
+	}
+	if d := cc.Duration("heartbeat-timeout"); d != 0 {
+		cfg.HeartbeatTimeout = d
+	}
+	cfg.MeasureDuration = cc.Duration("measure-duration")
+	cfg.SolveBudget = cc.Duration("solve-budget")
+	if err := cfg.Validate(); err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ln, err := net.Listen("tcp", cc.String("listen"))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("listen: %v", err), 1)
+	}
+	srv := master.NewServer(master.ServerConfig{Config: cfg, Logger: log})
+	if addr := cc.String("http"); addr != "" {
+		hln, err := net.Listen("tcp", addr)
+		if err != nil {
+			ln.Close()
+			return cli.Exit(fmt.Sprintf("listen --http: %v", err), 1)
+		}
+		hs := &http.Server{Handler: master.StatusHandler(srv.Snapshot, nil), ReadHeaderTimeout: 5 * time.Second}
+		go hs.Serve(hln)
+		defer hs.Close()
+		log.Info("status page", "url", "http://"+hln.Addr().String()+"/")
+	}
+	log.Info("master listening", "addr", ln.Addr().String(), "preset", cc.String("preset"),
+		"heartbeat_timeout", cfg.HeartbeatTimeout, "min_peers", cfg.MinPeers)
+	if err := srv.Serve(ctx, ln); err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	log.Info("master stopped")
+	return nil
+}
