@@ -109,6 +109,11 @@ type TrainerConfig struct {
 	// Progress, if set, is called by Run's goroutine after every outer step
 	// this peer completes.
 	Progress func(Progress)
+	// StopAt, if set, is read after every outer step: Run ends once the
+	// group's step counter reaches min(Steps, StopAt()). Every peer must
+	// see the same value by the time the group reaches it (a supervisor
+	// picks a step a few ahead of the group and tells every peer).
+	StopAt func() uint64
 	// Logger receives diagnostics. Default: discard.
 	Logger *slog.Logger
 }
@@ -195,6 +200,9 @@ type Progress struct {
 	// Digest is the digest of the shared state after the step. Every peer
 	// that completes the same step has the same digest.
 	Digest sharedstate.Digest
+	// Params is the global parameter vector after the step. It is the
+	// trainer's own memory: read it during the callback, do not keep it.
+	Params []float32
 }
 
 // Summary is what Run reports when it returns.
@@ -344,7 +352,13 @@ func newTrainer(ctx context.Context, comm *pccl.Communicator, cfg TrainerConfig,
 }
 
 // done reports whether the group has reached the last step.
-func (t *trainer) done() bool { return t.progress[0] >= uint64(t.cfg.Steps) }
+func (t *trainer) done() bool {
+	limit := uint64(t.cfg.Steps)
+	if t.cfg.StopAt != nil {
+		limit = min(limit, t.cfg.StopAt())
+	}
+	return t.progress[0] >= limit
+}
 
 // fail counts a failure and returns ErrGaveUp once there were too many in a
 // row.
@@ -526,6 +540,7 @@ func (t *trainer) completed(reduced []uint64) {
 		Step: t.progress[0], Loss: t.stepLoss, Rank: t.stepRank, World: t.stepWorld,
 		Revision: t.st.Revision, Reduced: reduced, Aborts: t.sum.Aborts, Joins: t.sum.Joins,
 		BytesReduced: t.sum.BytesReduced, BytesFetched: t.sum.BytesFetched, Digest: t.st.Digest(0),
+		Params: t.params,
 	})
 }
 

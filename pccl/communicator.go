@@ -150,6 +150,9 @@ func (c *Communicator) hello(ctx context.Context, adv string) (*wire.Welcome, er
 	}
 }
 
+// Logger returns the communicator's logger (Config.Logger, tagged with the peer id).
+func (c *Communicator) Logger() *slog.Logger { return c.log }
+
 // ID returns this peer's id, assigned by the master.
 func (c *Communicator) ID() uint64 { return c.id }
 

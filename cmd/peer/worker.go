@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/concord-ccl/concord/diloco"
+	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/sharedstate"
+)
+
+// roleWorker is the demo's peer process.
+const (
+	roleWorker   = "worker"
+	envWorkerCfg = "CONCORD_DEMO_WORKER"
+)
+
+// workerConfig is what the demo tells each peer process (JSON in envWorkerCfg).
+type workerConfig struct {
+	Master  string        `json:"master"`
+	Trainer string        `json:"trainer"` // ddp, diloco, async-diloco or allreduce
+	H       int           `json:"h"`
+	Batch   int           `json:"batch"`
+	Seed    uint64        `json:"seed"`
+	Size    int           `json:"size"` // allreduce: bytes per op
+	Life    time.Duration `json:"life"` // hard bound on the process's lifetime
+}
+
+// event is one line a worker reports (also used by the standalone commands' progress).
+type event struct {
+	Event  string  `json:"event"` // connected, step, done, error
+	Time   int64   `json:"t"`     // unix nanoseconds
+	Step   uint64  `json:"step,omitempty"`
+	Loss   float32 `json:"loss,omitempty"`
+	Acc    float64 `json:"acc,omitempty"`
+	Rank   int     `json:"rank"`
+	World  int     `json:"world,omitempty"`
+	Rev    uint64  `json:"rev,omitempty"`
+	Ops    int64   `json:"ops,omitempty"`
+	Aborts int     `json:"aborts,omitempty"`
+	Joins  int     `json:"joins,omitempty"`
+	State  string  `json:"state,omitempty"` // hash of the shared state (or of the last result)
+	Detail string  `json:"detail,omitempty"`
+}
+
+// control is what the demo sends a worker on stdin.
+type control struct {
+	StopAt uint64 `json:"stop_at"`
+}
+
+func workerMain() int {
+	var cfg workerConfig
+	if err := json.Unmarshal([]byte(os.Getenv(envWorkerCfg)), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Life)
+	defer cancel()
+	var stopAt atomic.Uint64
+	stopAt.Store(^uint64(0))
+	go func() {
+		for raw := range cluster.Inbox() {
+			var c control
+			if json.Unmarshal(raw, &c) == nil && c.StopAt > 0 {
+				stopAt.Store(c.StopAt)
+			}
+		}
+	}()
+	emit := func(e event) { e.Time = time.Now().UnixNano(); cluster.Emit(e) }
+	comm, err := pccl.Connect(ctx, pccl.Config{Master: cfg.Master, Logger: cluster.Logger()})
+	if err != nil {
+		emit(event{Event: "error", Detail: err.Error()})
+		return 1
+	}
+	defer comm.Close()
+	emit(event{Event: "connected", Rank: comm.Rank(), World: comm.WorldSize()})
+	if cfg.Trainer == "allreduce" {
+		err = allreduceLoop(ctx, comm, cfg.Size, stopAt.Load, emit, cluster.Logger())
+	} else {
+		err = trainLoop(ctx, comm, cfg, stopAt.Load, emit)
+	}
+	if err != nil {
+		emit(event{Event: "error", Detail: err.Error()})
+		return 1
+	}
+	return 0
+}
+
+// stateHash folds a digest into one printable value.
+func stateHash(d sharedstate.Digest) string {
+	h := d.Revision
+	for _, e := range d.Entries {
+		h = (h ^ e.Hash) * 0x100000001b3
+	}
+	return fmt.Sprintf("%016x", h)
+}
+
+// trainLoop trains with a diloco trainer until the group reaches stopAt.
+func trainLoop(ctx context.Context, comm *pccl.Communicator, cfg workerConfig, stopAt func() uint64, emit func(event)) error {
+	kind, err := diloco.ParseKind(cfg.Trainer)
+	if err != nil {
+		return err
+	}
+	train, test, err := diloco.LoadEmbedded()
+	if err != nil {
+		return err
+	}
+	eval := &diloco.MLP{}
+	tc := diloco.TrainerConfig{
+		Kind: kind, H: cfg.H, BatchSize: cfg.Batch, Seed: cfg.Seed, Steps: 1 << 30, StopAt: stopAt,
+		Logger: cluster.Logger(),
+		Progress: func(p diloco.Progress) {
+			e := event{Event: "step", Step: p.Step, Loss: p.Loss, Rank: p.Rank, World: p.World, Rev: p.Revision,
+				Aborts: p.Aborts, Joins: p.Joins, State: stateHash(p.Digest)}
+			if p.Rank == 0 && p.Step%10 == 0 {
+				eval.Params = p.Params
+				e.Acc = eval.Accuracy(test)
+			}
+			emit(e)
+		},
+	}
+	if kind == diloco.KindAsyncDiLoCo {
+		tc.Outer = diloco.NesterovConfig{LR: 0.5, Momentum: 0.3}
+	}
+	sum, err := diloco.Run(ctx, comm, tc, train, test)
+	if err != nil {
+		return err
+	}
+	emit(event{Event: "done", Step: sum.Steps, Acc: sum.TestAccuracy, Rank: comm.Rank(), World: comm.WorldSize(),
+		Aborts: sum.Aborts, Joins: sum.Joins, State: stateHash(sum.Digest)})
+	return nil
+}
+
+// allreduceLoop runs AllReduces with the retry pattern until the group's step counter (shared state)
+// reaches stopAt. Each op's result is checked element by element against the sum of the contributions
+// of the ring it ran on.
+func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopAt func() uint64, emit func(event), log *slog.Logger) error {
+	count := size / 4
+	step := make([]uint64, 1)
+	st := sharedstate.NewState()
+	st.Add(&sharedstate.Entry{Name: "step", DType: pccl.U64, Data: pccl.Bytes(step)})
+	buf := make([]float32, count)
+	var ops int64
+	aborts, joins := 0, 0
+	fresh := comm.WorldSize() > 1 // joined a running group: adopt its state first
+	// A newcomer enters the loop at the sync, where the peers that admitted it are headed; so does
+	// every peer right after an UpdateTopology (it may have admitted someone).
+	atSync := fresh
+	contribution := func(id, s uint64, i int) float32 { return float32((id*31 + s*7 + uint64(i)) % 1024) }
+	for step[0] < stopAt() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !atSync {
+			pending, err := comm.ArePeersPending(ctx)
+			if err != nil {
+				return err
+			}
+			if pending {
+				if err := comm.UpdateTopology(ctx); err != nil {
+					return err
+				}
+				joins++
+			}
+		}
+		atSync = false
+		if comm.WorldSize() < 2 {
+			// Alone: wait for a peer to join.
+			time.Sleep(50 * time.Millisecond)
+			if err := comm.UpdateTopology(ctx); err != nil {
+				return err
+			}
+			atSync = true
+			continue
+		}
+		st.Revision++
+		strategy := pccl.EnforcePopular
+		if fresh {
+			strategy = pccl.ReceiveOnly
+		}
+		if _, err := comm.SyncSharedState(ctx, st, pccl.SyncOptions{Strategy: strategy}); err != nil {
+			return fmt.Errorf("sync: %w", err)
+		}
+		fresh = false
+		for i := range buf {
+			buf[i] = contribution(comm.ID(), step[0], i)
+		}
+		err := comm.AllReduce(ctx, pccl.Bytes(buf), pccl.Bytes(buf), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		if errors.Is(err, pccl.ErrPeerLeft) || errors.Is(err, pccl.ErrAborted) || errors.Is(err, pccl.ErrTooFewPeers) {
+			aborts++
+			log.Info("allreduce aborted, re-wiring", "err", err)
+			if err := comm.UpdateTopology(ctx); err != nil {
+				return err
+			}
+			atSync = true // restart the step from its sync: newcomers may have been admitted
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		ring := comm.Ring()
+		for i, v := range buf {
+			var want float32
+			for _, id := range ring {
+				want += contribution(id, step[0], i)
+			}
+			if v != want {
+				return fmt.Errorf("step %d element %d: %v, want %v (ring %v)", step[0], i, v, want, ring)
+			}
+		}
+		ops++
+		step[0]++
+		emit(event{Event: "step", Step: step[0], Rank: comm.Rank(), World: comm.WorldSize(), Rev: st.Revision,
+			Ops: ops, Aborts: aborts, Joins: joins, State: fmt.Sprintf("%016x", sharedstate.Hash(pccl.Bytes(buf)))})
+	}
+	emit(event{Event: "done", Step: step[0], Rank: comm.Rank(), World: comm.WorldSize(), Ops: ops, Aborts: aborts,
+		Joins: joins, State: fmt.Sprintf("%016x", sharedstate.Hash(pccl.Bytes(buf)))})
+	return nil
+}
