@@ -1,0 +1,396 @@
+// Command allreduce measures Concord's AllReduce among real processes on loopback and compares it
+// with the physical limit of this machine, measured by the same command in the same run.
+//
+//	go run ./bench/allreduce --peers 4 --size 64MiB --iters 5
+//
+// It starts a master and --peers peer processes (this program, re-executed), and in each iteration
+// every peer refills its buffer (untimed), passes a barrier (a one-element AllReduce on another tag),
+// then times one in-place float32 SUM AllReduce of --size bytes. An iteration's time is the maximum
+// over the peers; the figure is the median over --iters iterations after --warmup untimed ones. Every
+// element of every peer's result is checked against an independently computed sum, and the peers'
+// xxh3 result hashes must be equal.
+//
+// The limit: --peers processes in a ring (measured before and after the all-reduce, --ring-reps
+// timed repetitions each, median of all), each sending --size bytes from a real buffer to the next
+// while receiving as much from the previous, give the aggregate loopback throughput L; the ring's
+// 2(N-1)·D bytes cannot cross loopback faster than limit_seconds = 2(N-1)·D/L. The float adds of the
+// reduce-scatter, (N-1)·D bytes at the add rate Red of two goroutines, give limit_reduce_seconds =
+// (N-1)·D·(2/L + 1/Red), the true ceiling when both share the same cores.
+//
+// Progress goes to stderr. Stdout gets the baseline harness's line
+//
+//	RESULT lib=concord n=N bytes=D median_s=... min_s=... max_s=... iters=K check=ok|FAIL
+//
+// and, last, one JSON object with the figures.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/concord-ccl/concord/bench/internal/measure"
+	"github.com/concord-ccl/concord/bench/internal/workload"
+	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// Tags of the two collectives every iteration runs.
+const (
+	tagData    = 1
+	tagBarrier = 2
+)
+
+// Environment of the peer role.
+const (
+	envMaster  = "CONCORD_BENCH_MASTER"
+	envParams  = "CONCORD_BENCH_PARAMS"
+	rolePeer   = "peer"
+	addThreads = 2 // goroutines of the add-rate measurement: one per core of the reference machine
+)
+
+// params is what every peer is told, as JSON in envParams.
+type params struct {
+	Peers      int    `json:"peers"`
+	Bytes      int    `json:"bytes"`
+	Iters      int    `json:"iters"`
+	Warmup     int    `json:"warmup"`
+	Pool       int    `json:"pool"`
+	Part       int    `json:"part"`
+	ProfileDir string `json:"profile_dir"`
+}
+
+// iterEvent is the line a peer prints after each iteration.
+type iterEvent struct {
+	Event   string  `json:"event"` // "iter"
+	Rank    int     `json:"rank"`
+	Iter    int     `json:"iter"`
+	Warm    bool    `json:"warm"` // a warm-up iteration, not timed
+	Seconds float64 `json:"seconds"`
+	OK      bool    `json:"ok"`
+	Hash    string  `json:"hash"`
+	Detail  string  `json:"detail,omitempty"`
+}
+
+// result is the last line on stdout.
+type result struct {
+	Peers              int       `json:"peers"`
+	Bytes              int       `json:"bytes"`
+	Iters              int       `json:"iters"`
+	Warmup             int       `json:"warmup"`
+	Pool               int       `json:"pool"`
+	PartBytes          int       `json:"part_bytes"`
+	Seconds            []float64 `json:"seconds"`
+	SecondsMedian      float64   `json:"seconds_median"`
+	SecondsMin         float64   `json:"seconds_min"`
+	SecondsMax         float64   `json:"seconds_max"`
+	AlgbwGBps          float64   `json:"algbw_gbps"`
+	BusbwGBps          float64   `json:"busbw_gbps"`
+	RingSeconds        []float64 `json:"ring_seconds"`
+	RingAggregateGBps  float64   `json:"ring_aggregate_gbps"`
+	RingPerRankGBps    float64   `json:"ring_per_rank_gbps"`
+	AddRateGBps        float64   `json:"add_rate_gbps"`
+	LimitSeconds       float64   `json:"limit_seconds"`
+	Efficiency         float64   `json:"efficiency"`
+	LimitReduceSeconds float64   `json:"limit_reduce_seconds"`
+	EfficiencyReduce   float64   `json:"efficiency_reduce"`
+	Correct            bool      `json:"correct"`
+	ElementsChecked    int64     `json:"elements_checked"`
+	HashesEqual        bool      `json:"hashes_equal"`
+	Failure            string    `json:"failure,omitempty"`
+}
+
+// roles are the roles this program runs as a child.
+var roles = map[string]func() int{rolePeer: peerMain, measure.RoleRing: measure.RingMain}
+
+func main() {
+	cluster.Main(roles)
+	os.Exit(run())
+}
+
+// hiddenFlags are left out of the usage text.
+var hiddenFlags = map[string]bool{"cpuprofile-dir": true}
+
+func run() int {
+	fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
+	peers := fs.Int("peers", 4, "number of peer processes")
+	sizeStr := fs.String("size", "64MiB", "buffer size per peer: bytes, or with a unit (KiB, MiB, GiB; K, M, G are binary)")
+	iters := fs.Int("iters", 5, "timed iterations")
+	warmup := fs.Int("warmup", 1, "untimed warm-up iterations")
+	pool := fs.Int("pool", 0, "connections per neighbour (0: the library's default)")
+	partStr := fs.String("part", "0", "pipelining granularity in bytes (0: the library's default)")
+	ringReps := fs.Int("ring-reps", 5, "timed repetitions of the loopback ring measurement")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
+	profDir := fs.String("cpuprofile-dir", "", "write a CPU profile of every peer's timed iterations to this directory")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: go run ./bench/allreduce [flags]\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			if !hiddenFlags[f.Name] {
+				fmt.Fprintf(fs.Output(), "  --%s\t%s (default %q)\n", f.Name, f.Usage, f.DefValue)
+			}
+		})
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	size, err := measure.ParseSize(*sizeStr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "allreduce: --size:", err)
+		return 2
+	}
+	part, err := measure.ParseSize(*partStr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "allreduce: --part:", err)
+		return 2
+	}
+	if *peers < 2 || size <= 0 || size%4 != 0 || *iters < 1 || *warmup < 0 || *ringReps < 1 {
+		fmt.Fprintln(os.Stderr, "allreduce: need --peers >= 2, --size a positive multiple of 4, --iters >= 1, --warmup >= 0")
+		return 2
+	}
+	if *profDir != "" {
+		if *profDir, err = filepath.Abs(*profDir); err == nil {
+			err = os.MkdirAll(*profDir, 0o755)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "allreduce: --cpuprofile-dir:", err)
+			return 2
+		}
+	}
+	p := params{Peers: *peers, Bytes: int(size), Iters: *iters, Warmup: *warmup, Pool: *pool, Part: int(part), ProfileDir: *profDir}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, *timeout)
+	defer cancelT()
+	c := cluster.New(cluster.Config{})
+	res, err := bench(ctx, c, p, *ringReps)
+	if cerr := c.Close(); cerr != nil {
+		fmt.Fprintln(os.Stderr, "allreduce:", cerr)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "allreduce: FAILED:", err)
+		res.Failure = err.Error()
+	}
+	check := "ok"
+	if !res.Correct {
+		check = "FAIL"
+	}
+	if res.SecondsMedian > 0 {
+		fmt.Printf("RESULT lib=concord n=%d bytes=%d median_s=%.6f min_s=%.6f max_s=%.6f iters=%d check=%s\n",
+			p.Peers, p.Bytes, res.SecondsMedian, res.SecondsMin, res.SecondsMax, len(res.Seconds), check)
+	}
+	js, _ := json.Marshal(res)
+	fmt.Println(string(js))
+	if err != nil || !res.Correct {
+		return 1
+	}
+	return 0
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "allreduce: "+format+"\n", args...)
+}
+
+// bench measures the limits, then the all-reduce. The result carries whatever was measured before a
+// failure.
+func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (result, error) {
+	n, d := p.Peers, float64(p.Bytes)
+	res := result{Peers: n, Bytes: p.Bytes, Iters: p.Iters, Warmup: p.Warmup, Pool: p.Pool, PartBytes: p.Part}
+
+	progress("measuring the loopback ring: %d processes, %d bytes each, 1+%d repetitions", n, p.Bytes, ringReps)
+	ring, err := measure.LoopbackRing(ctx, c, n, p.Bytes, 1, ringReps)
+	if err != nil {
+		return res, fmt.Errorf("ring limit: %w", err)
+	}
+	red := measure.AddRate(p.Bytes, addThreads, 5)
+	res.AddRateGBps = red / 1e9
+	progress("add rate (%d goroutines): %.3f GB/s", addThreads, res.AddRateGBps)
+
+	_, addr, err := c.StartMaster(ctx, master.LAN())
+	if err != nil {
+		return res, fmt.Errorf("master: %w", err)
+	}
+	js, _ := json.Marshal(p)
+	env := []string{envMaster + "=" + addr, envParams + "=" + string(js)}
+	procs := make([]*cluster.Proc, n)
+	for i := range procs {
+		if procs[i], err = c.Spawn(cluster.Spec{Role: rolePeer, Name: fmt.Sprintf("peer-%d", i), Env: env}); err != nil {
+			return res, err
+		}
+	}
+	progress("master on %s, %d peers started", addr, n)
+
+	total := p.Warmup + p.Iters
+	times := make([]float64, total)
+	hashes := make([]string, total)
+	res.Correct, res.HashesEqual = true, true
+	for _, pr := range procs {
+		for it := range total {
+			l, err := awaitEvent(ctx, pr, "iter")
+			if err != nil {
+				return res, err
+			}
+			var ev iterEvent
+			if err := l.Decode(&ev); err != nil {
+				return res, err
+			}
+			if ev.Iter != it {
+				return res, fmt.Errorf("%s: iteration %d reported as %d", pr.Name(), it, ev.Iter)
+			}
+			times[it] = max(times[it], ev.Seconds)
+			if !ev.OK {
+				res.Correct = false
+				progress("%s iteration %d: WRONG RESULT: %s", pr.Name(), it, ev.Detail)
+			} else {
+				res.ElementsChecked += int64(p.Bytes / 4)
+			}
+			if hashes[it] == "" {
+				hashes[it] = ev.Hash
+			} else if hashes[it] != ev.Hash {
+				res.HashesEqual = false
+				progress("%s iteration %d: hash %s differs from %s", pr.Name(), it, ev.Hash, hashes[it])
+			}
+		}
+	}
+	for _, pr := range procs {
+		if code, err := pr.Wait(ctx); err != nil {
+			return res, err
+		} else if code != 0 {
+			return res, fmt.Errorf("%s exited with status %d", pr.Name(), code)
+		}
+	}
+	res.Correct = res.Correct && res.HashesEqual
+	res.Seconds = times[p.Warmup:]
+
+	// The ring again, so that the limit brackets the all-reduce in time: on a shared machine the
+	// neighbours' load drifts.
+	progress("measuring the loopback ring again: 1+%d repetitions", ringReps)
+	after, err := measure.LoopbackRing(ctx, c, n, p.Bytes, 1, ringReps)
+	if err != nil {
+		return res, fmt.Errorf("ring limit: %w", err)
+	}
+	res.RingSeconds = append(ring.Times, after.Times...)
+	ringSec := measure.Median(res.RingSeconds)
+	agg := float64(n) * d / ringSec
+	res.RingAggregateGBps, res.RingPerRankGBps = agg/1e9, d/ringSec/1e9
+	progress("ring: L = %.3f GB/s aggregate, R = %.3f GB/s per rank", res.RingAggregateGBps, res.RingPerRankGBps)
+	res.LimitSeconds = 2 * float64(n-1) * d / agg
+	res.LimitReduceSeconds = float64(n-1) * d * (2/agg + 1/red)
+	for it, t := range times {
+		progress("iteration %d%s: %.4f s", it, map[bool]string{true: " (warm-up)"}[it < p.Warmup], t)
+	}
+	res.SecondsMedian = measure.Median(res.Seconds)
+	res.SecondsMin, res.SecondsMax = slices.Min(res.Seconds), slices.Max(res.Seconds)
+	res.AlgbwGBps = d / res.SecondsMedian / 1e9
+	res.BusbwGBps = res.AlgbwGBps * 2 * float64(n-1) / float64(n)
+	res.Efficiency = res.LimitSeconds / res.SecondsMedian
+	res.EfficiencyReduce = res.LimitReduceSeconds / res.SecondsMedian
+	return res, nil
+}
+
+// awaitEvent reads pr's lines until event; a line with event "error" fails it.
+func awaitEvent(ctx context.Context, pr *cluster.Proc, event string) (cluster.Line, error) {
+	for {
+		l, err := pr.Next(ctx)
+		if err != nil {
+			return l, fmt.Errorf("waiting for %q: %w", event, err)
+		}
+		switch l.Event {
+		case event:
+			return l, nil
+		case "error":
+			return l, fmt.Errorf("%s", l)
+		}
+	}
+}
+
+// peerMain is the peer role.
+func peerMain() int {
+	if err := peer(); err != nil {
+		cluster.Emit(map[string]string{"event": "error", "error": err.Error()})
+		return 1
+	}
+	return 0
+}
+
+func peer() error {
+	var p params
+	if err := json.Unmarshal([]byte(os.Getenv(envParams)), &p); err != nil {
+		return fmt.Errorf("%s: %w", envParams, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cfg := pccl.LAN()
+	cfg.Master = os.Getenv(envMaster)
+	cfg.Logger = cluster.Logger()
+	if p.Pool > 0 {
+		cfg.PoolSize = p.Pool
+	}
+	cfg.PartBytes = p.Part
+	comm, err := pccl.Connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer comm.Close()
+	jctx, jcancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = workload.Join(jctx, comm, p.Peers)
+	jcancel()
+	if err != nil {
+		return err
+	}
+	rank, world := comm.Rank(), comm.WorldSize()
+	cluster.Emit(map[string]any{"event": "joined", "rank": rank, "world": world})
+
+	count := p.Bytes / 4
+	buf := make([]float32, count)
+	b := pccl.Bytes(buf)
+	one := make([]float32, 1)
+	data := pccl.Desc{Tag: tagData, Count: count, DType: pccl.F32, Op: pccl.Sum}
+	barrier := pccl.Desc{Tag: tagBarrier, Count: 1, DType: pccl.F32, Op: pccl.Sum}
+	for it := range p.Warmup + p.Iters {
+		if it == p.Warmup && p.ProfileDir != "" {
+			f, err := os.Create(filepath.Join(p.ProfileDir, "peer-"+strconv.Itoa(rank)+".pprof"))
+			if err != nil {
+				return err
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
+		workload.Fill(buf, rank)
+		one[0] = 1
+		if err := comm.AllReduce(ctx, pccl.Bytes(one), pccl.Bytes(one), barrier); err != nil {
+			return fmt.Errorf("iteration %d: barrier: %w", it, err)
+		}
+		t0 := time.Now()
+		err := comm.AllReduce(ctx, b, b, data)
+		dt := time.Since(t0)
+		if err != nil {
+			return fmt.Errorf("iteration %d: %w", it, err)
+		}
+		ev := iterEvent{Event: "iter", Rank: rank, Iter: it, Warm: it < p.Warmup, Seconds: dt.Seconds(), OK: true,
+			Hash: fmt.Sprintf("%016x", workload.Hash(b))}
+		if m := workload.Check(buf, world); m != nil {
+			ev.OK, ev.Detail = false, m.Error()
+		}
+		if one[0] != float32(world) {
+			ev.OK, ev.Detail = false, fmt.Sprintf("barrier sum %v, want %d; %s", one[0], world, ev.Detail)
+		}
+		if err := cluster.Emit(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,579 @@
+// Command recovery measures how fast Concord's survivors notice a dead or hung peer and carry on.
+//
+//	go run ./bench/recovery --peers 4
+//
+// It starts a master (LAN preset: heartbeats every 250ms, a peer is gone after 1.5s of silence) and
+// --peers peer processes (this program, re-executed) that loop like a training job: if peers are
+// pending, UpdateTopology; AllReduce --size bytes (256 MiB); on ErrPeerLeft or ErrAborted, check that
+// the buffer is unchanged (xxh3 of the buffer before the call), UpdateTopology and retry. Every peer
+// reports each event as a JSON line stamped with the machine's wall clock.
+//
+// Kill rounds (--kills, 20): while an AllReduce is in flight on every peer, after a random delay
+// within the expected duration of the call, SIGKILL one peer. abort_ms is the time from the kill
+// until every survivor's call has returned its error; resume_ms until every survivor's next AllReduce
+// has completed and its result checked. Then a replacement is spawned and admitted, and the next
+// round waits for the full group.
+//
+// Stall rounds (--stalls, 5): SIGSTOP one peer mid-call; stall_ms is the time until every survivor's
+// call has returned an error (the master declares the silent peer gone after its heartbeat timeout).
+// The peer is then continued with SIGCONT: it must leave cleanly (kicked) or rejoin; a replacement
+// takes its place if it left.
+//
+// p50 and p99 are nearest-rank percentiles; with fewer than 100 samples p99 is the maximum (the key
+// samples says how many). A round whose kill came after the call had already finished somewhere is
+// not a sample; it is repeated (kills_missed counts them). Progress goes to stderr, the JSON result is
+// the last line on stdout. Everything is bounded by --timeout: on a hang the command fails with a
+// message saying what it waited for, and kills every child.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/concord-ccl/concord/bench/internal/measure"
+	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// Targets the result is compared to.
+const (
+	targetAbortP99 = 100.0  // ms, on loopback
+	targetStallP99 = 2500.0 // ms
+)
+
+// Bounds of the waits within one round.
+const (
+	waitAbort  = 30 * time.Second
+	waitResume = 60 * time.Second
+	waitJoin   = 90 * time.Second
+	waitLeave  = 20 * time.Second
+)
+
+type result struct {
+	Peers           int       `json:"peers"`
+	Bytes           int       `json:"bytes"`
+	Kills           int       `json:"kills"`
+	Stalls          int       `json:"stalls"`
+	Samples         int       `json:"samples"`
+	StallSamples    int       `json:"stall_samples"`
+	PercentileNote  string    `json:"percentile_note"`
+	AbortMsP50      float64   `json:"abort_ms_p50"`
+	AbortMsP99      float64   `json:"abort_ms_p99"`
+	ResumeMsP50     float64   `json:"resume_ms_p50"`
+	ResumeMsP99     float64   `json:"resume_ms_p99"`
+	StallMsP50      float64   `json:"stall_ms_p50"`
+	StallMsP99      float64   `json:"stall_ms_p99"`
+	BuffersRestored bool      `json:"buffers_restored"`
+	ResultsCorrect  bool      `json:"results_correct"`
+	AbortMs         []float64 `json:"abort_ms"`
+	ResumeMs        []float64 `json:"resume_ms"`
+	AbortFirstMs    []float64 `json:"abort_first_ms"`
+	VictimExitMs    []float64 `json:"victim_exit_ms"`
+	// AbortAfterExitMsP99 is the p99 over kill rounds of (last survivor's return − the moment the
+	// parent saw the victim reaped): the part of abort_ms after the kernel has torn the victim down and
+	// closed its sockets. It may be negative: sockets close before the process is reaped.
+	AbortAfterExitMsP50 float64        `json:"abort_after_victim_exit_ms_p50"`
+	AbortAfterExitMsP99 float64        `json:"abort_after_victim_exit_ms_p99"`
+	StallMs             []float64      `json:"stall_ms"`
+	StallResumeMs       []float64      `json:"stall_resume_ms"`
+	AbortErrors         map[string]int `json:"abort_errors"`
+	StalledPeerExit     map[string]int `json:"stalled_peer_outcome"`
+	KillsMissed         int            `json:"kills_missed"`
+	OpSecondsMedian     float64        `json:"op_seconds_median"`
+	TargetsMet          bool           `json:"targets_met"`
+	Failure             string         `json:"failure,omitempty"`
+}
+
+// roles are the roles this program runs as a child.
+var roles = map[string]func() int{rolePeer: peerMain}
+
+func main() {
+	cluster.Main(roles)
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("recovery", flag.ContinueOnError)
+	peers := fs.Int("peers", 4, "number of peer processes")
+	sizeStr := fs.String("size", "256MiB", "AllReduce buffer size per peer")
+	kills := fs.Int("kills", 20, "SIGKILL rounds")
+	stalls := fs.Int("stalls", 5, "SIGSTOP rounds")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
+	seed := fs.Uint64("seed", 1, "seed of the victims and kill delays")
+	verbose := fs.Bool("v", false, "print every line of every peer to stderr")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	size, err := measure.ParseSize(*sizeStr)
+	if err != nil || size <= 0 || size%4 != 0 || *peers < 3 || *kills < 0 || *stalls < 0 {
+		fmt.Fprintln(os.Stderr, "recovery: need --peers >= 3 (two survivors), --size a positive multiple of 4, --kills and --stalls >= 0")
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, *timeout)
+	defer cancelT()
+
+	c := cluster.New(cluster.Config{})
+	b := newBench(c, *peers, int(size), *seed, *timeout+time.Minute)
+	b.verbose = *verbose
+	b.res.Kills, b.res.Stalls = *kills, *stalls
+	err = b.run(ctx, *kills, *stalls)
+	if cerr := c.Close(); cerr != nil {
+		fmt.Fprintln(os.Stderr, "recovery:", cerr)
+	}
+	res := b.summary()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "recovery: FAILED:", err)
+		res.Failure = err.Error()
+		res.TargetsMet = false
+	}
+	js, _ := json.Marshal(res)
+	fmt.Println(string(js))
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "recovery: "+format+"\n", args...)
+}
+
+// peerState is what the parent knows of one peer from its lines.
+type peerState struct {
+	proc   *cluster.Proc
+	victim bool // killed or stopped by us: no longer counted among the live peers
+	start  peerEvent
+	done   peerEvent
+	abort  peerEvent
+	exit   peerEvent
+}
+
+// bench runs the rounds. It is used by one goroutine.
+type bench struct {
+	c        *cluster.Cluster
+	n, bytes int
+	rng      *rand.Rand
+	lifetime time.Duration
+	verbose  bool
+	env      []string
+	spawned  int
+	peers    map[*cluster.Proc]*peerState
+	opSecs   []float64
+	res      result
+}
+
+// newBench returns a bench of n peers of the given buffer size in c; peers give up after lifetime.
+func newBench(c *cluster.Cluster, n, bytes int, seed uint64, lifetime time.Duration) *bench {
+	return &bench{
+		c: c, n: n, bytes: bytes, rng: rand.New(rand.NewPCG(seed, 0x5eed)), lifetime: lifetime,
+		peers: map[*cluster.Proc]*peerState{},
+		res: result{Peers: n, Bytes: bytes, BuffersRestored: true, ResultsCorrect: true,
+			AbortErrors: map[string]int{}, StalledPeerExit: map[string]int{},
+			PercentileNote: "nearest rank; with fewer than 100 samples p99 is the maximum"},
+	}
+}
+
+func (b *bench) spawn() error {
+	p, err := b.c.Spawn(cluster.Spec{Role: rolePeer, Name: fmt.Sprintf("peer-%d", b.spawned), Env: b.env})
+	if err != nil {
+		return err
+	}
+	b.spawned++
+	b.peers[p] = &peerState{proc: p}
+	return nil
+}
+
+// live returns the peers that are neither victims nor exited, in spawn order.
+func (b *bench) live() []*peerState {
+	var out []*peerState
+	for _, p := range b.c.Procs() {
+		if s := b.peers[p]; s != nil && !s.victim && s.exit.Event == "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// handle records one line.
+func (b *bench) handle(l cluster.Line) error {
+	if b.verbose {
+		progress("%s", l)
+	}
+	s := b.peers[l.Proc]
+	if s == nil {
+		return nil // the master
+	}
+	var ev peerEvent
+	if err := l.Decode(&ev); err != nil {
+		return nil // not one of ours (a stray print)
+	}
+	switch ev.Event {
+	case "op_started":
+		s.start = ev
+	case "op_done":
+		s.done = ev
+		if !ev.OK {
+			b.res.ResultsCorrect = false
+			progress("%s: WRONG RESULT (world %d): %s", l.Proc.Name(), ev.World, ev.Detail)
+		}
+		if ev.World == b.n {
+			b.opSecs = append(b.opSecs, ev.Seconds)
+		}
+	case "aborted":
+		s.abort = ev
+		if !ev.Restored {
+			b.res.BuffersRestored = false
+			progress("%s: buffer NOT restored after %s", l.Proc.Name(), ev.Kind)
+		}
+	case "exit":
+		s.exit = ev
+		if !s.victim {
+			// A peer nobody hurt was kicked (e.g. heartbeats starved on an overloaded machine): the
+			// group can no longer become whole, so say so now instead of timing out later.
+			return fmt.Errorf("%s left unexpectedly: %s: %s", l.Proc.Name(), ev.Kind, ev.Detail)
+		}
+	case "error":
+		if !s.victim {
+			return fmt.Errorf("%s: %s", l.Proc.Name(), ev.Detail)
+		}
+	}
+	return nil
+}
+
+// until processes lines until cond holds, for at most limit; what names the wait in errors.
+func (b *bench) until(ctx context.Context, limit time.Duration, what string, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case l, ok := <-b.c.Lines():
+			if !ok {
+				return errors.New("cluster closed")
+			}
+			if err := b.handle(l); err != nil {
+				return err
+			}
+		case <-tick.C:
+			for _, s := range b.live() {
+				select {
+				case <-s.proc.Done():
+					return fmt.Errorf("while waiting for %s: %s exited unexpectedly with status %d", what, s.proc.Name(), s.proc.ExitCode())
+				default:
+				}
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("hang: %s did not happen within %v (%w); %s", what, limit, ctx.Err(), b.describe())
+		}
+	}
+	return nil
+}
+
+// describe names the last call each live peer started, completed and saw fail, for hang reports.
+func (b *bench) describe() string {
+	var parts []string
+	for _, s := range b.live() {
+		parts = append(parts, fmt.Sprintf("%s: started #%d (world %d), done #%d (world %d), aborted #%d (%s)",
+			s.proc.Name(), s.start.Seq, s.start.World, s.done.Seq, s.done.World, s.abort.Seq, s.abort.Kind))
+	}
+	return "live peers: " + strings.Join(parts, "; ")
+}
+
+// allStartedSince waits until every live peer has started a call at full size after t.
+func (b *bench) allStartedSince(ctx context.Context, t int64) error {
+	return b.until(ctx, waitJoin, fmt.Sprintf("all %d peers in an AllReduce at full size", b.n), func() bool {
+		live := b.live()
+		if len(live) != b.n {
+			return false
+		}
+		for _, s := range live {
+			if s.start.T < t || s.start.World != b.n || s.start.Seq <= s.done.Seq || s.start.Seq <= s.abort.Seq {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (b *bench) run(ctx context.Context, kills, stalls int) error {
+	_, addr, err := b.c.StartMaster(ctx, master.LAN())
+	if err != nil {
+		return fmt.Errorf("master: %w", err)
+	}
+	js, _ := json.Marshal(params{Bytes: b.bytes, Lifetime: b.lifetime})
+	b.env = []string{envMaster + "=" + addr, envParams + "=" + string(js)}
+	for range b.n {
+		if err := b.spawn(); err != nil {
+			return err
+		}
+	}
+	progress("master on %s; %d peers, %d bytes per AllReduce", addr, b.n, b.bytes)
+	// Two full-size calls complete before the first round, to learn how long one takes.
+	if err := b.until(ctx, waitJoin, "two full-size AllReduce calls", func() bool { return len(b.opSecs) >= 2*b.n }); err != nil {
+		return err
+	}
+	for done, tries := 0, 0; done < kills; tries++ {
+		if tries >= 2*kills+5 {
+			return fmt.Errorf("only %d of %d kill rounds hit a call in flight after %d tries", done, kills, tries)
+		}
+		ok, err := b.killRound(ctx, done)
+		if err != nil {
+			return fmt.Errorf("kill round %d: %w", done+1, err)
+		}
+		if ok {
+			done++
+		}
+	}
+	for done, tries := 0, 0; done < stalls; tries++ {
+		if tries >= 2*stalls+5 {
+			return fmt.Errorf("only %d of %d stall rounds hit a call in flight after %d tries", done, stalls, tries)
+		}
+		ok, err := b.stallRound(ctx, done)
+		if err != nil {
+			return fmt.Errorf("stall round %d: %w", done+1, err)
+		}
+		if ok {
+			done++
+		}
+	}
+	return nil
+}
+
+// strike waits for a call in flight on every peer, sleeps a random part of its expected duration,
+// and picks a victim. It returns nil (and no error) if a call finished during the sleep: the caller
+// then repeats the round.
+func (b *bench) strike(ctx context.Context) (*peerState, error) {
+	if err := b.allStartedSince(ctx, time.Now().UnixNano()); err != nil {
+		return nil, err
+	}
+	est := measure.Median(b.opSecs[max(0, len(b.opSecs)-8*b.n):])
+	delay := time.Duration((0.05 + 0.45*b.rng.Float64()) * est * float64(time.Second))
+	time.Sleep(delay)
+	live := b.live()
+	// Take in what arrived during the sleep: a call that ended already makes this round void.
+	for {
+		select {
+		case l := <-b.c.Lines():
+			if err := b.handle(l); err != nil {
+				return nil, err
+			}
+			continue
+		default:
+		}
+		break
+	}
+	for _, s := range live {
+		if s.done.Seq >= s.start.Seq || s.abort.Seq >= s.start.Seq {
+			b.res.KillsMissed++
+			return nil, nil
+		}
+	}
+	return live[b.rng.IntN(len(live))], nil
+}
+
+// survivorsAborted waits until every survivor's call has returned an error after t and returns the
+// latest return time. It reports whether some survivor completed a call after t instead (the fault
+// came too late to hit that call).
+func (b *bench) survivorsAborted(ctx context.Context, t int64, what string) (first, last int64, late bool, err error) {
+	err = b.until(ctx, waitAbort, what, func() bool {
+		for _, s := range b.live() {
+			if s.abort.T < t {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return 0, 0, false, err
+	}
+	first = math.MaxInt64
+	for _, s := range b.live() {
+		first, last = min(first, s.abort.T), max(last, s.abort.T)
+		b.res.AbortErrors[s.abort.Kind]++
+		if s.done.T >= t && s.done.T < s.abort.T {
+			late = true
+		}
+	}
+	return first, last, late, nil
+}
+
+// survivorsResumed waits until every survivor has completed a call after its abort and returns the
+// latest completion time.
+func (b *bench) survivorsResumed(ctx context.Context) (int64, error) {
+	var last int64
+	err := b.until(ctx, waitResume, "every survivor completing an AllReduce after the failure", func() bool {
+		for _, s := range b.live() {
+			if s.done.T < s.abort.T {
+				return false
+			}
+		}
+		return true
+	})
+	for _, s := range b.live() {
+		last = max(last, s.done.T)
+	}
+	return last, err
+}
+
+func (b *bench) killRound(ctx context.Context, i int) (bool, error) {
+	v, err := b.strike(ctx)
+	if err != nil || v == nil {
+		return false, err
+	}
+	exited := make(chan int64, 1)
+	tk := time.Now().UnixNano()
+	if err := v.proc.Kill(); err != nil {
+		return false, err
+	}
+	go func() {
+		<-v.proc.Done()
+		exited <- time.Now().UnixNano()
+	}()
+	v.victim = true
+	first, last, late, err := b.survivorsAborted(ctx, tk, "every survivor's AllReduce returning an error after SIGKILL of "+v.proc.Name())
+	if err != nil {
+		return false, err
+	}
+	resumed, err := b.survivorsResumed(ctx)
+	if err != nil {
+		return false, err
+	}
+	if late {
+		b.res.KillsMissed++
+		progress("kill %d: %s killed after a call had finished; not a sample", i+1, v.proc.Name())
+	} else {
+		abort, resume := float64(last-tk)/1e6, float64(resumed-tk)/1e6
+		var gone float64
+		select {
+		case te := <-exited:
+			gone = float64(te-tk) / 1e6
+		case <-time.After(waitLeave):
+			return false, fmt.Errorf("hang: %s not reaped %v after SIGKILL", v.proc.Name(), waitLeave)
+		}
+		b.res.AbortMs = append(b.res.AbortMs, abort)
+		b.res.AbortFirstMs = append(b.res.AbortFirstMs, float64(first-tk)/1e6)
+		b.res.VictimExitMs = append(b.res.VictimExitMs, gone)
+		b.res.ResumeMs = append(b.res.ResumeMs, resume)
+		progress("kill %d: %s; victim gone after %.1f ms; survivors aborted after %.1f ms (first %.1f ms), resumed after %.1f ms",
+			i+1, v.proc.Name(), gone, abort, float64(first-tk)/1e6, resume)
+	}
+	return !late, b.replace(ctx)
+}
+
+func (b *bench) stallRound(ctx context.Context, i int) (bool, error) {
+	v, err := b.strike(ctx)
+	if err != nil || v == nil {
+		return false, err
+	}
+	ts := time.Now().UnixNano()
+	if err := v.proc.Stop(); err != nil {
+		return false, err
+	}
+	v.victim = true
+	_, last, late, err := b.survivorsAborted(ctx, ts, "every survivor's AllReduce returning an error after SIGSTOP of "+v.proc.Name())
+	if err != nil {
+		return false, err
+	}
+	if err := v.proc.Continue(); err != nil {
+		return false, err
+	}
+	resumed, err := b.survivorsResumed(ctx)
+	if err != nil {
+		return false, err
+	}
+	// The continued peer must leave by itself (kicked) or come back into the group.
+	rejoined := false
+	err = b.until(ctx, waitLeave, v.proc.Name()+" leaving or rejoining after SIGCONT", func() bool {
+		select {
+		case <-v.proc.Done():
+			return true
+		default:
+		}
+		rejoined = v.done.T > ts && v.done.OK
+		return rejoined
+	})
+	outcome := ""
+	switch {
+	case err != nil:
+		outcome = "stuck (killed)"
+		v.proc.Kill()
+	case rejoined:
+		outcome = "rejoined"
+		v.victim = false
+	default:
+		outcome = fmt.Sprintf("exited %d after %s", v.proc.ExitCode(), v.exit.Kind)
+	}
+	b.res.StalledPeerExit[outcome]++
+	if late {
+		b.res.KillsMissed++
+		progress("stall %d: %s stopped after a call had finished; not a sample", i+1, v.proc.Name())
+	} else {
+		stall, resume := float64(last-ts)/1e6, float64(resumed-ts)/1e6
+		b.res.StallMs = append(b.res.StallMs, stall)
+		b.res.StallResumeMs = append(b.res.StallResumeMs, resume)
+		progress("stall %d: %s; survivors aborted after %.1f ms, resumed after %.1f ms; the stopped peer %s", i+1, v.proc.Name(), stall, resume, outcome)
+	}
+	if rejoined {
+		return !late, nil
+	}
+	return !late, b.replace(ctx)
+}
+
+// replace spawns a peer for the one lost and waits until the group is whole again: every live peer
+// has completed a full-size call.
+func (b *bench) replace(ctx context.Context) error {
+	if err := b.spawn(); err != nil {
+		return err
+	}
+	t := time.Now().UnixNano()
+	return b.until(ctx, waitJoin, "the replacement joining and a full-size AllReduce completing everywhere", func() bool {
+		live := b.live()
+		if len(live) != b.n {
+			return false
+		}
+		for _, s := range live {
+			if s.done.T < t || s.done.World != b.n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (b *bench) summary() result {
+	r := b.res
+	r.Samples, r.StallSamples = len(r.AbortMs), len(r.StallMs)
+	r.AbortMsP50, r.AbortMsP99 = percentile(r.AbortMs, 50), percentile(r.AbortMs, 99)
+	r.ResumeMsP50, r.ResumeMsP99 = percentile(r.ResumeMs, 50), percentile(r.ResumeMs, 99)
+	r.StallMsP50, r.StallMsP99 = percentile(r.StallMs, 50), percentile(r.StallMs, 99)
+	r.OpSecondsMedian = percentile(b.opSecs, 50)
+	var after []float64
+	for i := range r.AbortMs {
+		after = append(after, r.AbortMs[i]-r.VictimExitMs[i])
+	}
+	r.AbortAfterExitMsP50, r.AbortAfterExitMsP99 = percentile(after, 50), percentile(after, 99)
+	r.TargetsMet = r.Samples > 0 && r.AbortMsP99 <= targetAbortP99 && (r.StallSamples == 0 || r.StallMsP99 <= targetStallP99) &&
+		r.BuffersRestored && r.ResultsCorrect
+	return r
+}
+
+// percentile is measure.Percentile, with 0 instead of NaN for no samples (JSON has no NaN).
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return measure.Percentile(xs, p)
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/concord-ccl/concord/internal/cluster"
+)
+
+func TestMain(m *testing.M) {
+	cluster.Main(roles)
+	goleak.VerifyTestMain(m)
+}
+
+// lockedBuffer collects the children's stderr for a failure report.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestRecoverySmall kills one peer and stops another on a small buffer: the survivors must abort
+// with their buffers restored, resume with correct results, and the stopped peer must be dealt with.
+func TestRecoverySmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stall round waits for the heartbeat timeout")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var logs lockedBuffer
+	c := cluster.New(cluster.Config{Stderr: &logs, Env: []string{cluster.EnvLog + "=info"}})
+	defer c.Close()
+	b := newBench(c, 3, 32<<20, 7, 3*time.Minute)
+	if err := b.run(ctx, 2, 1); err != nil {
+		c.Close()
+		t.Fatalf("%v\nchildren's stderr:\n%s", err, logs.String())
+	}
+	r := b.summary()
+	if r.Samples != 2 || r.StallSamples != 1 {
+		t.Fatalf("samples %d kill, %d stall; want 2 and 1", r.Samples, r.StallSamples)
+	}
+	if !r.BuffersRestored || !r.ResultsCorrect {
+		t.Fatalf("buffers restored %v, results correct %v", r.BuffersRestored, r.ResultsCorrect)
+	}
+	outcomes := 0
+	for _, n := range r.StalledPeerExit {
+		outcomes += n
+	}
+	if outcomes != 1 {
+		t.Fatalf("stalled peer outcomes %v", r.StalledPeerExit)
+	}
+	if r.StalledPeerExit["stuck (killed)"] != 0 {
+		t.Fatalf("the stopped peer neither left nor rejoined after SIGCONT: %v", r.StalledPeerExit)
+	}
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/concord-ccl/concord/bench/internal/workload"
+	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/pccl"
+)
+
+// Environment of the peer role.
+const (
+	envMaster = "CONCORD_BENCH_MASTER"
+	envParams = "CONCORD_BENCH_PARAMS"
+	rolePeer  = "peer"
+	tagData   = 1
+)
+
+// params is what every peer is told, as JSON in envParams.
+type params struct {
+	Bytes    int           `json:"bytes"`
+	Lifetime time.Duration `json:"lifetime"` // the peer gives up after this long
+}
+
+// peerEvent is every line a peer prints. T is wall-clock Unix nanoseconds: all processes share the
+// machine's clock, so the parent compares it with its own.
+type peerEvent struct {
+	Event    string  `json:"event"` // "connected", "op_started", "op_done", "aborted", "exit", "error"
+	T        int64   `json:"t"`
+	Seq      int     `json:"seq,omitempty"` // this peer's attempt number
+	Rank     int     `json:"rank"`
+	World    int     `json:"world"`
+	Seconds  float64 `json:"seconds,omitempty"`  // op_done: duration of the call
+	OK       bool    `json:"ok,omitempty"`       // op_done: every element right
+	Restored bool    `json:"restored,omitempty"` // aborted: the buffer hash equals the one before the call
+	Kind     string  `json:"kind,omitempty"`     // aborted, exit: which sentinel error
+	Detail   string  `json:"detail,omitempty"`
+}
+
+func emit(ev peerEvent) {
+	ev.T = time.Now().UnixNano()
+	cluster.Emit(ev)
+}
+
+// errorKind names the sentinel error err wraps.
+func errorKind(err error) string {
+	for _, k := range []struct {
+		err  error
+		name string
+	}{
+		{pccl.ErrPeerLeft, "ErrPeerLeft"}, {pccl.ErrAborted, "ErrAborted"}, {pccl.ErrTooFewPeers, "ErrTooFewPeers"},
+		{pccl.ErrKicked, "ErrKicked"}, {pccl.ErrClosed, "ErrClosed"}, {pccl.ErrMasterLost, "ErrMasterLost"},
+		{pccl.ErrDescriptorMismatch, "ErrDescriptorMismatch"}, {pccl.ErrBusy, "ErrBusy"},
+		{context.DeadlineExceeded, "deadline"},
+	} {
+		if errors.Is(err, k.err) {
+			return k.name
+		}
+	}
+	return "other"
+}
+
+// retryable reports whether the training loop recovers from err with UpdateTopology.
+func retryable(err error) bool {
+	return errors.Is(err, pccl.ErrPeerLeft) || errors.Is(err, pccl.ErrAborted) || errors.Is(err, pccl.ErrTooFewPeers)
+}
+
+// peerMain is the peer role: a training loop that only all-reduces, and recovers from failures.
+func peerMain() int {
+	var p params
+	if err := json.Unmarshal([]byte(os.Getenv(envParams)), &p); err != nil {
+		emit(peerEvent{Event: "error", Detail: fmt.Sprintf("%s: %v", envParams, err)})
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.Lifetime)
+	defer cancel()
+	cfg := pccl.LAN()
+	cfg.Master = os.Getenv(envMaster)
+	cfg.Logger = cluster.Logger()
+	comm, err := pccl.Connect(ctx, cfg)
+	if err != nil {
+		emit(peerEvent{Event: "error", Kind: errorKind(err), Detail: "connect: " + err.Error()})
+		return 1
+	}
+	defer comm.Close()
+	emit(peerEvent{Event: "connected", Rank: comm.Rank(), World: comm.WorldSize()})
+
+	count := p.Bytes / 4
+	buf := make([]float32, count)
+	b := pccl.Bytes(buf)
+	desc := pccl.Desc{Tag: tagData, Count: count, DType: pccl.F32, Op: pccl.Sum}
+	fill := true
+	// resume handles a failed call: it returns false when the peer must leave.
+	resume := func(err error) bool {
+		if !retryable(err) {
+			emit(peerEvent{Event: "exit", Kind: errorKind(err), Detail: err.Error()})
+			return false
+		}
+		if errors.Is(err, pccl.ErrTooFewPeers) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := comm.UpdateTopology(ctx); err != nil && !retryable(err) {
+			emit(peerEvent{Event: "exit", Kind: errorKind(err), Detail: "update topology: " + err.Error()})
+			return false
+		}
+		return true
+	}
+	for seq := 1; ; seq++ {
+		// Every member asks first, so that the answer is a vote of the whole group; after any
+		// UpdateTopology everyone comes back here (a newcomer starts here too).
+		pending, err := comm.ArePeersPending(ctx)
+		if err == nil && pending {
+			if err = comm.UpdateTopology(ctx); err == nil {
+				continue
+			}
+		}
+		if err != nil {
+			if !resume(err) {
+				return 0
+			}
+			continue
+		}
+		if fill {
+			workload.FillUniform(buf)
+			fill = false
+		}
+		before := workload.Hash(b)
+		rank, world := comm.Rank(), comm.WorldSize()
+		emit(peerEvent{Event: "op_started", Seq: seq, Rank: rank, World: world})
+		t0 := time.Now()
+		err = comm.AllReduce(ctx, b, b, desc)
+		if err == nil {
+			ev := peerEvent{Event: "op_done", Seq: seq, Rank: rank, World: world, Seconds: time.Since(t0).Seconds(), OK: true}
+			ev.T = time.Now().UnixNano()
+			if m := workload.CheckUniform(buf, world); m != nil {
+				ev.OK, ev.Detail = false, m.Error()
+			}
+			cluster.Emit(ev)
+			fill = true
+			continue
+		}
+		ev := peerEvent{Event: "aborted", Seq: seq, Rank: rank, World: world, Kind: errorKind(err), Detail: err.Error()}
+		ev.T = time.Now().UnixNano()
+		ev.Restored = workload.Hash(b) == before
+		cluster.Emit(ev)
+		if !resume(err) {
+			return 0
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// RoleMaster is the built-in role that runs a master server; see [Cluster.StartMaster].
+const RoleMaster = "master"
+
+// envMasterConfig carries the master's Config, as JSON, to the master role.
+const envMasterConfig = "CONCORD_CLUSTER_MASTER_CONFIG"
+
+// ListeningEvent is the line the master role prints once it accepts connections.
+type ListeningEvent struct {
+	Event string `json:"event"` // "listening"
+	Addr  string `json:"addr"`  // host:port on 127.0.0.1
+}
+
+// StartMaster starts the master role with cfg, waits until it listens, and returns the child and the
+// address peers connect to. It fails if the master does not report its address before ctx is done.
+func (c *Cluster) StartMaster(ctx context.Context, cfg master.Config) (*Proc, string, error) {
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("cluster: master config: %w", err)
+	}
+	p, err := c.Spawn(Spec{Role: RoleMaster, Name: "master", Env: []string{envMasterConfig + "=" + string(js)}})
+	if err != nil {
+		return nil, "", err
+	}
+	l, err := p.Await(ctx, "listening")
+	if err != nil {
+		return p, "", err
+	}
+	var ev ListeningEvent
+	if err := l.Decode(&ev); err != nil {
+		return p, "", err
+	}
+	return p, ev.Addr, nil
+}
+
+// masterMain is the master role: it serves on 127.0.0.1:0 until SIGTERM, SIGINT or the end of stdin.
+func masterMain() int {
+	var cfg master.Config
+	if js := os.Getenv(envMasterConfig); js != "" {
+		if err := json.Unmarshal([]byte(js), &cfg); err != nil {
+			fmt.Fprintf(os.Stderr, "master role: %s: %v\n", envMasterConfig, err)
+			return 1
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "master role: listen: %v\n", err)
+		return 1
+	}
+	srv := master.NewServer(master.ServerConfig{Config: cfg, Logger: Logger()})
+	if err := Emit(ListeningEvent{Event: "listening", Addr: ln.Addr().String()}); err != nil {
+		fmt.Fprintf(os.Stderr, "master role: %v\n", err)
+		return 1
+	}
+	if err := srv.Serve(ctx, ln); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "master role: serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
