@@ -207,9 +207,15 @@ func (c *Communicator) send(m wire.Message) error {
 	c.wbuf = wire.AppendFrame(c.wbuf[:0], m)
 	c.master.SetWriteDeadline(time.Now().Add(c.cfg.MasterTimeout))
 	if _, err := c.master.Write(c.wbuf); err != nil {
-		err = fmt.Errorf("pccl: write to master: %w: %w", ErrMasterLost, err)
-		c.die(err)
-		return err
+		// The master may have closed the connection after telling us why (a Kick): let the reader
+		// drain what it sent, and take its verdict.
+		c.master.SetReadDeadline(time.Now().Add(time.Second))
+		select {
+		case <-c.done:
+		case <-time.After(2 * time.Second):
+			c.die(fmt.Errorf("pccl: write to master: %w: %w", ErrMasterLost, err))
+		}
+		return c.err()
 	}
 	return nil
 }

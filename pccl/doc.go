@@ -23,6 +23,22 @@
 //		break
 //	}
 //
+// Membership calls are collective: every accepted peer makes the same sequence of UpdateTopology,
+// ArePeersPending, SyncSharedState, OptimizeTopology and collectives. A newcomer's first call after
+// Connect must be the one the accepted peers make right after the UpdateTopology that admitted it; the
+// simplest loop puts the sync there:
+//
+//	for step := ...; ; step++ {
+//		if !justJoined {
+//			if pending, _ := comm.ArePeersPending(ctx); pending {
+//				comm.UpdateTopology(ctx) // admits the newcomers
+//			}
+//		}
+//		state.Revision++
+//		comm.SyncSharedState(ctx, state, opts) // newcomers enter here and adopt the state
+//		... compute, AllReduce with retry; after a retry's UpdateTopology, go back to the sync ...
+//	}
+//
 // Which method returns which error:
 //   - Connect: ErrKicked (wrong token, unreachable), ErrMasterLost, ctx errors.
 //   - UpdateTopology: ErrBusy while collectives of this peer run, ErrKicked, ErrMasterLost, ErrClosed.

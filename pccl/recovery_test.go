@@ -236,13 +236,26 @@ func TestRecoveryWithoutCheckpoint(t *testing.T) {
 		}
 	}
 
-	// The crash: as soon as the victim has sent part of its gradient, its host goes down.
+	// The crash: as soon as every peer has sent part of its gradient, so that each of them runs the
+	// commenced all-reduce, the victim's host goes down.
 	const victim = 1
-	base := bytesFrom(g.net, hosts[victim], hosts)
+	base := make([]int64, len(hosts))
+	for i, h := range hosts {
+		base[i] = bytesFrom(g.net, h, hosts)
+	}
 	crashed := make(chan struct{})
 	go func() {
 		defer close(crashed)
-		for bytesFrom(g.net, hosts[victim], hosts) == base && ctx.Err() == nil {
+		for ctx.Err() == nil {
+			moving := 0
+			for i, h := range hosts {
+				if bytesFrom(g.net, h, hosts) > base[i] {
+					moving++
+				}
+			}
+			if moving == len(hosts) {
+				break
+			}
 			time.Sleep(50 * time.Microsecond)
 		}
 		g.net.Crash(hosts[victim])
