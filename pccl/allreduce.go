@@ -115,6 +115,14 @@ func (c *Communicator) AllReduce(ctx context.Context, send, recv []byte, d Desc)
 		case m := <-o.commenced:
 			return c.run(ctx, o, m, send, recv, d)
 		case <-o.over:
+			// A Commence may have arrived just before the verdict (both were ready): the master then
+			// counts us as a participant and waits for our Done.
+			select {
+			case m := <-o.commenced:
+				c.links.tombstone(m.Seq)
+				c.send(&wire.Done{Tag: d.Tag, Seq: m.Seq, Code: wire.CodeAborted, Detail: "aborted before it started here"})
+			default:
+			}
 			return outcomeError(what, o.outcome)
 		case <-c.done:
 			return fmt.Errorf("%s: %w", what, c.err())

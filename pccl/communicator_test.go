@@ -225,7 +225,18 @@ func TestPeerDiesMidCollective(t *testing.T) {
 		}(i, c)
 	}
 	// Let the collective start moving data, then crash the victim's host.
-	for g.net.Stats(hosts[victim], hosts[(victim+1)%4]) == 0 {
+	sent := func() (n int64) {
+		for i, h := range hosts {
+			if i != victim {
+				n += g.net.Stats(hosts[victim], h)
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(20 * time.Second); sent() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the collective never started moving data")
+		}
 		time.Sleep(100 * time.Microsecond)
 	}
 	g.net.Crash(hosts[victim])

@@ -159,7 +159,10 @@ func (m *Machine) nextMeasureRound() {
 
 func (m *Machine) measureReport(p *peer, r *wire.MeasureReport) {
 	o := m.opt
-	if o == nil || int(r.Round) != o.round || !slices.Contains(o.members, p.id) || o.reported[p.id] {
+	if o == nil {
+		return // the measurement was abandoned (a peer left) while this report was in flight
+	}
+	if int(r.Round) != o.round || !slices.Contains(o.members, p.id) || o.reported[p.id] {
 		m.kick(p.id, "MeasureReport outside a measurement round")
 		return
 	}
