@@ -52,6 +52,8 @@ type Communicator struct {
 	servingHashes   map[string]uint64 // its hashes at vote time
 	syncActive      bool              // a SyncSharedState call waits for the master
 	lastOptimize    OptimizeStats
+	serveConns      map[net.Conn]bool // connections serving a state range now
+	serveWG         sync.WaitGroup    // one per range being served
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup

@@ -101,11 +101,7 @@ func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncO
 	default:
 	}
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.serving, c.servingHashes, c.syncActive = nil, nil, false
-		c.mu.Unlock()
-	}()
+	defer c.stopServing()
 
 	if err := c.send(&wire.VoteSync{Strategy: uint8(opt.Strategy), Digest: sharedstate.EncodeDigest(d)}); err != nil {
 		return res, err
@@ -312,38 +308,61 @@ func (c *Communicator) serveState(conn net.Conn) {
 		if !ok {
 			return
 		}
-		data, reason := c.stateRange(req)
+		conn.SetWriteDeadline(time.Time{})
+		data, reason := c.stateRange(conn, req)
 		if reason != "" {
+			conn.SetWriteDeadline(time.Now().Add(c.cfg.DialTimeout))
 			conn.Write(wire.AppendFrame(nil, &wire.StateResponse{OK: false, Detail: reason}))
 			return
 		}
-		conn.SetWriteDeadline(time.Time{})
-		if req.Compress {
-			if enc == nil {
-				if enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1)); err != nil {
-					return
-				}
-			}
-			z := enc.EncodeAll(data, nil)
-			if _, err := conn.Write(wire.AppendFrame(nil, &wire.StateResponse{OK: true, Len: uint64(len(z)), Compressed: true})); err != nil {
-				return
-			}
-			if _, err := conn.Write(z); err != nil {
-				return
-			}
-			continue
-		}
-		if _, err := conn.Write(wire.AppendFrame(nil, &wire.StateResponse{OK: true, Len: uint64(len(data))})); err != nil {
-			return
-		}
-		if _, err := conn.Write(data); err != nil {
+		err = c.sendRange(conn, data, req.Compress, &enc)
+		c.endServe(conn)
+		if err != nil {
 			return
 		}
 	}
 }
 
-// stateRange returns the requested bytes of the state we serve, or why not.
-func (c *Communicator) stateRange(req *wire.StateRequest) ([]byte, string) {
+// sendRange writes one StateResponse and its bytes (compressed if asked). It holds a serve lease.
+func (c *Communicator) sendRange(conn net.Conn, data []byte, compress bool, enc **zstd.Encoder) error {
+	if compress {
+		if *enc == nil {
+			e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+			if err != nil {
+				return err
+			}
+			*enc = e
+		}
+		z := (*enc).EncodeAll(data, make([]byte, 0, len(data)+len(data)/16+1024))
+		if _, err := conn.Write(wire.AppendFrame(nil, &wire.StateResponse{OK: true, Len: uint64(len(z)), Compressed: true})); err != nil {
+			return err
+		}
+		_, err := conn.Write(z)
+		return err
+	}
+	if _, err := conn.Write(wire.AppendFrame(nil, &wire.StateResponse{OK: true, Len: uint64(len(data))})); err != nil {
+		return err
+	}
+	_, err := conn.Write(data)
+	return err
+}
+
+// stopServing ends the donor side of a sync: no new range is served, transfers still in flight (a
+// fetcher that gave up on us, a slow one) are cut off, and it returns only when none of them touches
+// the state any more, so the application may change it.
+func (c *Communicator) stopServing() {
+	c.mu.Lock()
+	c.serving, c.servingHashes, c.syncActive = nil, nil, false
+	for conn := range c.serveConns {
+		conn.SetWriteDeadline(time.Now())
+	}
+	c.mu.Unlock()
+	c.serveWG.Wait()
+}
+
+// stateRange returns the requested bytes of the state we serve, or why not. On success the caller
+// holds a serve lease on conn and must call endServe when it no longer reads the bytes.
+func (c *Communicator) stateRange(conn net.Conn, req *wire.StateRequest) ([]byte, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -362,5 +381,17 @@ func (c *Communicator) stateRange(req *wire.StateRequest) ([]byte, string) {
 	if req.Off > uint64(len(e.Data)) || req.Len > uint64(len(e.Data))-req.Off {
 		return nil, fmt.Sprintf("range %d+%d outside entry %q of %d bytes", req.Off, req.Len, req.Name, len(e.Data))
 	}
+	c.serveWG.Add(1)
+	if c.serveConns == nil {
+		c.serveConns = map[net.Conn]bool{}
+	}
+	c.serveConns[conn] = true
 	return e.Data[req.Off : req.Off+req.Len], ""
+}
+
+func (c *Communicator) endServe(conn net.Conn) {
+	c.mu.Lock()
+	delete(c.serveConns, conn)
+	c.mu.Unlock()
+	c.serveWG.Done()
 }
