@@ -170,11 +170,31 @@ func (c *Communicator) syncMessage(m wire.Message) {
 	}
 }
 
-// fetchAll fetches, verifies and installs every entry of the plan.
+// fetchWindow bounds the staging memory of entries being fetched at once (at least one entry).
+const fetchWindow = 256 << 20
+
+// fetchAll fetches, verifies and installs every entry of the plan. The ranges of all entries are
+// spread over a few workers, each keeping one connection per donor for the whole sync, so entries
+// are fetched back to back while earlier ones are verified and installed. Staging buffers are reused
+// across entries.
 func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.FetchItem, opt SyncOptions, res *SyncResult) error {
+	if len(items) == 0 {
+		return nil
+	}
 	var total int64
+	donorSet := map[uint64]bool{}
 	for _, it := range items {
 		total += int64(it.Bytes)
+		e := st.Lookup(it.Name)
+		if e == nil || uint64(len(e.Data)) != it.Bytes {
+			return fmt.Errorf("entry %q: not registered here with %d bytes", it.Name, it.Bytes)
+		}
+		if len(it.Donors) == 0 {
+			return fmt.Errorf("entry %q: no donor", it.Name)
+		}
+		for _, d := range it.Donors {
+			donorSet[d.ID] = true
+		}
 	}
 	var done atomic.Int64
 	progress := func(n int64) {
@@ -183,76 +203,194 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 			opt.Progress(v, total)
 		}
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	type entryJob struct {
+		it      wire.FetchItem
+		entry   *Entry
+		staging []byte
+		left    atomic.Int32
+	}
+	type task struct {
+		job   *entryJob
+		r     sharedstate.Range
+		first int // index of the preferred donor
+	}
+	var (
+		poolMu sync.Mutex
+		free   [][]byte
+		held   int64
+		freed  = make(chan struct{}, 1)
+	)
+	getBuf := func(n int) []byte {
+		poolMu.Lock()
+		defer poolMu.Unlock()
+		for i, b := range free {
+			if cap(b) >= n {
+				free = append(free[:i], free[i+1:]...)
+				held += int64(cap(b))
+				return b[:n]
+			}
+		}
+		held += int64(n)
+		return make([]byte, n)
+	}
+	putBuf := func(b []byte) {
+		poolMu.Lock()
+		free = append(free, b)
+		held -= int64(cap(b))
+		poolMu.Unlock()
+		select {
+		case freed <- struct{}{}:
+		default:
+		}
+	}
+	heldBytes := func() int64 {
+		poolMu.Lock()
+		defer poolMu.Unlock()
+		return held
+	}
+
+	var resMu sync.Mutex
+	finish := func(j *entryJob) {
+		if h := sharedstate.HashParallel(j.staging, opt.HashWorkers); h != j.it.Hash {
+			cancel(fmt.Errorf("entry %q: received content hashes to %x, elected %x: not adopted", j.it.Name, h, j.it.Hash))
+			return
+		}
+		copy(j.entry.Data, j.staging)
+		j.entry.Remember(j.it.Hash)
+		putBuf(j.staging)
+		resMu.Lock()
+		res.Fetched = append(res.Fetched, j.it.Name)
+		res.FetchedBytes += int64(j.it.Bytes)
+		resMu.Unlock()
+	}
+
+	tasks := make(chan task)
+	workers := min(8, max(2, 2*len(donorSet)))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conns := map[uint64]*stateConn{}
+			defer func() {
+				for _, sc := range conns {
+					sc.close()
+				}
+			}()
+			for t := range tasks {
+				it := t.job.it
+				part := t.job.staging[t.r.Off : t.r.Off+t.r.Len]
+				var last error
+				ok := false
+				for k := range it.Donors {
+					donor := it.Donors[(t.first+k)%len(it.Donors)]
+					if last = c.fetchRange(ctx, conns, donor, it, uint64(t.r.Off), part, opt.Compress); last == nil {
+						ok = true
+						break
+					}
+					if ctx.Err() != nil {
+						break
+					}
+					c.log.Warn("state fetch failed, trying the next donor", "entry", it.Name, "donor", donor.ID, "err", last)
+				}
+				if !ok {
+					cancel(fmt.Errorf("entry %q: %w", it.Name, last))
+					continue
+				}
+				progress(t.r.Len)
+				if t.job.left.Add(-1) == 0 {
+					finish(t.job)
+				}
+			}
+		}()
+	}
+	// Dispatch entries in order, keeping at most fetchWindow bytes of staging (and at least one entry).
+dispatch:
 	for _, it := range items {
-		e := st.Lookup(it.Name)
-		if e == nil || uint64(len(e.Data)) != it.Bytes {
-			return fmt.Errorf("entry %q: not registered here with %d bytes", it.Name, it.Bytes)
+		for heldBytes() > 0 && heldBytes()+int64(it.Bytes) > fetchWindow {
+			select {
+			case <-freed:
+			case <-ctx.Done():
+				break dispatch
+			}
 		}
-		staging := make([]byte, it.Bytes)
-		if err := c.fetchEntry(ctx, it, staging, opt.Compress, progress); err != nil {
-			return fmt.Errorf("entry %q: %w", it.Name, err)
+		j := &entryJob{it: it, entry: st.Lookup(it.Name), staging: getBuf(int(it.Bytes))}
+		keys := make([]string, len(it.Donors))
+		for i, d := range it.Donors {
+			keys[i] = strconv.FormatUint(d.ID, 10)
 		}
-		if h := sharedstate.HashParallel(staging, opt.HashWorkers); h != it.Hash {
-			return fmt.Errorf("entry %q: received content hashes to %x, elected %x: not adopted", it.Name, h, it.Hash)
+		ranges := sharedstate.SplitRanges(int64(it.Bytes), keys, minRangeBytes)
+		if len(ranges) == 0 { // an empty entry
+			finish(j)
+			continue
 		}
-		copy(e.Data, staging)
-		e.Remember(it.Hash)
-		res.Fetched = append(res.Fetched, it.Name)
-		res.FetchedBytes += int64(it.Bytes)
+		j.left.Store(int32(len(ranges)))
+		for _, r := range ranges {
+			select {
+			case tasks <- task{job: j, r: r, first: slices.Index(keys, r.Donor)}:
+			case <-ctx.Done():
+				break dispatch
+			}
+		}
+	}
+	close(tasks)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
 	}
 	return nil
 }
 
-// fetchEntry fills dst with the entry's bytes, split into ranges fetched from several donors in
-// parallel. A range whose donor fails is retried from the next donor.
-func (c *Communicator) fetchEntry(ctx context.Context, it wire.FetchItem, dst []byte, compress bool, progress func(int64)) error {
-	if len(it.Donors) == 0 {
-		return errors.New("no donor")
-	}
-	keys := make([]string, len(it.Donors))
-	for i, d := range it.Donors {
-		keys[i] = strconv.FormatUint(d.ID, 10)
-	}
-	ranges := sharedstate.SplitRanges(int64(len(dst)), keys, minRangeBytes)
-	errs := make([]error, len(ranges))
-	var wg sync.WaitGroup
-	for i, r := range ranges {
-		first := slices.Index(keys, r.Donor)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var last error
-			for k := range it.Donors {
-				donor := it.Donors[(first+k)%len(it.Donors)]
-				part := dst[r.Off : r.Off+r.Len]
-				if last = c.fetchRange(ctx, donor, it, uint64(r.Off), part, compress); last == nil {
-					progress(r.Len)
-					return
-				}
-				c.log.Warn("state fetch failed, trying the next donor", "entry", it.Name, "donor", donor.ID, "err", last)
-			}
-			errs[i] = last
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+// stateConn is a worker's connection to one donor, reused for every range it fetches there.
+type stateConn struct {
+	conn net.Conn
+	dec  *zstd.Decoder
 }
 
-func (c *Communicator) fetchRange(ctx context.Context, donor wire.PeerInfo, it wire.FetchItem, off uint64, dst []byte, compress bool) error {
-	cfg := c.cfg
-	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	conn, err := cfg.Transport.Dial(dctx, donor.Addr)
-	cancel()
-	if err != nil {
-		return err
+func (sc *stateConn) close() {
+	sc.conn.Close()
+	if sc.dec != nil {
+		sc.dec.Close()
 	}
-	defer conn.Close()
+}
+
+// fetchRange fills dst with the bytes at off of the entry it, from donor, over the worker's
+// connection to it (opened on first use, dropped on any error).
+func (c *Communicator) fetchRange(ctx context.Context, conns map[uint64]*stateConn, donor wire.PeerInfo, it wire.FetchItem, off uint64, dst []byte, compress bool) error {
+	cfg := c.cfg
+	sc := conns[donor.ID]
+	if sc == nil {
+		dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+		conn, err := cfg.Transport.Dial(dctx, donor.Addr)
+		cancel()
+		if err != nil {
+			return err
+		}
+		conn.SetDeadline(time.Now().Add(cfg.DialTimeout))
+		if err := wire.Exchange(conn, wire.KindState); err != nil {
+			conn.Close()
+			return err
+		}
+		sc = &stateConn{conn: conn}
+		conns[donor.ID] = sc
+	}
+	err := c.fetchOn(ctx, sc, it, off, dst, compress)
+	if err != nil {
+		sc.close()
+		delete(conns, donor.ID)
+	}
+	return err
+}
+
+func (c *Communicator) fetchOn(ctx context.Context, sc *stateConn, it wire.FetchItem, off uint64, dst []byte, compress bool) error {
+	cfg := c.cfg
+	conn := sc.conn
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 	conn.SetDeadline(time.Now().Add(cfg.DialTimeout))
-	if err := wire.Exchange(conn, wire.KindState); err != nil {
-		return err
-	}
 	req := &wire.StateRequest{Token: cfg.Token, Name: it.Name, Hash: it.Hash, Off: off, Len: uint64(len(dst)), Compress: compress}
 	if _, err := conn.Write(wire.AppendFrame(nil, req)); err != nil {
 		return err
@@ -280,16 +418,21 @@ func (c *Communicator) fetchRange(ctx context.Context, donor wire.PeerInfo, it w
 	if resp.Len > uint64(len(dst))+uint64(len(dst))/8+1<<20 {
 		return fmt.Errorf("compressed payload of %d bytes for %d bytes of data", resp.Len, len(dst))
 	}
-	zr, err := zstd.NewReader(io.LimitReader(conn, int64(resp.Len)), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(len(dst))+1<<20))
-	if err != nil {
+	z := make([]byte, resp.Len)
+	if _, err := io.ReadFull(conn, z); err != nil {
 		return err
 	}
-	defer zr.Close()
-	if _, err := io.ReadFull(zr, dst); err != nil {
+	if sc.dec == nil {
+		if sc.dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(len(dst))+1<<20)); err != nil {
+			return err
+		}
+	}
+	out, err := sc.dec.DecodeAll(z, dst[:0])
+	if err != nil {
 		return fmt.Errorf("decompress: %w", err)
 	}
-	if n, _ := io.Copy(io.Discard, zr); n != 0 {
-		return fmt.Errorf("compressed payload holds %d bytes too many", n)
+	if len(out) != len(dst) || (len(dst) > 0 && &out[0] != &dst[0]) {
+		return fmt.Errorf("compressed payload holds %d bytes, want %d", len(out), len(dst))
 	}
 	return nil
 }
