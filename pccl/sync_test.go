@@ -286,3 +286,23 @@ func TestResumeAfterEveryoneLeft(t *testing.T) {
 	}
 	_ = fmt.Sprint
 }
+
+// TestSyncSendOnlyWins: a SendOnly peer whose content is the popular one succeeds, and the outlier
+// adopts it.
+func TestSyncSendOnlyWins(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	comms, _ := g.start(ctx, 3)
+	defer closeAll(comms)
+	states := []*pccl.State{newState(t, 1, 100), newState(t, 2, 100), newState(t, 2, 100)}
+	opts := []pccl.SyncOptions{{}, {Strategy: pccl.SendOnly}, {}}
+	res, errs := syncAll(ctx, comms, states, opts)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	requireIdentical(t, states)
+	if len(res[0].Fetched) == 0 || len(res[1].Fetched) != 0 {
+		t.Fatalf("fetched: outlier %v, send-only %v", res[0].Fetched, res[1].Fetched)
+	}
+}
