@@ -1,0 +1,800 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// Fault classes, in the order of the summary.
+var faultClasses = []string{"kill", "stop", "spawn", "join", "blackhole", "slow", "leave"}
+
+// Bounds of the soak's waits.
+const (
+	minPeers      = 2
+	stallLimit    = 10 * time.Second
+	hangLimit     = 10 * time.Second // a peer told to leave must have exited by then
+	tickEvery     = 50 * time.Millisecond
+	windowLen     = 10 * time.Second
+	eventLogLen   = 100
+	maxExtraPeers = 2 // spawn and join faults grow the pool at most this far above --peers
+)
+
+// options configures a soak run.
+type options struct {
+	Duration      time.Duration
+	Seed          uint64
+	Peers         int
+	FaultMin      time.Duration
+	FaultMax      time.Duration
+	OptimizeEvery uint64
+	Verbose       bool
+	Break         string // passed to every peer as envBreak
+}
+
+func defaultOptions() options {
+	return options{Duration: 3 * time.Minute, Peers: 4, FaultMin: 500 * time.Millisecond, FaultMax: time.Second, OptimizeEvery: 64}
+}
+
+func (o options) validate() error {
+	switch {
+	case o.Duration <= 0:
+		return fmt.Errorf("--duration %v must be positive", o.Duration)
+	case o.Peers < 3:
+		return fmt.Errorf("--peers %d: need at least 3 (faults keep two peers that hold the state)", o.Peers)
+	case o.FaultMin <= 0 || o.FaultMax < o.FaultMin:
+		return fmt.Errorf("--fault-min %v and --fault-max %v: need 0 < min <= max", o.FaultMin, o.FaultMax)
+	case o.Break != "" && o.Break != "stale-update":
+		return fmt.Errorf("--break %q: the only mode is stale-update", o.Break)
+	}
+	return nil
+}
+
+// Stats are the percentiles of one fault class's recovery times, in milliseconds.
+type Stats struct {
+	Samples int     `json:"samples"`
+	P50     float64 `json:"p50_ms"`
+	P90     float64 `json:"p90_ms"`
+	P99     float64 `json:"p99_ms"`
+	Max     float64 `json:"max_ms"`
+}
+
+// Summary is the JSON line the soak prints last.
+type Summary struct {
+	Seed            uint64           `json:"seed"`
+	DurationS       float64          `json:"duration_s"`
+	Peers           int              `json:"peers"`
+	Iterations      int              `json:"iterations"`
+	OpsCompleted    int64            `json:"ops_completed"`
+	Aborts          int              `json:"aborts"`
+	SyncFailures    int              `json:"sync_failures"`
+	Sessions        int              `json:"sessions"`
+	UnfaultedKicks  int              `json:"unfaulted_kicks"`
+	MaxRevision     uint64           `json:"max_revision"`
+	LongestGapMs    float64          `json:"longest_gap_ms"`   // longest time without a completed collective
+	LongestGapAtS   float64          `json:"longest_gap_at_s"` // when it ended, from the start
+	Faults          map[string]int   `json:"faults"`
+	FaultsTotal     int              `json:"faults_total"`
+	OpsPerWindow    []int64          `json:"ops_per_10s"`
+	MinOpsPerWindow int64            `json:"min_ops_per_10s"`
+	Recovery        map[string]Stats `json:"recovery_ms"`
+	Violations      int              `json:"violations"`
+	ViolationList   []Violation      `json:"violation_list,omitempty"`
+}
+
+// percentile is the nearest-rank percentile of xs, 0 for none.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	k := int(float64(len(s))*p/100 + 0.999999)
+	return s[min(max(k, 1), len(s))-1]
+}
+
+// peerProc is the supervisor's view of one peer process. The supervisor's goroutine owns it.
+type peerProc struct {
+	name   string
+	proc   *cluster.Proc
+	relay  *relay
+	output chan struct{} // closed once every stdout line of the process is on the merged feed
+
+	sess        uint64    // the session in the group, 0 if none or doomed by a fault
+	doomedAt    time.Time // the last fault that doomed the session; a session that connected before is doomed too
+	established bool      // the session holds the state (it synced)
+
+	stoppedUntil time.Time // SIGSTOPped until then
+	holedUntil   time.Time // master connection black-holed until then
+	slowUntil    time.Time // master connection slowed until then
+	leaveAt      time.Time // told to leave at
+	killed       bool
+	exited       bool
+}
+
+// gone reports whether the process is dead or on its way out.
+func (p *peerProc) gone() bool { return p.exited || p.killed || !p.leaveAt.IsZero() }
+
+// healthy reports whether the process is in the group and neither frozen nor cut off.
+func (p *peerProc) healthy() bool {
+	return !p.gone() && p.sess != 0 && p.stoppedUntil.IsZero() && p.holedUntil.IsZero()
+}
+
+// fault is one fault whose recovery is being timed.
+type fault struct {
+	class  string
+	at     time.Time
+	victim *peerProc
+}
+
+// stderrWatch receives every child's stderr: it keeps the last lines and notices crashes.
+type stderrWatch struct {
+	verbose io.Writer // nil unless -v
+
+	mu      sync.Mutex
+	recent  []string
+	crashes []string
+}
+
+func (w *stderrWatch) Write(b []byte) (int, error) {
+	line := strings.TrimRight(string(b), "\n")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.recent = append(w.recent, line)
+	if len(w.recent) > 200 {
+		w.recent = w.recent[1:]
+	}
+	for _, s := range []string{"panic:", "fatal error:", "DATA RACE"} {
+		if strings.Contains(line, s) {
+			w.crashes = append(w.crashes, line)
+		}
+	}
+	if w.verbose != nil {
+		w.verbose.Write(b)
+	}
+	return len(b), nil
+}
+
+// takeCrashes returns the crash lines seen since the last call.
+func (w *stderrWatch) takeCrashes() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c := w.crashes
+	w.crashes = nil
+	return c
+}
+
+func (w *stderrWatch) lines() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.recent)
+}
+
+// soak is one run. Its goroutine (run) owns every field.
+type soak struct {
+	o       options
+	log     io.Writer
+	c       *cluster.Cluster
+	watch   *stderrWatch
+	rng     *rand.Rand
+	master  string // the master's address
+	closing bool   // shutting down: no more faults or replacements
+	start   time.Time
+	check   *checker
+	procs   map[*cluster.Proc]*peerProc
+	order   []*peerProc // spawn order
+	spawned int
+
+	nextFault  time.Time
+	joinArmed  bool
+	pending    []fault
+	recovery   map[string][]float64
+	sum        Summary
+	iterations map[uint64]bool
+	lastWorld  int
+	lastStep   time.Time
+	freezeOver time.Time // when the last stop or black hole ended
+	events     []string  // the last events, for the report of a violation
+	reported   int       // violations already printed
+	lastStatus time.Time
+	isTerm     bool
+}
+
+// run runs the soak for o.Duration (or until ctx ends or an invariant breaks) and returns the summary.
+// Progress and reports go to log.
+func run(ctx context.Context, o options, log io.Writer) (Summary, error) {
+	watch := &stderrWatch{}
+	if o.Verbose {
+		watch.verbose = log
+	}
+	s := &soak{
+		o: o, log: log, watch: watch,
+		c:          cluster.New(cluster.Config{Stderr: watch}),
+		rng:        rand.New(rand.NewPCG(o.Seed, 0x57e55)),
+		check:      newChecker(stallLimit, minPeers),
+		procs:      map[*cluster.Proc]*peerProc{},
+		recovery:   map[string][]float64{},
+		iterations: map[uint64]bool{},
+		sum:        Summary{Seed: o.Seed, Peers: o.Peers, Faults: map[string]int{}, Recovery: map[string]Stats{}},
+	}
+	if f, ok := log.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			s.isTerm = true
+		}
+	}
+	for _, c := range faultClasses {
+		s.sum.Faults[c] = 0
+	}
+	err := s.run(ctx)
+	s.shutdown()
+	if cerr := s.c.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	for _, p := range s.order {
+		p.relay.close()
+	}
+	s.finish()
+	if s.sum.Violations > 0 {
+		s.report()
+	}
+	return s.sum, err
+}
+
+// event records one line of the event log.
+func (s *soak) event(format string, args ...any) {
+	line := fmt.Sprintf("%8.3fs ", time.Since(s.start).Seconds()) + fmt.Sprintf(format, args...)
+	s.events = append(s.events, line)
+	if len(s.events) > 2*eventLogLen {
+		s.events = slices.Clone(s.events[len(s.events)-eventLogLen:])
+	}
+	if s.o.Verbose {
+		fmt.Fprintln(s.log, "event:", line)
+	}
+}
+
+func (s *soak) spawn(why string) (*peerProc, error) {
+	name := fmt.Sprintf("peer-%d", s.spawned)
+	s.spawned++
+	r, err := newRelay(s.master)
+	if err != nil {
+		return nil, fmt.Errorf("relay for %s: %w", name, err)
+	}
+	js, _ := json.Marshal(peerParams{Master: r.addr(), Lifetime: s.o.Duration + 5*time.Minute, OptimizeEvery: s.o.OptimizeEvery})
+	env := []string{envPeer + "=" + string(js)}
+	if s.o.Break != "" {
+		env = append(env, envBreak+"="+s.o.Break)
+	}
+	cp, err := s.c.Spawn(cluster.Spec{Role: rolePeer, Name: name, Env: env})
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	p := &peerProc{name: name, proc: cp, relay: r, output: make(chan struct{})}
+	go func() { // drain the per-process feed; the merged feed is the one read
+		for range cp.Lines() {
+		}
+		close(p.output)
+	}()
+	s.procs[cp] = p
+	s.order = append(s.order, p)
+	s.event("spawn %s (%s)", name, why)
+	return p, nil
+}
+
+func (s *soak) run(ctx context.Context) error {
+	s.start = time.Now()
+	mcfg := master.LAN()
+	mcfg.MinPeers = minPeers
+	mcfg.MeasureDuration = 100 * time.Millisecond
+	mcfg.ImproveBudget = 500 * time.Millisecond
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, addr, err := s.c.StartMaster(sctx, mcfg)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("master: %w", err)
+	}
+	s.master = addr
+	for range s.o.Peers {
+		if _, err := s.spawn("pool"); err != nil {
+			return err
+		}
+	}
+	s.start = time.Now()
+	s.nextFault = s.start.Add(2*time.Second + s.faultGap())
+	s.check.lastProgress = s.start
+	end := s.start.Add(s.o.Duration)
+	tick := time.NewTicker(tickEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case l, ok := <-s.c.Lines():
+			if !ok {
+				return errors.New("cluster closed")
+			}
+			s.handle(l)
+		case now := <-tick.C:
+			if now.After(end) {
+				return nil
+			}
+			if err := s.tick(now); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if len(s.check.violations) > 0 {
+			return nil
+		}
+	}
+}
+
+func (s *soak) faultGap() time.Duration {
+	return s.o.FaultMin + time.Duration(s.rng.Int64N(int64(s.o.FaultMax-s.o.FaultMin)+1))
+}
+
+// handle takes in one line of a child.
+func (s *soak) handle(l cluster.Line) {
+	p := s.procs[l.Proc]
+	if p == nil {
+		return // the master
+	}
+	var ev peerEvent
+	if l.Fields == nil || l.Decode(&ev) != nil {
+		return
+	}
+	now := l.Time
+	key := p.name + "/" + strconv.FormatUint(ev.Sess, 10)
+	switch ev.Event {
+	case "connected":
+		if time.Unix(0, ev.T).After(p.doomedAt) {
+			p.sess, p.established = ev.Sess, false
+		}
+		s.sum.Sessions++
+		s.event("%s connected as %d (world %d)", p.name, ev.Sess, ev.World)
+	case "synced":
+		h, _ := strconv.ParseUint(ev.Hash, 16, 64)
+		s.check.synced(now, key, ev.Rev, h, ev.Fetched, ev.Fresh)
+		if ev.Sess == p.sess && p.sess != 0 {
+			p.established = true
+		}
+		if ev.Fresh || ev.Fetched > 0 {
+			s.event("%s synced revision %d hash %s (fresh %v, fetched %d)", key, ev.Rev, ev.Hash, ev.Fresh, ev.Fetched)
+		}
+	case "started":
+		if s.joinArmed && p.established {
+			s.joinArmed = false
+			if np, err := s.spawn("join while " + p.name + " runs revision " + strconv.FormatUint(ev.Rev, 10)); err == nil {
+				s.faulted("join", now, np)
+			}
+		}
+	case "step":
+		if gap := float64(now.Sub(s.lastStep)) / 1e6; !s.lastStep.IsZero() && gap > s.sum.LongestGapMs {
+			s.sum.LongestGapMs, s.sum.LongestGapAtS = gap, now.Sub(s.start).Seconds()
+		}
+		s.lastStep = now
+		if s.o.Verbose && !s.iterations[ev.Rev] {
+			s.event("revision %d done by %s (world %d)", ev.Rev, key, ev.World)
+		}
+		s.check.completed(now)
+		s.sum.OpsCompleted += int64(ev.Ops)
+		s.iterations[ev.Rev] = true
+		s.lastWorld = ev.World
+		s.sum.MaxRevision = max(s.sum.MaxRevision, ev.Rev)
+		w := int(time.Unix(0, ev.T).Sub(s.start) / windowLen)
+		for w >= 0 && len(s.sum.OpsPerWindow) <= w {
+			s.sum.OpsPerWindow = append(s.sum.OpsPerWindow, 0)
+		}
+		if w >= 0 {
+			s.sum.OpsPerWindow[w] += int64(ev.Ops)
+		}
+		started := time.Unix(0, ev.Started)
+		kept := s.pending[:0]
+		for _, f := range s.pending {
+			if f.victim != p && !started.Before(f.at) {
+				s.recovery[f.class] = append(s.recovery[f.class], float64(time.Unix(0, ev.T).Sub(f.at))/1e6)
+				continue
+			}
+			kept = append(kept, f)
+		}
+		s.pending = kept
+	case "aborted":
+		s.sum.Aborts++
+		s.check.aborted(now, key, ev.Rev, ev.Restored, ev.Detail)
+		s.event("%s aborted at revision %d (%d ops done): %s", key, ev.Rev, ev.Ops, ev.Kind)
+	case "wrong":
+		s.check.wrongElement(now, key, ev.Rev, ev.Detail)
+	case "sync_failed":
+		s.sum.SyncFailures++
+		s.event("%s sync failed: %s", key, ev.Detail)
+	case "session_end":
+		s.check.sessionEnded(key)
+		s.event("%s session ended: %s: %s", key, ev.Kind, ev.Detail)
+		if ev.Leak {
+			s.check.fail(now, vLeak, 0, key, "%s", ev.Detail)
+		}
+		switch ev.Kind {
+		case "canceled", "deadline":
+		case "kicked", "master_lost":
+			if ev.Sess == p.sess && p.sess != 0 {
+				// Kicked although no fault hit it (a fault clears sess): e.g. heartbeats starved.
+				s.sum.UnfaultedKicks++
+				fmt.Fprintf(s.log, "stress: %s left the group although no fault hit it: %s\n", key, ev.Detail)
+				if strings.Contains(ev.Detail, "kicked by the master") && !strings.Contains(ev.Detail, "no heartbeat") {
+					s.check.fail(now, vPeer, 0, key, "a healthy peer was kicked: %s", ev.Detail)
+				}
+			}
+		default:
+			s.check.fail(now, vPeer, 0, key, "session ended by an unexpected error: %s", ev.Detail)
+		}
+		if ev.Sess == p.sess {
+			p.sess, p.established = 0, false
+		}
+	case "error":
+		s.check.fail(now, vPeer, ev.Rev, key, "%s", ev.Detail)
+	}
+}
+
+// faulted counts a fault and starts timing its recovery.
+func (s *soak) faulted(class string, now time.Time, victim *peerProc) {
+	s.sum.Faults[class]++
+	s.sum.FaultsTotal++
+	s.pending = append(s.pending, fault{class: class, at: now, victim: victim})
+	s.event("FAULT %s %s", class, victim.name)
+}
+
+// tick runs the timers: ends of stops, holes and slow links, exits, replacements, the next fault,
+// the stall check and the status line.
+func (s *soak) tick(now time.Time) error {
+	for _, line := range s.watch.takeCrashes() {
+		s.check.fail(now, vPanic, 0, "", "%s", line)
+	}
+	running, healthy := 0, 0
+	for _, p := range s.order {
+		if p.exited {
+			continue
+		}
+		if !p.stoppedUntil.IsZero() && now.After(p.stoppedUntil) {
+			p.stoppedUntil = time.Time{}
+			p.proc.Continue()
+			// A Connect that the stop froze may return just now: that session is doomed too.
+			p.doomedAt = now.Add(100 * time.Millisecond)
+			s.freezeOver = now
+			s.event("SIGCONT %s", p.name)
+		}
+		if !p.holedUntil.IsZero() && now.After(p.holedUntil) {
+			p.holedUntil = time.Time{}
+			s.freezeOver = now
+			s.event("hole of %s over", p.name)
+		}
+		if !p.slowUntil.IsZero() && now.After(p.slowUntil) {
+			p.slowUntil = time.Time{}
+			p.relay.setDelay(0)
+			s.event("slow link of %s over", p.name)
+		}
+		select {
+		case <-p.proc.Done():
+			p.exited = true
+			p.relay.close()
+			code := p.proc.ExitCode()
+			s.event("%s exited with status %d", p.name, code)
+			switch {
+			case p.killed:
+			case p.leaveAt.IsZero():
+				s.check.fail(now, vExit, 0, p.name, "exited (status %d) without being told to", code)
+			case code != 0:
+				s.check.fail(now, vExit, 0, p.name, "left with status %d", code)
+			}
+			continue
+		default:
+		}
+		if !p.leaveAt.IsZero() && now.Sub(p.leaveAt) > hangLimit {
+			s.check.fail(now, vHang, 0, p.name, "still running %v after being told to leave", now.Sub(p.leaveAt).Round(time.Millisecond))
+			p.proc.Continue()
+			p.proc.Kill()
+			p.killed = true
+		}
+		if !p.gone() {
+			running++
+		}
+		if p.healthy() {
+			healthy++
+		}
+	}
+	for ; running < s.o.Peers && !s.closing; running++ {
+		if _, err := s.spawn("replacement"); err != nil {
+			return err
+		}
+	}
+	if !now.Before(s.nextFault) && !s.closing {
+		s.inject(now)
+		s.nextFault = now.Add(s.faultGap())
+	}
+	s.check.tick(now, healthy)
+	// Recovery that never came (the run ended it, or a stall is reported) is not a sample; a fault
+	// pending this long is dropped so the list stays bounded.
+	for len(s.pending) > 0 && now.Sub(s.pending[0].at) > 2*stallLimit {
+		s.pending = s.pending[1:]
+	}
+	s.status(now, false)
+	return nil
+}
+
+// candidates returns the processes a fault may hit: not gone, not already frozen or cut off, and,
+// for one that holds the state, only while at least three healthy ones do.
+func (s *soak) candidates(needSession bool) []*peerProc {
+	holders := 0
+	for _, p := range s.order {
+		if p.healthy() && p.established {
+			holders++
+		}
+	}
+	var out []*peerProc
+	for _, p := range s.order {
+		if p.gone() || !p.stoppedUntil.IsZero() || !p.holedUntil.IsZero() {
+			continue
+		}
+		if needSession && p.sess == 0 {
+			continue
+		}
+		if p.established && holders < 3 {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// inject deals one fault: a class picked at random among those possible now.
+func (s *soak) inject(now time.Time) {
+	running := 0
+	for _, p := range s.order {
+		if !p.gone() {
+			running++
+		}
+	}
+	var slowable []*peerProc
+	for _, p := range s.order {
+		if p.healthy() && p.slowUntil.IsZero() {
+			slowable = append(slowable, p)
+		}
+	}
+	all, withSess := s.candidates(false), s.candidates(true)
+	// One freeze (stop or black hole) at a time, 2 s apart: each blocks the group until the master
+	// declares the peer gone, and a chain of them would stall it by the schedule rather than by a bug.
+	frozen := now.Sub(s.freezeOver) < 2*time.Second
+	for _, p := range s.order {
+		if !p.exited && (!p.stoppedUntil.IsZero() || !p.holedUntil.IsZero()) {
+			frozen = true
+		}
+	}
+	var possible []string
+	for _, c := range faultClasses {
+		ok := false
+		switch c {
+		case "kill":
+			ok = len(all) > 0
+		case "stop":
+			ok = len(all) > 0 && !frozen
+		case "blackhole":
+			ok = len(withSess) > 0 && !frozen
+		case "leave":
+			ok = len(withSess) > 0
+		case "spawn", "join":
+			ok = running < s.o.Peers+maxExtraPeers && !s.joinArmed
+		case "slow":
+			ok = len(slowable) > 0
+		}
+		if ok {
+			possible = append(possible, c)
+		}
+	}
+	if len(possible) == 0 {
+		return
+	}
+	class := possible[s.rng.IntN(len(possible))]
+	pick := func(ps []*peerProc) *peerProc { return ps[s.rng.IntN(len(ps))] }
+	hold := 2*time.Second + time.Duration(s.rng.Int64N(int64(2*time.Second)))
+	switch class {
+	case "kill":
+		v := pick(all)
+		v.proc.Kill()
+		v.killed = true
+		s.doom(v)
+		s.faulted(class, now, v)
+	case "stop":
+		v := pick(all)
+		v.proc.Stop()
+		v.stoppedUntil = now.Add(hold)
+		s.doom(v)
+		s.faulted(class, now, v)
+	case "blackhole":
+		v := pick(withSess)
+		v.relay.blackhole(now.Add(hold))
+		v.holedUntil = now.Add(hold)
+		s.doom(v)
+		s.faulted(class, now, v)
+	case "leave":
+		v := pick(withSess)
+		if v.proc.Send(peerCommand{Cmd: "leave"}) == nil {
+			v.leaveAt = now
+			s.doom(v)
+			s.faulted(class, now, v)
+		}
+	case "slow":
+		v := pick(slowable)
+		v.relay.setDelay(20*time.Millisecond + time.Duration(s.rng.Int64N(int64(80*time.Millisecond))))
+		v.slowUntil = now.Add(hold)
+		s.faulted(class, now, v)
+	case "spawn":
+		if p, err := s.spawn("fault"); err == nil {
+			s.faulted(class, now, p)
+		}
+	case "join":
+		s.joinArmed = true // spawned at the next "started" line
+	}
+}
+
+// doom marks a victim's session as lost: it no longer counts as healthy or as holding the state.
+func (s *soak) doom(p *peerProc) {
+	p.sess, p.established, p.doomedAt = 0, false, time.Now()
+}
+
+// status prints the live status line (always when final).
+func (s *soak) status(now time.Time, final bool) {
+	every := 5 * time.Second
+	if s.isTerm {
+		every = 500 * time.Millisecond
+	}
+	if !final && now.Sub(s.lastStatus) < every {
+		return
+	}
+	s.lastStatus = now
+	var b strings.Builder
+	fmt.Fprintf(&b, "stress: %6.1fs world %d revision %d ops %d aborts %d faults", now.Sub(s.start).Seconds(), s.lastWorld,
+		s.sum.MaxRevision, s.sum.OpsCompleted, s.sum.Aborts)
+	for _, c := range faultClasses {
+		fmt.Fprintf(&b, " %s=%d", c, s.sum.Faults[c])
+	}
+	if s.isTerm && !final {
+		fmt.Fprintf(s.log, "\r%s\x1b[K", b.String())
+		return
+	}
+	if s.isTerm {
+		b.WriteString("\n")
+		fmt.Fprintf(s.log, "\r%s", b.String())
+		return
+	}
+	fmt.Fprintln(s.log, b.String())
+}
+
+// shutdown resumes every frozen peer, heals every link, tells every peer to leave and waits for them
+// to exit (a peer still running after hangLimit is a violation), reading their last lines.
+func (s *soak) shutdown() {
+	if s.start.IsZero() {
+		return
+	}
+	s.closing = true
+	now := time.Now()
+	for _, p := range s.order {
+		if p.exited {
+			continue
+		}
+		if !p.stoppedUntil.IsZero() {
+			p.proc.Continue()
+			p.stoppedUntil = time.Time{}
+		}
+		p.relay.blackhole(time.Time{})
+		p.relay.setDelay(0)
+		p.holedUntil, p.slowUntil = time.Time{}, time.Time{}
+		if p.leaveAt.IsZero() && !p.killed {
+			if p.proc.Send(peerCommand{Cmd: "leave"}) == nil {
+				p.leaveAt = now
+			}
+		}
+	}
+	deadline := time.NewTimer(hangLimit + time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(tickEvery)
+	defer tick.Stop()
+	for {
+		live := 0
+		for _, p := range s.order {
+			select {
+			case <-p.output:
+			default:
+				live++
+			}
+		}
+		if live == 0 {
+			break
+		}
+		select {
+		case l, ok := <-s.c.Lines():
+			if ok {
+				s.handle(l)
+			}
+		case now := <-tick.C:
+			s.tick(now)
+		case <-deadline.C:
+			s.tick(time.Now())
+			live = 0
+		}
+		if live == 0 {
+			break
+		}
+	}
+	// The last lines of the processes that ended are on the merged feed already.
+	quiet := time.NewTimer(200 * time.Millisecond)
+	defer quiet.Stop()
+	for {
+		select {
+		case l, ok := <-s.c.Lines():
+			if !ok {
+				return
+			}
+			s.handle(l)
+			continue
+		case <-quiet.C:
+		}
+		break
+	}
+	s.tick(time.Now())
+}
+
+// finish fills in the summary.
+func (s *soak) finish() {
+	now := time.Now()
+	if !s.start.IsZero() {
+		s.check.finish(now)
+		s.sum.DurationS = now.Sub(s.start).Seconds()
+	}
+	s.sum.Iterations = len(s.iterations)
+	if len(s.sum.OpsPerWindow) > 0 {
+		// The last window is cut short by the end of the run; judge only full ones.
+		full := s.sum.OpsPerWindow
+		if len(full) > 1 && time.Duration(s.sum.DurationS*float64(time.Second)) < time.Duration(len(full))*windowLen {
+			full = full[:len(full)-1]
+		}
+		s.sum.MinOpsPerWindow = slices.Min(full)
+	}
+	for _, c := range faultClasses {
+		xs := s.recovery[c]
+		s.sum.Recovery[c] = Stats{Samples: len(xs), P50: percentile(xs, 50), P90: percentile(xs, 90), P99: percentile(xs, 99), Max: percentile(xs, 100)}
+	}
+	s.sum.Violations = len(s.check.violations)
+	s.sum.ViolationList = s.check.violations[:min(len(s.check.violations), 20)]
+	s.status(now, true)
+}
+
+// report prints what is needed to replay a failed run: the seed, the violations with their
+// revisions, the last events and the last stderr lines of the peers.
+func (s *soak) report() {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "stress: FAILED with seed %d (replay: go run ./stress --seed %d --duration %v --peers %d)\n", s.o.Seed, s.o.Seed, s.o.Duration, s.o.Peers)
+	for _, v := range s.check.violations {
+		fmt.Fprintf(&b, "stress: violation: %s\n", v)
+	}
+	ev := s.events[max(0, len(s.events)-eventLogLen):]
+	fmt.Fprintf(&b, "stress: last %d events:\n", len(ev))
+	for _, e := range ev {
+		fmt.Fprintf(&b, "  %s\n", e)
+	}
+	lines := s.watch.lines()
+	fmt.Fprintf(&b, "stress: last %d stderr lines of the children:\n", len(lines))
+	for _, l := range lines {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	s.log.Write(b.Bytes())
+}
