@@ -41,16 +41,17 @@ type Communicator struct {
 	pendMu  sync.Mutex // one ArePeersPending at a time
 
 	mu              sync.Mutex
-	fatal           error             // why done was closed
-	epoch           uint64            // epoch of the ring in force
-	ring            []uint64          // ring in force
-	ops             map[uint64]*op    // collectives in flight by tag
-	topoOutstanding bool              // a VoteTopology awaits its Topology
-	pendOutstanding bool              // a VotePending awaits its Pending
-	lastHeard       time.Time         // last message from the master
-	serving         *State            // state donors read during a sync, nil otherwise
-	servingHashes   map[string]uint64 // its hashes at vote time
-	syncActive      bool              // a SyncSharedState call waits for the master
+	fatal           error               // why done was closed
+	epoch           uint64              // epoch of the ring in force
+	ring            []uint64            // ring in force
+	ops             map[uint64]*op      // collectives in flight by tag
+	topoOutstanding bool                // a VoteTopology awaits its Topology
+	pendOutstanding bool                // a VotePending awaits its Pending
+	lastHeard       time.Time           // last message from the master
+	serving         *State              // state donors read during a sync, nil otherwise
+	servingHashes   map[string]uint64   // its hashes at vote time
+	servingLeaves   map[string][]uint64 // and the leaves of their hash trees
+	syncActive      bool                // a SyncSharedState call waits for the master
 	lastOptimize    OptimizeStats
 	serveConns      map[net.Conn]bool // connections serving a state range now
 	serveWG         sync.WaitGroup    // one per range being served

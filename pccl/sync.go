@@ -2,12 +2,11 @@ package pccl
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,9 +56,6 @@ type SyncResult struct {
 	ResumeStep   uint64 // the consistent training step to resume from (see ReportStep)
 }
 
-// minRangeBytes is the smallest byte range fetched from one donor.
-const minRangeBytes = 4 << 20
-
 // ReportStep tells the master this peer's training step and whether it is inside the optimizer step;
 // SyncSharedState returns the consistent step to resume from after a failure.
 func (c *Communicator) ReportStep(step uint64, inOptimizer bool) error {
@@ -69,8 +65,9 @@ func (c *Communicator) ReportStep(step uint64, inOptimizer bool) error {
 // SyncSharedState makes st identical on every accepted peer. Every accepted peer calls it with a State
 // of the same entry set. Each peer sends the hash of every entry (keyed by name) and st.Revision; the
 // master elects the most popular content, and a peer whose content lost fetches the mismatched entries
-// from the peers that hold the elected content, spread over several of them, verifies each entry's hash
-// and only then writes it into st. A fresh run accepts any revision; afterwards st.Revision must
+// from the peers that hold the elected content, spread over several of them. It checks the leaf hashes
+// of each entry's hash tree against the elected hash, and every received 1 MiB block against its leaf,
+// before it writes that block into st: unverified bytes never reach the application's memory. A fresh run accepts any revision; afterwards st.Revision must
 // advance by exactly one per sync (the application increments it before the call).
 //
 // st must not be changed while the call runs: other peers may be reading it. It needs no collective of
@@ -83,8 +80,16 @@ func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncO
 	var res SyncResult
 	d := st.Digest(opt.HashWorkers)
 	hashes := map[string]uint64{}
+	leaves := map[string][]uint64{}
 	for _, e := range d.Entries {
 		hashes[e.Name] = e.Hash
+	}
+	for _, e := range st.Entries {
+		if l := e.Leaves(); l != nil {
+			leaves[e.Name] = l
+		} else {
+			leaves[e.Name] = sharedstate.LeafHashes(e.Data, opt.HashWorkers)
+		}
 	}
 	c.mu.Lock()
 	if c.fatal != nil {
@@ -95,7 +100,7 @@ func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncO
 		c.mu.Unlock()
 		return res, fmt.Errorf("pccl: sync shared state: %w: %d", ErrBusy, n)
 	}
-	c.serving, c.servingHashes, c.syncActive = st, hashes, true
+	c.serving, c.servingHashes, c.servingLeaves, c.syncActive = st, hashes, leaves, true
 	select {
 	case <-c.syncCh:
 	default:
@@ -170,13 +175,15 @@ func (c *Communicator) syncMessage(m wire.Message) {
 	}
 }
 
-// fetchWindow bounds the staging memory of entries being fetched at once (at least one entry).
-const fetchWindow = 256 << 20
+// rangeBlocks is the number of hash-tree blocks fetched per request.
+const rangeBlocks = 4
 
-// fetchAll fetches, verifies and installs every entry of the plan. The ranges of all entries are
-// spread over a few workers, each keeping one connection per donor for the whole sync, so entries
-// are fetched back to back while earlier ones are verified and installed. Staging buffers are reused
-// across entries.
+// fetchAll fetches and installs every entry of the plan. For each entry it first gets the leaf hashes
+// of its hash tree from a donor and checks them against the elected hash; then block-aligned ranges of
+// all entries are spread over a few workers, each keeping one connection per donor for the whole sync.
+// A worker receives a range into its own buffer, checks every block against its leaf while it is
+// still in cache, and only then copies it into the application's memory: nothing unverified is ever
+// written there. A range whose donor fails or sends a bad block is fetched again from the next donor.
 func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.FetchItem, opt SyncOptions, res *SyncResult) error {
 	if len(items) == 0 {
 		return nil
@@ -207,66 +214,43 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 	defer cancel(nil)
 
 	type entryJob struct {
-		it      wire.FetchItem
-		entry   *Entry
-		staging []byte
-		left    atomic.Int32
+		it     wire.FetchItem
+		entry  *Entry
+		leaves []uint64
+		left   atomic.Int32
 	}
-	type task struct {
-		job   *entryJob
-		r     sharedstate.Range
-		first int // index of the preferred donor
-	}
-	var (
-		poolMu sync.Mutex
-		free   [][]byte
-		held   int64
-		freed  = make(chan struct{}, 1)
-	)
-	getBuf := func(n int) []byte {
-		poolMu.Lock()
-		defer poolMu.Unlock()
-		for i, b := range free {
-			if cap(b) >= n {
-				free = append(free[:i], free[i+1:]...)
-				held += int64(cap(b))
-				return b[:n]
-			}
-		}
-		held += int64(n)
-		return make([]byte, n)
-	}
-	putBuf := func(b []byte) {
-		poolMu.Lock()
-		free = append(free, b)
-		held -= int64(cap(b))
-		poolMu.Unlock()
-		select {
-		case freed <- struct{}{}:
-		default:
-		}
-	}
-	heldBytes := func() int64 {
-		poolMu.Lock()
-		defer poolMu.Unlock()
-		return held
-	}
-
 	var resMu sync.Mutex
 	finish := func(j *entryJob) {
-		if h := sharedstate.HashParallel(j.staging, opt.HashWorkers); h != j.it.Hash {
-			cancel(fmt.Errorf("entry %q: received content hashes to %x, elected %x: not adopted", j.it.Name, h, j.it.Hash))
-			return
-		}
-		copy(j.entry.Data, j.staging)
-		j.entry.Remember(j.it.Hash)
-		putBuf(j.staging)
+		j.entry.RememberLeaves(j.leaves, j.it.Hash)
 		resMu.Lock()
 		res.Fetched = append(res.Fetched, j.it.Name)
 		res.FetchedBytes += int64(j.it.Bytes)
 		resMu.Unlock()
 	}
 
+	// The leaves of every entry, checked against the elected hashes.
+	jobs := make([]*entryJob, len(items))
+	leafConns := map[uint64]*stateConn{}
+	for i, it := range items {
+		leaves, err := c.fetchLeaves(ctx, leafConns, it)
+		if err != nil {
+			for _, sc := range leafConns {
+				sc.close()
+			}
+			return fmt.Errorf("entry %q: %w", it.Name, err)
+		}
+		jobs[i] = &entryJob{it: it, entry: st.Lookup(it.Name), leaves: leaves}
+	}
+	for _, sc := range leafConns {
+		sc.close()
+	}
+
+	type task struct {
+		job   *entryJob
+		off   int
+		n     int
+		first int // index of the preferred donor
+	}
 	tasks := make(chan task)
 	workers := min(8, max(2, 2*len(donorSet)))
 	var wg sync.WaitGroup
@@ -280,14 +264,19 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 					sc.close()
 				}
 			}()
+			buf := make([]byte, rangeBlocks*sharedstate.BlockSize)
 			for t := range tasks {
 				it := t.job.it
-				part := t.job.staging[t.r.Off : t.r.Off+t.r.Len]
+				part := buf[:t.n]
 				var last error
 				ok := false
 				for k := range it.Donors {
 					donor := it.Donors[(t.first+k)%len(it.Donors)]
-					if last = c.fetchRange(ctx, conns, donor, it, uint64(t.r.Off), part, opt.Compress); last == nil {
+					last = c.fetchRange(ctx, conns, donor, it, uint64(t.off), part, opt.Compress)
+					if last == nil {
+						last = verifyBlocks(part, t.off, t.job.leaves)
+					}
+					if last == nil {
 						ok = true
 						break
 					}
@@ -300,37 +289,28 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 					cancel(fmt.Errorf("entry %q: %w", it.Name, last))
 					continue
 				}
-				progress(t.r.Len)
+				copy(t.job.entry.Data[t.off:t.off+t.n], part)
+				progress(int64(t.n))
 				if t.job.left.Add(-1) == 0 {
 					finish(t.job)
 				}
 			}
 		}()
 	}
-	// Dispatch entries in order, keeping at most fetchWindow bytes of staging (and at least one entry).
 dispatch:
-	for _, it := range items {
-		for heldBytes() > 0 && heldBytes()+int64(it.Bytes) > fetchWindow {
-			select {
-			case <-freed:
-			case <-ctx.Done():
-				break dispatch
-			}
-		}
-		j := &entryJob{it: it, entry: st.Lookup(it.Name), staging: getBuf(int(it.Bytes))}
-		keys := make([]string, len(it.Donors))
-		for i, d := range it.Donors {
-			keys[i] = strconv.FormatUint(d.ID, 10)
-		}
-		ranges := sharedstate.SplitRanges(int64(it.Bytes), keys, minRangeBytes)
-		if len(ranges) == 0 { // an empty entry
+	for _, j := range jobs {
+		size := int(j.it.Bytes)
+		step := rangeBlocks * sharedstate.BlockSize
+		n := (size + step - 1) / step
+		if n == 0 {
 			finish(j)
 			continue
 		}
-		j.left.Store(int32(len(ranges)))
-		for _, r := range ranges {
+		j.left.Store(int32(n))
+		for r := 0; r < n; r++ {
+			off := r * step
 			select {
-			case tasks <- task{job: j, r: r, first: slices.Index(keys, r.Donor)}:
+			case tasks <- task{job: j, off: off, n: min(step, size-off), first: r % len(j.it.Donors)}:
 			case <-ctx.Done():
 				break dispatch
 			}
@@ -338,13 +318,46 @@ dispatch:
 	}
 	close(tasks)
 	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return err
+	return context.Cause(ctx)
+}
+
+// verifyBlocks checks every block of part, which holds the bytes at off of an entry, against the
+// entry's leaves.
+func verifyBlocks(part []byte, off int, leaves []uint64) error {
+	for b := 0; b < len(part); b += sharedstate.BlockSize {
+		k := (off + b) / sharedstate.BlockSize
+		end := min(b+sharedstate.BlockSize, len(part))
+		if k >= len(leaves) || sharedstate.LeafHash(part[b:end]) != leaves[k] {
+			return fmt.Errorf("block %d does not match the elected content: not adopted", k)
+		}
 	}
 	return nil
 }
 
-// stateConn is a worker's connection to one donor, reused for every range it fetches there.
+// fetchLeaves returns the leaf hashes of entry it from the first donor whose leaves combine to the
+// elected hash.
+func (c *Communicator) fetchLeaves(ctx context.Context, conns map[uint64]*stateConn, it wire.FetchItem) ([]uint64, error) {
+	want := (int(it.Bytes) + sharedstate.BlockSize - 1) / sharedstate.BlockSize
+	var last error
+	for _, donor := range it.Donors {
+		raw := make([]byte, 8*want)
+		err := c.request(ctx, conns, donor, &wire.StateRequest{Token: c.cfg.Token, Name: it.Name, Hash: it.Hash, Leaves: true}, raw)
+		if err == nil {
+			leaves := make([]uint64, want)
+			for i := range leaves {
+				leaves[i] = binary.LittleEndian.Uint64(raw[8*i:])
+			}
+			if sharedstate.Root(leaves, int(it.Bytes)) == it.Hash {
+				return leaves, nil
+			}
+			err = errors.New("leaf hashes do not combine to the elected hash")
+		}
+		last = fmt.Errorf("leaves from donor %d: %w", donor.ID, err)
+	}
+	return nil, last
+}
+
+// stateConn is a worker's connection to one donor, reused for every request it sends there.
 type stateConn struct {
 	conn net.Conn
 	dec  *zstd.Decoder
@@ -357,9 +370,15 @@ func (sc *stateConn) close() {
 	}
 }
 
-// fetchRange fills dst with the bytes at off of the entry it, from donor, over the worker's
-// connection to it (opened on first use, dropped on any error).
+// fetchRange fills dst with the bytes at off of the entry it, from donor.
 func (c *Communicator) fetchRange(ctx context.Context, conns map[uint64]*stateConn, donor wire.PeerInfo, it wire.FetchItem, off uint64, dst []byte, compress bool) error {
+	req := &wire.StateRequest{Token: c.cfg.Token, Name: it.Name, Hash: it.Hash, Off: off, Len: uint64(len(dst)), Compress: compress}
+	return c.request(ctx, conns, donor, req, dst)
+}
+
+// request sends req to donor over the caller's connection to it (opened on first use, dropped on any
+// error) and reads the answer into dst, which must be exactly as long as the answer.
+func (c *Communicator) request(ctx context.Context, conns map[uint64]*stateConn, donor wire.PeerInfo, req *wire.StateRequest, dst []byte) error {
 	cfg := c.cfg
 	sc := conns[donor.ID]
 	if sc == nil {
@@ -377,7 +396,7 @@ func (c *Communicator) fetchRange(ctx context.Context, conns map[uint64]*stateCo
 		sc = &stateConn{conn: conn}
 		conns[donor.ID] = sc
 	}
-	err := c.fetchOn(ctx, sc, it, off, dst, compress)
+	err := c.requestOn(ctx, sc, req, dst)
 	if err != nil {
 		sc.close()
 		delete(conns, donor.ID)
@@ -385,13 +404,11 @@ func (c *Communicator) fetchRange(ctx context.Context, conns map[uint64]*stateCo
 	return err
 }
 
-func (c *Communicator) fetchOn(ctx context.Context, sc *stateConn, it wire.FetchItem, off uint64, dst []byte, compress bool) error {
-	cfg := c.cfg
+func (c *Communicator) requestOn(ctx context.Context, sc *stateConn, req *wire.StateRequest, dst []byte) error {
 	conn := sc.conn
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
-	conn.SetDeadline(time.Now().Add(cfg.DialTimeout))
-	req := &wire.StateRequest{Token: cfg.Token, Name: it.Name, Hash: it.Hash, Off: off, Len: uint64(len(dst)), Compress: compress}
+	conn.SetDeadline(time.Now().Add(c.cfg.DialTimeout))
 	if _, err := conn.Write(wire.AppendFrame(nil, req)); err != nil {
 		return err
 	}
@@ -452,6 +469,22 @@ func (c *Communicator) serveState(conn net.Conn) {
 			return
 		}
 		conn.SetWriteDeadline(time.Time{})
+		if req.Leaves {
+			leaves, reason := c.stateLeaves(req)
+			if reason != "" {
+				conn.SetWriteDeadline(time.Now().Add(c.cfg.DialTimeout))
+				conn.Write(wire.AppendFrame(nil, &wire.StateResponse{OK: false, Detail: reason}))
+				return
+			}
+			out := wire.AppendFrame(nil, &wire.StateResponse{OK: true, Len: uint64(8 * len(leaves))})
+			for _, l := range leaves {
+				out = binary.LittleEndian.AppendUint64(out, l)
+			}
+			if _, err := conn.Write(out); err != nil {
+				return
+			}
+			continue
+		}
 		data, reason := c.stateRange(conn, req)
 		if reason != "" {
 			conn.SetWriteDeadline(time.Now().Add(c.cfg.DialTimeout))
@@ -495,12 +528,32 @@ func (c *Communicator) sendRange(conn net.Conn, data []byte, compress bool, enc 
 // the state any more, so the application may change it.
 func (c *Communicator) stopServing() {
 	c.mu.Lock()
-	c.serving, c.servingHashes, c.syncActive = nil, nil, false
+	c.serving, c.servingHashes, c.servingLeaves, c.syncActive = nil, nil, nil, false
 	for conn := range c.serveConns {
 		conn.SetWriteDeadline(time.Now())
 	}
 	c.mu.Unlock()
 	c.serveWG.Wait()
+}
+
+// stateLeaves returns the leaf hashes of a served entry as they were at the vote, or why not.
+func (c *Communicator) stateLeaves(req *wire.StateRequest) ([]uint64, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case req.Token != c.cfg.Token:
+		return nil, "run token mismatch"
+	case c.serving == nil:
+		return nil, "not in a sync"
+	}
+	if h, ok := c.servingHashes[req.Name]; !ok || h != req.Hash {
+		return nil, fmt.Sprintf("entry %q does not hold the elected content", req.Name)
+	}
+	leaves, ok := c.servingLeaves[req.Name]
+	if !ok {
+		return nil, fmt.Sprintf("no leaves of entry %q", req.Name)
+	}
+	return leaves, ""
 }
 
 // stateRange returns the requested bytes of the state we serve, or why not. On success the caller

@@ -58,10 +58,11 @@ func (s *State) Digest(workers int) Digest {
 		datas = append(datas, e.Data)
 		todo = append(todo, i)
 	}
-	for k, h := range HashAll(datas, workers) {
+	roots, leaves := hashAllLeaves(datas, workers)
+	for k, h := range roots {
 		e := entries[todo[k]]
 		hashes[todo[k]] = h
-		e.Remember(h)
+		e.RememberLeaves(leaves[k], h)
 	}
 	d := Digest{Revision: s.Revision, Entries: make([]EntryDigest, len(entries))}
 	for i, e := range entries {

@@ -40,6 +40,31 @@ func HashParallel(data []byte, workers int) uint64 {
 // HashAll returns the hash of each element of datas, as HashParallel would, but shares the workers over
 // all blocks of all elements, so that many small tensors are hashed in parallel too.
 func HashAll(datas [][]byte, workers int) []uint64 {
+	roots, _ := hashAllLeaves(datas, workers)
+	return roots
+}
+
+// LeafHashes returns the hashes of the BlockSize blocks of data (the leaves of its hash tree).
+func LeafHashes(data []byte, workers int) []uint64 {
+	leaves := make([]uint64, leafCount(len(data)))
+	hashLeaves([][]byte{data}, [][]uint64{leaves}, workers)
+	return leaves
+}
+
+// LeafHash returns the hash of one block as a leaf of the tree.
+func LeafHash(block []byte) uint64 { return xxh3.Hash(block) }
+
+// Root returns the hash of an n-byte input whose leaves are leaves (it does not modify them). A
+// receiver that knows the elected hash checks a donor's leaves with it, then each block with its leaf.
+func Root(leaves []uint64, n int) uint64 {
+	if len(leaves) != leafCount(n) {
+		return ^Hash(nil)
+	}
+	return combine(append([]uint64(nil), leaves...), n)
+}
+
+// hashAllLeaves returns the root and the leaves of every element of datas.
+func hashAllLeaves(datas [][]byte, workers int) ([]uint64, [][]uint64) {
 	leaves := make([][]uint64, len(datas))
 	total := 0
 	for _, d := range datas {
@@ -53,9 +78,9 @@ func HashAll(datas [][]byte, workers int) []uint64 {
 	hashLeaves(datas, leaves, workers)
 	out := make([]uint64, len(datas))
 	for i, d := range datas {
-		out[i] = combine(leaves[i], len(d))
+		out[i] = Root(leaves[i], len(d))
 	}
-	return out
+	return out, leaves
 }
 
 // leafCount returns the number of blocks of an n-byte input.

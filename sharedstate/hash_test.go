@@ -187,3 +187,32 @@ func BenchmarkHashVsMemcpy(b *testing.B) {
 	b.ReportMetric(m, "memcpy-GB/s")
 	b.ReportMetric(h/m, "ratio")
 }
+
+func TestLeavesAndRoot(t *testing.T) {
+	for _, n := range []int{0, 1, BlockSize - 1, BlockSize, 3*BlockSize + 17} {
+		data := make([]byte, n)
+		for i := range data {
+			data[i] = byte(i * 7)
+		}
+		leaves := LeafHashes(data, 2)
+		if got := Root(leaves, n); got != Hash(data) {
+			t.Fatalf("n=%d: root of leaves %x, hash %x", n, got, Hash(data))
+		}
+		for k := range leaves {
+			end := min((k+1)*BlockSize, n)
+			if LeafHash(data[k*BlockSize:end]) != leaves[k] {
+				t.Fatalf("n=%d: leaf %d differs", n, k)
+			}
+		}
+		if n > 0 {
+			bad := append([]uint64(nil), leaves...)
+			bad[0] ^= 1
+			if Root(bad, n) == Hash(data) {
+				t.Fatalf("n=%d: a wrong leaf gives the right root", n)
+			}
+			if Root(leaves, n+1) == Hash(data) {
+				t.Fatalf("n=%d: a wrong length gives the right root", n)
+			}
+		}
+	}
+}

@@ -40,6 +40,17 @@ type Entry struct {
 	hashedVersion uint64 // Version the cached hash belongs to; 0 = no cached hash
 	hashedLen     int
 	hash          uint64
+	leaves        []uint64 // leaf hashes of Data when it was last hashed or verified; nil if unknown
+}
+
+// Leaves returns the leaf hashes of Data recorded when it was last hashed (by State.Digest) or
+// installed by a sync, or nil. They are only valid while Data is unchanged.
+func (e *Entry) Leaves() []uint64 { return e.leaves }
+
+// RememberLeaves records that Data hashes to h with the given leaves.
+func (e *Entry) RememberLeaves(leaves []uint64, h uint64) {
+	e.leaves = leaves
+	e.Remember(h)
 }
 
 // cached returns the remembered hash of Data if Version allows it.

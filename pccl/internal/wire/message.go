@@ -130,7 +130,7 @@ func Decode(t Type, p []byte) (Message, error) {
 		m = &SyncComplete{Revision: d.u64("revision"), Code: d.code(), Detail: d.str("detail"), ResumeStep: d.u64("resume step")}
 	case TypeStateRequest:
 		m = &StateRequest{Token: d.str("token"), Name: d.str("name"), Hash: d.u64("hash"), Off: d.u64("off"),
-			Len: d.u64("len"), Compress: d.boolean("compress")}
+			Len: d.u64("len"), Compress: d.boolean("compress"), Leaves: d.boolean("leaves")}
 	case TypeStateResponse:
 		m = &StateResponse{OK: d.boolean("ok"), Detail: d.str("detail"), Len: d.u64("len"), Compressed: d.boolean("compressed")}
 	case TypeVoteOptimize:
@@ -481,7 +481,10 @@ type SyncComplete struct {
 	ResumeStep uint64
 }
 
-// StateRequest asks a donor for Len bytes at Off of entry Name, whose content must hash to Hash.
+// StateRequest asks a donor for Len bytes at Off of entry Name, whose content must hash to Hash. With
+// Leaves, it asks instead for the leaf hashes of the entry's hash tree (Off and Len are ignored): the
+// response carries them as little-endian u64s, so that the receiver can verify every block before it
+// writes it.
 type StateRequest struct {
 	Token    string
 	Name     string
@@ -489,6 +492,7 @@ type StateRequest struct {
 	Off      uint64
 	Len      uint64
 	Compress bool
+	Leaves   bool
 }
 
 // StateResponse answers a StateRequest; if OK, Len bytes follow (zstd-compressed if Compressed).
@@ -546,7 +550,8 @@ func (m *StateRequest) Append(b []byte) []byte {
 	b = appendU64(b, m.Hash)
 	b = appendU64(b, m.Off)
 	b = appendU64(b, m.Len)
-	return appendBool(b, m.Compress)
+	b = appendBool(b, m.Compress)
+	return appendBool(b, m.Leaves)
 }
 
 func (m *StateResponse) Append(b []byte) []byte {

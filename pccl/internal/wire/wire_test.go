@@ -35,6 +35,7 @@ func sampleMessages() []Message {
 		&SyncPlan{Revision: 4, Code: CodeOK, Fetch: []FetchItem{{Name: "w", Hash: 9, Bytes: 1024, Donors: []PeerInfo{{ID: 2, Addr: "x:1"}}}}},
 		&SyncComplete{Revision: 4, Code: CodeRejected, Detail: "send-only lost", ResumeStep: 12},
 		&StateRequest{Token: "t", Name: "w", Hash: 9, Off: 512, Len: 512, Compress: true},
+		&StateRequest{Token: "t", Name: "w", Hash: 9, Leaves: true},
 		&StateResponse{OK: true, Len: 512, Compressed: true},
 		&VoteOptimize{},
 		&MeasureReport{Round: 2, To: 5, BytesPerSec: 1.25e9, LatencyNanos: 3e7},
