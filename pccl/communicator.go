@@ -362,13 +362,9 @@ func (c *Communicator) UpdateTopology(ctx context.Context) error {
 	c.majorMu.Lock()
 	defer c.majorMu.Unlock()
 	c.mu.Lock()
-	if c.fatal != nil {
+	if err := c.idle("update topology"); err != nil {
 		c.mu.Unlock()
-		return c.fatal
-	}
-	if n := len(c.ops); n > 0 {
-		c.mu.Unlock()
-		return fmt.Errorf("pccl: update topology: %w: %d", ErrBusy, n)
+		return err
 	}
 	vote := !c.topoOutstanding
 	if vote {
@@ -392,6 +388,18 @@ func (c *Communicator) UpdateTopology(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("pccl: update topology: %w", ctx.Err())
 	}
+}
+
+// idle returns why a major operation (UpdateTopology, OptimizeTopology, SyncSharedState) cannot
+// start: the communicator is dead, or collectives of this peer are in flight. c.mu must be held.
+func (c *Communicator) idle(what string) error {
+	if c.fatal != nil {
+		return c.fatal
+	}
+	if n := len(c.ops); n > 0 {
+		return fmt.Errorf("pccl: %s: %w: %d", what, ErrBusy, n)
+	}
+	return nil
 }
 
 // ArePeersPending asks whether peers wait to be accepted. Every accepted peer must call it; all get

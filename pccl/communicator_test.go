@@ -110,6 +110,36 @@ func (g *group) start(ctx context.Context, n int) ([]*pccl.Communicator, []strin
 	return comms, hosts
 }
 
+// each runs f for every communicator at once and returns the errors by index.
+func each(comms []*pccl.Communicator, f func(i int, c *pccl.Communicator) error) []error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i, c)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// sumOfRanks has every communicator AllReduce its index+1 and checks the sum on each.
+func sumOfRanks(ctx context.Context, comms []*pccl.Communicator) []error {
+	want := int64(len(comms) * (len(comms) + 1) / 2)
+	return each(comms, func(i int, c *pccl.Communicator) error {
+		v := []int64{int64(i + 1)}
+		if err := c.AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 1, Count: 1, DType: pccl.I64, Op: pccl.Sum}); err != nil {
+			return err
+		}
+		if v[0] != want {
+			return fmt.Errorf("sum %d, want %d", v[0], want)
+		}
+		return nil
+	})
+}
+
 func closeAll(comms []*pccl.Communicator) {
 	for _, c := range comms {
 		if c != nil {
@@ -145,17 +175,12 @@ func TestAllReduceSum(t *testing.T) {
 				}
 			}
 			out := make([][]float32, n)
-			var wg sync.WaitGroup
-			errs := make([]error, n)
-			for i, c := range comms {
+			for i := range out {
 				out[i] = make([]float32, count)
-				wg.Add(1)
-				go func(i int, c *pccl.Communicator) {
-					defer wg.Done()
-					errs[i] = c.AllReduce(ctx, pccl.Bytes(in[i]), pccl.Bytes(out[i]), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum})
-				}(i, c)
 			}
-			wg.Wait()
+			errs := each(comms, func(i int, c *pccl.Communicator) error {
+				return c.AllReduce(ctx, pccl.Bytes(in[i]), pccl.Bytes(out[i]), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum})
+			})
 			for i := range comms {
 				if errs[i] != nil {
 					t.Fatalf("count %d peer %d: %v", count, i, errs[i])
@@ -176,21 +201,14 @@ func TestDescriptorMismatch(t *testing.T) {
 	g := newGroup(t, master.Config{})
 	comms, _ := g.start(ctx, 3)
 	defer closeAll(comms)
-	var wg sync.WaitGroup
-	errs := make([]error, len(comms))
-	for i, c := range comms {
+	errs := each(comms, func(i int, c *pccl.Communicator) error {
 		count := 16
 		if i == 2 {
 			count = 17
 		}
 		buf := make([]float32, count)
-		wg.Add(1)
-		go func(i int, c *pccl.Communicator) {
-			defer wg.Done()
-			errs[i] = c.AllReduce(ctx, pccl.Bytes(buf), pccl.Bytes(buf), pccl.Desc{Tag: 5, Count: count, DType: pccl.F32, Op: pccl.Sum})
-		}(i, c)
-	}
-	wg.Wait()
+		return c.AllReduce(ctx, pccl.Bytes(buf), pccl.Bytes(buf), pccl.Desc{Tag: 5, Count: count, DType: pccl.F32, Op: pccl.Sum})
+	})
 	for i, err := range errs {
 		if !errors.Is(err, pccl.ErrDescriptorMismatch) {
 			t.Errorf("peer %d: %v, want ErrDescriptorMismatch", i, err)
@@ -313,21 +331,7 @@ func TestJoinDoesNotStall(t *testing.T) {
 	// Keep reducing among the accepted pair until the newcomer has registered, and a few more times.
 	registered, rounds := false, 0
 	for rounds < 5 {
-		var wg sync.WaitGroup
-		errs := make([]error, 2)
-		for i, c := range comms {
-			wg.Add(1)
-			go func(i int, c *pccl.Communicator) {
-				defer wg.Done()
-				v := []int64{int64(i + 1)}
-				errs[i] = c.AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 1, Count: 1, DType: pccl.I64, Op: pccl.Sum})
-				if errs[i] == nil && v[0] != 3 {
-					errs[i] = fmt.Errorf("sum %d, want 3", v[0])
-				}
-			}(i, c)
-		}
-		wg.Wait()
-		for _, err := range errs {
+		for _, err := range sumOfRanks(ctx, comms) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -372,20 +376,7 @@ func TestJoinDoesNotStall(t *testing.T) {
 		t.Fatal(err)
 	}
 	comms = append(comms, newcomer)
-	errs := make([]error, 3)
-	for i, c := range comms {
-		wg.Add(1)
-		go func(i int, c *pccl.Communicator) {
-			defer wg.Done()
-			v := []int64{int64(i + 1)}
-			errs[i] = c.AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 1, Count: 1, DType: pccl.I64, Op: pccl.Sum})
-			if errs[i] == nil && v[0] != 6 {
-				errs[i] = fmt.Errorf("sum %d, want 6", v[0])
-			}
-		}(i, c)
-	}
-	wg.Wait()
-	for i, err := range errs {
+	for i, err := range sumOfRanks(ctx, comms) {
 		if err != nil {
 			t.Fatalf("peer %d: %v", i, err)
 		}

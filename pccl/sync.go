@@ -92,13 +92,9 @@ func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncO
 		}
 	}
 	c.mu.Lock()
-	if c.fatal != nil {
+	if err := c.idle("sync shared state"); err != nil {
 		c.mu.Unlock()
-		return res, c.fatal
-	}
-	if n := len(c.ops); n > 0 {
-		c.mu.Unlock()
-		return res, fmt.Errorf("pccl: sync shared state: %w: %d", ErrBusy, n)
+		return res, err
 	}
 	c.serving, c.servingHashes, c.servingLeaves, c.syncActive = st, hashes, leaves, true
 	select {
@@ -536,31 +532,9 @@ func (c *Communicator) stopServing() {
 	c.serveWG.Wait()
 }
 
-// stateLeaves returns the leaf hashes of a served entry as they were at the vote, or why not.
-func (c *Communicator) stateLeaves(req *wire.StateRequest) ([]uint64, string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case req.Token != c.cfg.Token:
-		return nil, "run token mismatch"
-	case c.serving == nil:
-		return nil, "not in a sync"
-	}
-	if h, ok := c.servingHashes[req.Name]; !ok || h != req.Hash {
-		return nil, fmt.Sprintf("entry %q does not hold the elected content", req.Name)
-	}
-	leaves, ok := c.servingLeaves[req.Name]
-	if !ok {
-		return nil, fmt.Sprintf("no leaves of entry %q", req.Name)
-	}
-	return leaves, ""
-}
-
-// stateRange returns the requested bytes of the state we serve, or why not. On success the caller
-// holds a serve lease on conn and must call endServe when it no longer reads the bytes.
-func (c *Communicator) stateRange(conn net.Conn, req *wire.StateRequest) ([]byte, string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// servedEntry checks a request against the state served in this sync: the token, and that the
+// entry holds the content the request expects. It returns the entry, or why not. c.mu must be held.
+func (c *Communicator) servedEntry(req *wire.StateRequest) (*Entry, string) {
 	switch {
 	case req.Token != c.cfg.Token:
 		return nil, "run token mismatch"
@@ -573,6 +547,28 @@ func (c *Communicator) stateRange(conn net.Conn, req *wire.StateRequest) ([]byte
 	}
 	if h, ok := c.servingHashes[req.Name]; !ok || h != req.Hash {
 		return nil, fmt.Sprintf("entry %q does not hold the elected content", req.Name)
+	}
+	return e, ""
+}
+
+// stateLeaves returns the leaf hashes of a served entry as they were at the vote, or why not.
+func (c *Communicator) stateLeaves(req *wire.StateRequest) ([]uint64, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, reason := c.servedEntry(req); reason != "" {
+		return nil, reason
+	}
+	return c.servingLeaves[req.Name], ""
+}
+
+// stateRange returns the requested bytes of the state we serve, or why not. On success the caller
+// holds a serve lease on conn and must call endServe when it no longer reads the bytes.
+func (c *Communicator) stateRange(conn net.Conn, req *wire.StateRequest) ([]byte, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, reason := c.servedEntry(req)
+	if reason != "" {
+		return nil, reason
 	}
 	if req.Off > uint64(len(e.Data)) || req.Len > uint64(len(e.Data))-req.Off {
 		return nil, fmt.Sprintf("range %d+%d outside entry %q of %d bytes", req.Off, req.Len, req.Name, len(e.Data))

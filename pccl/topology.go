@@ -21,13 +21,9 @@ func (c *Communicator) OptimizeTopology(ctx context.Context) error {
 	c.majorMu.Lock()
 	defer c.majorMu.Unlock()
 	c.mu.Lock()
-	if c.fatal != nil {
+	if err := c.idle("optimize topology"); err != nil {
 		c.mu.Unlock()
-		return c.fatal
-	}
-	if n := len(c.ops); n > 0 {
-		c.mu.Unlock()
-		return fmt.Errorf("pccl: optimize topology: %w: %d", ErrBusy, n)
+		return err
 	}
 	c.topoOutstanding = true
 	select {

@@ -190,20 +190,14 @@ func (m *Machine) kick(id PeerID, reason string) {
 	}
 }
 
-func (m *Machine) accepted() []PeerID {
-	var ids []PeerID
-	for _, id := range m.ids {
-		if m.peers[id].state == Accepted {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
+func (m *Machine) accepted() []PeerID   { return m.inState(Accepted) }
+func (m *Machine) registered() []PeerID { return m.inState(Registered) }
 
-func (m *Machine) registered() []PeerID {
+// inState returns the ids of the peers in state st, sorted.
+func (m *Machine) inState(st PeerState) []PeerID {
 	var ids []PeerID
 	for _, id := range m.ids {
-		if m.peers[id].state == Registered {
+		if m.peers[id].state == st {
 			ids = append(ids, id)
 		}
 	}
