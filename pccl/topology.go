@@ -101,29 +101,52 @@ func (c *Communicator) measure(ctx context.Context, r *wire.MeasureRound) (float
 	}
 	d := time.Duration(r.Nanos)
 	streams := max(int(r.Streams), 1)
-	rates := make([]float64, streams)
+	results := make([]*wire.BenchResult, streams)
 	rtts := make([]time.Duration, streams)
 	var wg sync.WaitGroup
 	for k := range streams {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rate, rtt, err := c.benchStream(ctx, r.Target.Addr, d)
+			res, rtt, err := c.benchStream(ctx, r.Target.Addr, d)
 			if err != nil {
 				c.log.Warn("bandwidth test failed", "to", r.Target.ID, "err", err)
 			}
-			rates[k], rtts[k] = rate, rtt
+			results[k], rtts[k] = res, rtt
 		}()
 	}
 	wg.Wait()
-	total, rtt := 0.0, time.Duration(0)
-	for k, v := range rates {
-		total += v
-		if rtts[k] > 0 && (rtt == 0 || rtts[k] < rtt) {
-			rtt = rtts[k]
+	return aggregate(results), minRTT(rtts) / 2
+}
+
+// aggregate combines the counts of parallel streams: all their bytes over the union of their windows.
+// (Summing per-stream rates would count the link twice when the windows do not overlap.)
+func aggregate(results []*wire.BenchResult) float64 {
+	var bytes, from, to uint64
+	for _, r := range results {
+		if r == nil || r.Nanos == 0 {
+			continue
+		}
+		bytes += r.Bytes
+		if from == 0 || r.Start < from {
+			from = r.Start
+		}
+		to = max(to, r.Start+r.Nanos)
+	}
+	if to <= from {
+		return 0
+	}
+	return float64(bytes) / (float64(to-from) / 1e9)
+}
+
+func minRTT(rtts []time.Duration) time.Duration {
+	var m time.Duration
+	for _, r := range rtts {
+		if r > 0 && (m == 0 || r < m) {
+			m = r
 		}
 	}
-	return total, rtt / 2
+	return m
 }
 
 // benchBlock is the write size of a bandwidth test.
@@ -133,13 +156,13 @@ var benchData = make([]byte, benchBlock)
 
 // benchStream times a round trip to addr, then sends as fast as it can until the receiver, which
 // counts the bytes that arrive during d from the first one, reports its count.
-func (c *Communicator) benchStream(ctx context.Context, addr string, d time.Duration) (float64, time.Duration, error) {
+func (c *Communicator) benchStream(ctx context.Context, addr string, d time.Duration) (*wire.BenchResult, time.Duration, error) {
 	cfg := c.cfg
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	conn, err := cfg.Transport.Dial(dctx, addr)
 	cancel()
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	defer conn.Close()
 	limit := time.Now().Add(3*d + cfg.DialTimeout)
@@ -147,18 +170,18 @@ func (c *Communicator) benchStream(ctx context.Context, addr string, d time.Dura
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 	if err := wire.Exchange(conn, wire.KindBench); err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	t0 := time.Now()
 	if _, err := conn.Write(wire.AppendFrame(nil, &wire.BenchHello{Token: cfg.Token, Nanos: uint64(d)})); err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	// The receiver acknowledges the hello at once (that times the round trip); data flows only then,
 	// so that the receiver is already waiting for it and counts no backlog.
 	if msg, _, err := wire.ReadFrame(conn, 1<<10, nil); err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	} else if _, ok := msg.(*wire.BenchResult); !ok {
-		return 0, 0, fmt.Errorf("bandwidth test to %s: answer %T", addr, msg)
+		return nil, 0, fmt.Errorf("bandwidth test to %s: answer %T", addr, msg)
 	}
 	rtt := time.Since(t0)
 	result := make(chan *wire.BenchResult, 1)
@@ -173,17 +196,17 @@ func (c *Communicator) benchStream(ctx context.Context, addr string, d time.Dura
 		select {
 		case r := <-result:
 			if r == nil || r.Nanos == 0 {
-				return 0, rtt, fmt.Errorf("bandwidth test to %s: no result", addr)
+				return nil, rtt, fmt.Errorf("bandwidth test to %s: no result", addr)
 			}
-			return float64(r.Bytes) / (float64(r.Nanos) / 1e9), rtt, nil
+			return r, rtt, nil
 		default:
 		}
 		if _, err := conn.Write(benchData); err != nil {
 			// The receiver may close right after its result: prefer the result.
 			if r := <-result; r != nil && r.Nanos > 0 {
-				return float64(r.Bytes) / (float64(r.Nanos) / 1e9), rtt, nil
+				return r, rtt, nil
 			}
-			return 0, rtt, err
+			return nil, rtt, err
 		}
 	}
 }
@@ -233,7 +256,7 @@ func (c *Communicator) serveBench(conn net.Conn) {
 	elapsed := time.Since(baseAt)
 	total -= base
 	conn.SetDeadline(time.Now().Add(c.cfg.DialTimeout))
-	conn.Write(wire.AppendFrame(nil, &wire.BenchResult{Bytes: total, Nanos: uint64(elapsed)}))
+	conn.Write(wire.AppendFrame(nil, &wire.BenchResult{Bytes: total, Nanos: uint64(elapsed), Start: uint64(baseAt.UnixNano())}))
 	// Drain until the sender notices and closes.
 	conn.SetReadDeadline(time.Now().Add(c.cfg.DialTimeout))
 	io.Copy(io.Discard, conn)

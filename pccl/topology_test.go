@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/pccl/internal/wire"
 	"github.com/concord-ccl/concord/pccl/master"
 )
 
@@ -106,5 +107,18 @@ func TestOptimizeTopologyGroupsSites(t *testing.T) {
 		if err != nil {
 			t.Fatalf("peer %d: %v", i, err)
 		}
+	}
+}
+
+func TestAggregateUsesTheUnionOfWindows(t *testing.T) {
+	// Two streams of 10 MB each over the same 1 s window: 20 MB/s. Two streams one after the other
+	// (a loaded machine delayed the second): still 20 MB over 2 s, 10 MB/s, not 20.
+	same := []*wire.BenchResult{{Bytes: 10e6, Nanos: 1e9, Start: 5e9}, {Bytes: 10e6, Nanos: 1e9, Start: 5e9}}
+	apart := []*wire.BenchResult{{Bytes: 10e6, Nanos: 1e9, Start: 5e9}, {Bytes: 10e6, Nanos: 1e9, Start: 6e9}, nil}
+	if got := pccl.AggregateForTest(same); got != 20e6 {
+		t.Fatalf("overlapping windows: %v", got)
+	}
+	if got := pccl.AggregateForTest(apart); got != 10e6 {
+		t.Fatalf("disjoint windows: %v", got)
 	}
 }

@@ -143,7 +143,7 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeBenchHello:
 		m = &BenchHello{Token: d.str("token"), Nanos: d.u64("nanos")}
 	case TypeBenchResult:
-		m = &BenchResult{Bytes: d.u64("bytes"), Nanos: d.u64("nanos")}
+		m = &BenchResult{Bytes: d.u64("bytes"), Nanos: d.u64("nanos"), Start: d.u64("start")}
 	default:
 		return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, t)
 	}
@@ -591,10 +591,12 @@ type BenchHello struct {
 	Nanos uint64
 }
 
-// BenchResult is what a bandwidth-test receiver counted.
+// BenchResult is what a bandwidth-test receiver counted: Bytes during Nanos from Start (unix
+// nanoseconds on the receiver's clock, so that the windows of parallel streams can be combined).
 type BenchResult struct {
 	Bytes uint64
 	Nanos uint64
+	Start uint64
 }
 
 func (m *VoteOptimize) Append(b []byte) []byte { return b }
@@ -622,5 +624,6 @@ func (m *BenchHello) Append(b []byte) []byte {
 
 func (m *BenchResult) Append(b []byte) []byte {
 	b = appendU64(b, m.Bytes)
-	return appendU64(b, m.Nanos)
+	b = appendU64(b, m.Nanos)
+	return appendU64(b, m.Start)
 }

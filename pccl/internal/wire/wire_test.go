@@ -41,7 +41,7 @@ func sampleMessages() []Message {
 		&MeasureReport{Round: 2, To: 5, BytesPerSec: 1.25e9, LatencyNanos: 3e7},
 		&MeasureRound{Round: 2, Target: PeerInfo{ID: 5, Addr: "h:1", Site: "eu"}, Nanos: 2e8, Streams: 4},
 		&BenchHello{Token: "t", Nanos: 2e8},
-		&BenchResult{Bytes: 1 << 30, Nanos: 2e8},
+		&BenchResult{Bytes: 1 << 30, Nanos: 2e8, Start: 1.7e18},
 	}
 }
 

@@ -1,0 +1,4 @@
+package pccl
+
+// AggregateForTest exposes aggregate to the external tests.
+var AggregateForTest = aggregate
