@@ -43,20 +43,15 @@ func newState(t *testing.T, seed uint64, n int) *pccl.State {
 // syncAll runs SyncSharedState on every communicator at once.
 func syncAll(ctx context.Context, comms []*pccl.Communicator, states []*pccl.State, opts []pccl.SyncOptions) ([]pccl.SyncResult, []error) {
 	res := make([]pccl.SyncResult, len(comms))
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for i, c := range comms {
-		wg.Add(1)
-		go func(i int, c *pccl.Communicator) {
-			defer wg.Done()
-			var o pccl.SyncOptions
-			if opts != nil {
-				o = opts[i]
-			}
-			res[i], errs[i] = c.SyncSharedState(ctx, states[i], o)
-		}(i, c)
-	}
-	wg.Wait()
+	errs := each(comms, func(i int, c *pccl.Communicator) error {
+		var o pccl.SyncOptions
+		if opts != nil {
+			o = opts[i]
+		}
+		var err error
+		res[i], err = c.SyncSharedState(ctx, states[i], o)
+		return err
+	})
 	return res, errs
 }
 
