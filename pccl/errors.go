@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/internal/wire"
 )
 
 // Sentinel errors. Errors returned by this package wrap one of them (test with errors.Is) and add

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/rings"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/internal/wire"
 )
 
 // OptimizeTopology re-orders the ring for speed. Every accepted peer calls it; together they measure

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/pccl"
-	"github.com/concord-ccl/concord/pccl/internal/wire"
 	"github.com/concord-ccl/concord/pccl/master"
 )
 

@@ -3,7 +3,7 @@ package pccl
 import (
 	"fmt"
 
-	"github.com/concord-ccl/concord/pccl/internal/transport"
+	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/rings"
 )
 

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/sharedstate"
 )
 

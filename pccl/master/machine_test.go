@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/atsp"
-	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/rings"
 	"github.com/concord-ccl/concord/sharedstate"
 )

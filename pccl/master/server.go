@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/atsp"
-	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/internal/wire"
 )
 
 // ServerConfig configures a Server. The zero value works.

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/sharedstate"
 )
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/atsp"
-	"github.com/concord-ccl/concord/pccl/internal/wire"
+	"github.com/concord-ccl/concord/internal/wire"
 )
 
 // Solved returns the result of a Solve action: the best ring found for the request ID (nil if none).
