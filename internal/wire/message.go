@@ -56,7 +56,8 @@ func Decode(t Type, p []byte) (Message, error) {
 	var m Message
 	switch t {
 	case TypeHello:
-		m = &Hello{Token: d.str("token"), Addr: d.str("addr"), Site: d.str("site"), Caps: d.u64("caps")}
+		m = &Hello{Token: d.str("token"), Addr: d.str("addr"), Site: d.str("site"), Caps: d.u64("caps"),
+			Peer: d.u64("peer"), Group: d.u32("group")}
 	case TypeVoteTopology:
 		m = &VoteTopology{Rewire: d.boolean("rewire")}
 	case TypeLinksReady:
@@ -79,7 +80,8 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeBye:
 		m = &Bye{}
 	case TypeWelcome:
-		m = &Welcome{Peer: d.u64("peer"), HeartbeatInterval: d.u64("interval"), HeartbeatTimeout: d.u64("timeout")}
+		m = &Welcome{Peer: d.u64("peer"), HeartbeatInterval: d.u64("interval"), HeartbeatTimeout: d.u64("timeout"),
+			Incarnation: d.u64("incarnation")}
 	case TypeConnect:
 		v := &Connect{Epoch: d.u64("epoch")}
 		n := d.count(16, "ring")
@@ -154,11 +156,18 @@ func Decode(t Type, p []byte) (Message, error) {
 }
 
 // Hello is a peer's first message to the master.
+//
+// Peer is the identity the peer chooses, so that it keeps its id when it reconnects to a restarted
+// master; 0 lets the master assign one. The master refuses a Hello that chooses the id of a peer it
+// still counts as live. Group is the peer group the peer joins (for example one per pipeline stage):
+// rings, epochs, collectives and shared-state syncs span one group; 0 is the default group.
 type Hello struct {
 	Token string // the run token; the master refuses peers with another token
 	Addr  string // the address ring neighbours dial, host:port
 	Site  string // the site (datacenter, region) the peer runs in; may be empty
 	Caps  uint64 // capability bits, reserved
+	Peer  uint64 // the chosen peer id, or 0 for one assigned by the master
+	Group uint32 // the peer group, 0 by default
 }
 
 // VoteTopology is an accepted peer's vote in UpdateTopology. Rewire asks for the ring's links to be
@@ -216,10 +225,15 @@ type Heartbeat struct{ Seq uint64 }
 type Bye struct{}
 
 // Welcome registers the peer: its id and the heartbeat timing it must keep (nanoseconds).
+//
+// Incarnation names this start of the master; it changes when the master restarts. Every epoch the
+// master hands out carries its incarnation in its high 32 bits, so a restarted master never reuses an
+// epoch that a peer of the previous incarnation may still hold.
 type Welcome struct {
 	Peer              uint64
 	HeartbeatInterval uint64
 	HeartbeatTimeout  uint64
+	Incarnation       uint64
 }
 
 // PeerInfo names a ring member and where to reach it.
@@ -342,7 +356,9 @@ func (m *Hello) Append(b []byte) []byte {
 	b = appendString(b, m.Token)
 	b = appendString(b, m.Addr)
 	b = appendString(b, m.Site)
-	return appendU64(b, m.Caps)
+	b = appendU64(b, m.Caps)
+	b = appendU64(b, m.Peer)
+	return appendU32(b, m.Group)
 }
 
 func (m *VoteTopology) Append(b []byte) []byte { return appendBool(b, m.Rewire) }
@@ -380,7 +396,8 @@ func (m *Bye) Append(b []byte) []byte       { return b }
 func (m *Welcome) Append(b []byte) []byte {
 	b = appendU64(b, m.Peer)
 	b = appendU64(b, m.HeartbeatInterval)
-	return appendU64(b, m.HeartbeatTimeout)
+	b = appendU64(b, m.HeartbeatTimeout)
+	return appendU64(b, m.Incarnation)
 }
 
 func (m *Connect) Append(b []byte) []byte {

@@ -11,6 +11,7 @@ import (
 func sampleMessages() []Message {
 	return []Message{
 		&Hello{Token: "run-1", Addr: "127.0.0.1:4000", Site: "eu", Caps: 7},
+		&Hello{Token: "run-1", Addr: "127.0.0.1:4001", Peer: 1 << 40, Group: 3},
 		&VoteTopology{Rewire: true},
 		&LinksReady{Epoch: 3, OK: false, Failed: []uint64{4, 9}, Detail: "dial refused"},
 		&LinksReady{Epoch: 3, OK: true},
@@ -19,7 +20,7 @@ func sampleMessages() []Message {
 		&Done{Tag: 12, Seq: 99, Code: CodePeerLeft, Detail: "peer 3: eof", LinkBytes: 1 << 20, LinkNanos: 5e6},
 		&Heartbeat{Seq: 5},
 		&Bye{},
-		&Welcome{Peer: 17, HeartbeatInterval: 250e6, HeartbeatTimeout: 1500e6},
+		&Welcome{Peer: 17, HeartbeatInterval: 250e6, HeartbeatTimeout: 1500e6, Incarnation: 0x9e3779b9},
 		&Connect{Epoch: 4, Ring: []PeerInfo{{ID: 1, Addr: "a:1", Site: "x"}, {ID: 2, Addr: "b:2"}}},
 		&Topology{Epoch: 4, Changed: true, Ring: []uint64{2, 1}},
 		&Pending{Answer: true},
@@ -80,6 +81,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"huge count", TypeTopology, append(make([]byte, 9), 0xff, 0xff, 0xff, 0xff)},
 		{"bad code", TypeOutcome, append(make([]byte, 16), 99, 0, 0, 0, 0)},
 		{"huge string", TypeKick, []byte{0xff, 0xff, 0xff, 0xff}},
+		{"hello without peer and group", TypeHello, make([]byte, 20)},
+		{"welcome without incarnation", TypeWelcome, make([]byte, 24)},
 	}
 	for _, c := range cases {
 		if _, err := Decode(c.t, c.p); !errors.Is(err, ErrMalformed) {
