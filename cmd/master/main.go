@@ -18,6 +18,7 @@ import (
 
 	"github.com/concord-ccl/concord/internal/logx"
 	"github.com/concord-ccl/concord/pccl/master"
+	"github.com/concord-ccl/concord/pccl/master/status"
 )
 
 func main() {
@@ -109,7 +110,7 @@ func run(cc *cli.Context) error {
 			ln.Close()
 			return cli.Exit(fmt.Sprintf("listen --http: %v", err), 1)
 		}
-		hs := &http.Server{Handler: master.StatusHandler(srv.Snapshot, nil), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: status.Handler(srv.Snapshot, nil), ReadHeaderTimeout: 5 * time.Second}
 		go hs.Serve(hln)
 		defer hs.Close()
 		log.Info("status page", "url", "http://"+hln.Addr().String()+"/")

@@ -1,4 +1,7 @@
-package master
+// Package status serves a Concord master's status page, its JSON form and its Prometheus metrics. It
+// reads the master only through snapshots (master.Snapshot), so the protocol package needs no HTTP
+// or metrics code: the binary wires a Server's Snapshot method into Handler.
+package status
 
 import (
 	"bytes"
@@ -15,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/concord-ccl/concord/pccl/master"
 )
 
-// StatusHandler serves the status page and metrics for snapshots produced by snap, which is called once
+// Handler serves the status page and metrics for snapshots produced by snap, which is called once
 // per request (and once per scrape) and must be safe to call from many goroutines at once.
 //
 // Routes:
@@ -30,10 +35,10 @@ import (
 //   - "/healthz" answers 200 "ok".
 //
 // The metrics are registered on reg when it is non-nil; otherwise on a new registry that also carries
-// the Go runtime and process collectors. StatusHandler panics if reg already holds concord_* metrics,
+// the Go runtime and process collectors. Handler panics if reg already holds concord_* metrics,
 // as prometheus.Registry.MustRegister does. Links between the routes are relative, so the handler
 // may be mounted under a prefix with http.StripPrefix.
-func StatusHandler(snap func() Snapshot, reg *prometheus.Registry) http.Handler {
+func Handler(snap func() master.Snapshot, reg *prometheus.Registry) http.Handler {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -74,13 +79,13 @@ func StatusHandler(snap func() Snapshot, reg *prometheus.Registry) http.Handler 
 // metricsCollector exposes a Snapshot as Prometheus metrics. It keeps no state of its own: every
 // Collect reads a fresh Snapshot, so the metrics can never disagree with the status page.
 type metricsCollector struct {
-	snap func() Snapshot
+	snap func() master.Snapshot
 
 	peers, epoch, ringSize, opsInFlight                 *prometheus.Desc
 	joined, left, kicked, timeouts, opsDone, opsAborted *prometheus.Desc
 }
 
-func newMetricsCollector(snap func() Snapshot) *metricsCollector {
+func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
@@ -113,9 +118,9 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	var registered, accepted, unknown int
 	for _, p := range s.Peers {
 		switch p.State {
-		case Registered:
+		case master.Registered:
 			registered++
-		case Accepted:
+		case master.Accepted:
 			accepted++
 		default:
 			unknown++
@@ -127,10 +132,10 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
-	gauge(c.peers, float64(registered), Registered.String())
-	gauge(c.peers, float64(accepted), Accepted.String())
+	gauge(c.peers, float64(registered), master.Registered.String())
+	gauge(c.peers, float64(accepted), master.Accepted.String())
 	if unknown > 0 {
-		gauge(c.peers, float64(unknown), PeerState(0).String())
+		gauge(c.peers, float64(unknown), master.PeerState(0).String())
 	}
 	gauge(c.epoch, float64(s.Epoch))
 	gauge(c.ringSize, float64(len(s.Ring)))
@@ -144,7 +149,7 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // opsInFlight counts the collectives that are voting or running and have not failed.
-func opsInFlight(ops []OpInfo) int {
+func opsInFlight(ops []master.OpInfo) int {
 	n := 0
 	for _, o := range ops {
 		if !o.Failed {
@@ -212,7 +217,7 @@ type statusEventJSON struct {
 
 // newStatusJSON converts s. Empty lists become [] rather than null, so clients need not tell the two
 // apart; nil matrices stay null, which means "no data yet".
-func newStatusJSON(s Snapshot) statusJSON {
+func newStatusJSON(s master.Snapshot) statusJSON {
 	j := statusJSON{
 		Time:     s.Time,
 		Epoch:    s.Epoch,
@@ -276,7 +281,7 @@ type statusPage struct {
 	Pending    int
 	MinPeers   int
 	InFlight   int
-	Counters   Counters
+	Counters   master.Counters
 	Peers      []statusPeerRow
 	Ring       statusRing
 	Sites      []statusSite
@@ -353,7 +358,7 @@ type statusEventRow struct {
 }
 
 // buildStatusPage lays out s for the page template. It is pure: "now" is s.Time.
-func buildStatusPage(s Snapshot) statusPage {
+func buildStatusPage(s master.Snapshot) statusPage {
 	p := statusPage{
 		Time:      s.Time.UTC().Format("2006-01-02 15:04:05.000 MST"),
 		Epoch:     s.Epoch,
@@ -363,11 +368,11 @@ func buildStatusPage(s Snapshot) statusPage {
 		Counters:  s.Counters,
 	}
 	p.ShortOfMin = len(s.Ring) < s.MinPeers
-	siteOf := make(map[PeerID]string, len(s.Peers))
+	siteOf := make(map[master.PeerID]string, len(s.Peers))
 	seenSite := make(map[string]bool)
 	for _, pi := range s.Peers {
 		siteOf[pi.ID] = pi.Site
-		if pi.State == Registered {
+		if pi.State == master.Registered {
 			p.Pending++
 		}
 		p.Peers = append(p.Peers, statusPeerRow{
@@ -430,14 +435,14 @@ const (
 
 // buildStatusRing places the ring members on a circle, clockwise from the top in ring order, and
 // joins each to its successor with an arc of the circle.
-func buildStatusRing(ring []PeerID, peers []PeerInfo) statusRing {
+func buildStatusRing(ring []master.PeerID, peers []master.PeerInfo) statusRing {
 	r := statusRing{Size: ringSize, Width: ringSize + 2*ringLabelRoom, Center: f1(ringSize / 2), Radius: f1(ringRadius),
 		ViewBox: fmt.Sprintf("%d 0 %d %d", -ringLabelRoom, ringSize+2*ringLabelRoom, ringSize)}
 	n := len(ring)
 	if n == 0 {
 		return r
 	}
-	byID := make(map[PeerID]PeerInfo, len(peers))
+	byID := make(map[master.PeerID]master.PeerInfo, len(peers))
 	for _, p := range peers {
 		byID[p.ID] = p
 	}

@@ -1,4 +1,4 @@
-package master
+package status
 
 import (
 	"encoding/json"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/concord-ccl/concord/pccl/master"
 )
 
 var statusT0 = time.Date(2025, 3, 14, 15, 9, 26, 0, time.UTC)
@@ -23,31 +25,31 @@ var statusT0 = time.Date(2025, 3, 14, 15, 9, 26, 0, time.UTC)
 const hostileSite = `<script>alert("x")</script>`
 
 // statusSnapshot is a hand-built Snapshot with a hostile site name and event detail.
-func statusSnapshot() Snapshot {
-	return Snapshot{
+func statusSnapshot() master.Snapshot {
+	return master.Snapshot{
 		Time:     statusT0,
 		Epoch:    7,
 		MinPeers: 2,
-		Peers: []PeerInfo{
-			{ID: 1, Addr: "10.0.0.1:7001", Site: "eu-west", State: Accepted, Joined: statusT0.Add(-time.Minute), LastSeen: statusT0.Add(-250 * time.Millisecond)},
-			{ID: 2, Addr: "10.0.0.2:7001", Site: "us-east", State: Accepted, Joined: statusT0.Add(-time.Minute), LastSeen: statusT0.Add(-2 * time.Second)},
-			{ID: 5, Addr: "10.0.0.5:7001", Site: hostileSite, State: Accepted, Joined: statusT0.Add(-30 * time.Second), LastSeen: statusT0},
-			{ID: 9, Addr: "10.0.0.9:7001", Site: "eu-west", State: Registered, Joined: statusT0.Add(-time.Second), LastSeen: statusT0.Add(-time.Second)},
+		Peers: []master.PeerInfo{
+			{ID: 1, Addr: "10.0.0.1:7001", Site: "eu-west", State: master.Accepted, Joined: statusT0.Add(-time.Minute), LastSeen: statusT0.Add(-250 * time.Millisecond)},
+			{ID: 2, Addr: "10.0.0.2:7001", Site: "us-east", State: master.Accepted, Joined: statusT0.Add(-time.Minute), LastSeen: statusT0.Add(-2 * time.Second)},
+			{ID: 5, Addr: "10.0.0.5:7001", Site: hostileSite, State: master.Accepted, Joined: statusT0.Add(-30 * time.Second), LastSeen: statusT0},
+			{ID: 9, Addr: "10.0.0.9:7001", Site: "eu-west", State: master.Registered, Joined: statusT0.Add(-time.Second), LastSeen: statusT0.Add(-time.Second)},
 		},
-		Ring: []PeerID{2, 5, 1},
-		Ops: []OpInfo{
+		Ring: []master.PeerID{2, 5, 1},
+		Ops: []master.OpInfo{
 			{Tag: 3, Seq: 0, Count: 1024, Voted: 2, Peers: 3},
 			{Tag: 4, Seq: 11, Count: 4096, Done: 1, Peers: 3},
 			{Tag: 8, Seq: 12, Count: 16, Peers: 3, Failed: true, FailCause: "peer 5 left"},
 		},
-		Counters: Counters{Joined: 10, Accepted: 8, Left: 6, Kicked: 2, Timeouts: 3, OpsDone: 120, OpsAborted: 4, Rounds: 5},
+		Counters: master.Counters{Joined: 10, Accepted: 8, Left: 6, Kicked: 2, Timeouts: 3, OpsDone: 120, OpsAborted: 4, Rounds: 5},
 		Bandwidth: [][]float64{
 			{0, 1.25e9, 0},
 			{3e8, 0, 5e6},
 			{math.NaN(), 7e7, 0},
 		},
 		Delay: nil,
-		Events: []Event{
+		Events: []master.Event{
 			{Time: statusT0.Add(-3 * time.Second), Kind: "joined", Peer: 9, Detail: "from 10.0.0.9:7001"},
 			{Time: statusT0.Add(-time.Second), Kind: "kicked", Peer: 4, Detail: `<img src=x onerror="alert(1)">`},
 			{Time: statusT0, Kind: "ring", Detail: "epoch 7"},
@@ -66,10 +68,10 @@ func get(t *testing.T, h http.Handler, path string) (int, http.Header, string) {
 	return rec.Code, rec.Result().Header, string(body)
 }
 
-func staticSnap(s Snapshot) func() Snapshot { return func() Snapshot { return s } }
+func staticSnap(s master.Snapshot) func() master.Snapshot { return func() master.Snapshot { return s } }
 
 func TestStatusHealthz(t *testing.T) {
-	h := StatusHandler(staticSnap(Snapshot{}), prometheus.NewRegistry())
+	h := Handler(staticSnap(master.Snapshot{}), prometheus.NewRegistry())
 	code, _, body := get(t, h, "/healthz")
 	if code != http.StatusOK || body != "ok" {
 		t.Fatalf("/healthz = %d %q, want 200 \"ok\"", code, body)
@@ -80,7 +82,7 @@ func TestStatusHealthz(t *testing.T) {
 }
 
 func TestStatusPage(t *testing.T) {
-	h := StatusHandler(staticSnap(statusSnapshot()), nil)
+	h := Handler(staticSnap(statusSnapshot()), nil)
 	code, hdr, body := get(t, h, "/")
 	if code != http.StatusOK {
 		t.Fatalf("/ = %d: %s", code, body)
@@ -192,7 +194,7 @@ func TestStatusPage(t *testing.T) {
 }
 
 func TestStatusPageEmpty(t *testing.T) {
-	h := StatusHandler(staticSnap(Snapshot{}), prometheus.NewRegistry())
+	h := Handler(staticSnap(master.Snapshot{}), prometheus.NewRegistry())
 	code, _, body := get(t, h, "/")
 	if code != http.StatusOK {
 		t.Fatalf("/ = %d: %s", code, body)
@@ -209,9 +211,9 @@ func TestStatusPageEmpty(t *testing.T) {
 
 func TestStatusRingGeometry(t *testing.T) {
 	for _, n := range []int{1, 2, 5, 64} {
-		ring := make([]PeerID, n)
+		ring := make([]master.PeerID, n)
 		for i := range ring {
-			ring[i] = PeerID(100 + i)
+			ring[i] = master.PeerID(100 + i)
 		}
 		r := buildStatusRing(ring, nil)
 		if len(r.Nodes) != n {
@@ -231,14 +233,14 @@ func TestStatusRingGeometry(t *testing.T) {
 		}
 	}
 	// The first node sits at the top of the circle.
-	r := buildStatusRing([]PeerID{1, 2, 3, 4}, nil)
+	r := buildStatusRing([]master.PeerID{1, 2, 3, 4}, nil)
 	if r.Nodes[0].X != "180.0" || r.Nodes[0].Y != "50.0" || r.Nodes[1].X != "310.0" || r.Nodes[1].Y != "180.0" {
 		t.Errorf("node positions = %+v, %+v", r.Nodes[0], r.Nodes[1])
 	}
 }
 
 func TestStatusJSON(t *testing.T) {
-	h := StatusHandler(staticSnap(statusSnapshot()), prometheus.NewRegistry())
+	h := Handler(staticSnap(statusSnapshot()), prometheus.NewRegistry())
 	code, hdr, body := get(t, h, "/status.json")
 	if code != http.StatusOK {
 		t.Fatalf("/status.json = %d: %s", code, body)
@@ -296,7 +298,7 @@ func TestStatusJSON(t *testing.T) {
 	}
 
 	// An empty snapshot has empty lists, not nulls.
-	_, _, body = get(t, StatusHandler(staticSnap(Snapshot{}), prometheus.NewRegistry()), "/status.json")
+	_, _, body = get(t, Handler(staticSnap(master.Snapshot{}), prometheus.NewRegistry()), "/status.json")
 	if err := json.Unmarshal([]byte(body), &raw); err != nil {
 		t.Fatal(err)
 	}
@@ -342,13 +344,13 @@ func gathered(t *testing.T, reg *prometheus.Registry) (map[string]float64, map[s
 func TestStatusMetrics(t *testing.T) {
 	var mu sync.Mutex
 	s := statusSnapshot()
-	snap := func() Snapshot {
+	snap := func() master.Snapshot {
 		mu.Lock()
 		defer mu.Unlock()
 		return s
 	}
 	reg := prometheus.NewRegistry()
-	h := StatusHandler(snap, reg)
+	h := Handler(snap, reg)
 
 	vals, types := gathered(t, reg)
 	want := map[string]float64{
@@ -405,7 +407,7 @@ func TestStatusMetrics(t *testing.T) {
 	// Every scrape reads a fresh snapshot.
 	mu.Lock()
 	s.Epoch = 8
-	s.Ring = []PeerID{1, 2}
+	s.Ring = []master.PeerID{1, 2}
 	s.Peers = s.Peers[:2]
 	s.Counters.OpsDone = 121
 	mu.Unlock()
@@ -419,7 +421,7 @@ func TestStatusMetrics(t *testing.T) {
 }
 
 func TestStatusMetricsOwnRegistry(t *testing.T) {
-	h := StatusHandler(staticSnap(statusSnapshot()), nil)
+	h := Handler(staticSnap(statusSnapshot()), nil)
 	_, _, body := get(t, h, "/metrics")
 	for _, line := range []string{"concord_epoch 7", "concord_ring_size 3"} {
 		if !strings.Contains(body, "\n"+line+"\n") {
@@ -503,7 +505,7 @@ func TestStatusHeatMap(t *testing.T) {
 }
 
 func TestStatusConcurrent(t *testing.T) {
-	srv := httptest.NewServer(StatusHandler(staticSnap(statusSnapshot()), prometheus.NewRegistry()))
+	srv := httptest.NewServer(Handler(staticSnap(statusSnapshot()), prometheus.NewRegistry()))
 	defer srv.Close()
 	var wg sync.WaitGroup
 	for i := range 8 {
@@ -529,10 +531,10 @@ func TestStatusConcurrent(t *testing.T) {
 // BenchmarkStatusPage renders the page for a 64-peer ring with full matrices and 100 events.
 func BenchmarkStatusPage(b *testing.B) {
 	const n = 64
-	s := Snapshot{Time: statusT0, Epoch: 3, MinPeers: 2, Bandwidth: make([][]float64, n), Delay: make([][]float64, n)}
+	s := master.Snapshot{Time: statusT0, Epoch: 3, MinPeers: 2, Bandwidth: make([][]float64, n), Delay: make([][]float64, n)}
 	for i := range n {
-		id := PeerID(i + 1)
-		s.Peers = append(s.Peers, PeerInfo{ID: id, Addr: "10.0.0.1:7001", Site: []string{"a", "b", "c"}[i%3], State: Accepted, LastSeen: statusT0})
+		id := master.PeerID(i + 1)
+		s.Peers = append(s.Peers, master.PeerInfo{ID: id, Addr: "10.0.0.1:7001", Site: []string{"a", "b", "c"}[i%3], State: master.Accepted, LastSeen: statusT0})
 		s.Ring = append(s.Ring, id)
 		s.Bandwidth[i] = make([]float64, n)
 		s.Delay[i] = make([]float64, n)
@@ -544,9 +546,9 @@ func BenchmarkStatusPage(b *testing.B) {
 		}
 	}
 	for i := range 100 {
-		s.Events = append(s.Events, Event{Time: statusT0, Kind: "joined", Peer: PeerID(i), Detail: "x"})
+		s.Events = append(s.Events, master.Event{Time: statusT0, Kind: "joined", Peer: master.PeerID(i), Detail: "x"})
 	}
-	h := StatusHandler(staticSnap(s), prometheus.NewRegistry())
+	h := Handler(staticSnap(s), prometheus.NewRegistry())
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	b.ReportAllocs()
 	for b.Loop() {
