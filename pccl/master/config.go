@@ -31,6 +31,12 @@ type Config struct {
 	SolveBudget time.Duration
 	// ImproveBudget bounds that background search. Zero means 30s.
 	ImproveBudget time.Duration
+	// Incarnation names this start of the master; it must differ from every earlier start's (the
+	// server draws a random one when it is zero) and be below 2^32. It is sent in every Welcome and
+	// makes the high 32 bits of every epoch, so a restarted master never hands out an epoch that a peer
+	// may still hold from before the restart. Zero (scenarios, a single master that never restarts)
+	// gives plain epoch counters.
+	Incarnation uint64
 }
 
 // LAN returns the preset for peers on one network: 250ms heartbeats, gone after 1.5s of silence.
@@ -80,6 +86,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: Config.HeartbeatTimeout is %v, must be >= 0", c.HeartbeatTimeout)
 	case c.MeasureDuration < 0 || c.SolveBudget < 0 || c.ImproveBudget < 0:
 		return fmt.Errorf("master: Config.MeasureDuration, SolveBudget and ImproveBudget must be >= 0")
+	case c.Incarnation >= 1<<32:
+		return fmt.Errorf("master: Config.Incarnation is %d, must be below 2^32", c.Incarnation)
 	case c.MeasureStreams < 0 || c.MeasureStreams > 64:
 		return fmt.Errorf("master: Config.MeasureStreams is %d, must be in [0, 64]", c.MeasureStreams)
 	case d.HeartbeatTimeout <= d.HeartbeatInterval:

@@ -21,9 +21,12 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files of the scenario tests")
 
 // TestScenarios runs every testdata/*.txt script through a Machine and compares what it did with the
-// golden file next to it. One line is one input:
+// golden file next to it. One line is one input; the number after the command names the connection
+// (which is the peer id of a peer that did not choose one):
 //
-//	hello ID [addr=A] [site=S] [token=T]   a new connection's Hello
+//	hello C [addr=A] [site=S] [token=T] [peer=P] [group=G]
+//	                                       a Hello on new connection C; P is the chosen peer id (none:
+//	                                       the master assigns one, C when it is free), G the group
 //	links ID epoch=E [fail=P]              LinksReady (ok unless fail names an unreachable peer)
 //	topo ID [rewire]                       VoteTopology
 //	pending ID                             VotePending
@@ -37,8 +40,10 @@ var update = flag.Bool("update", false, "rewrite the golden files of the scenari
 //	step ID step=N [opt]                   StepReport
 //	optimize ID                            VoteOptimize
 //	measure ID round=R to=P bw=B           MeasureReport (bytes/s)
-//	force RING                             ForceRing (ids joined by commas)
+//	force RING [group=G]                   ForceRing (ids joined by commas)
 //	advance DURATION                       move the clock (no input)
+//	restart incarnation=N                  replace the master by a new one of incarnation N (no input;
+//	                                       every connection is gone)
 //
 // A Solve action is answered at once with the exact solver's ring.
 //
@@ -94,7 +99,8 @@ func runScenario(t *testing.T, file string) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	m := New(Config{Token: "tok", MinPeers: 2})
+	cfg := Config{Token: "tok", MinPeers: 2}
+	m := New(cfg)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var out strings.Builder
 	sc := bufio.NewScanner(f)
@@ -142,7 +148,8 @@ func runScenario(t *testing.T, file string) string {
 			if !ok {
 				tok = "tok"
 			}
-			in = Received{id(), &wire.Hello{Token: tok, Addr: addr, Site: args["site"]}}
+			in = Received{id(), &wire.Hello{Token: tok, Addr: addr, Site: args["site"], Peer: num("peer", 0),
+				Group: uint32(num("group", 0))}}
 		case "links":
 			l := &wire.LinksReady{Epoch: num("epoch", 0), OK: true}
 			if _, ok := args["fail"]; ok {
@@ -199,7 +206,7 @@ func runScenario(t *testing.T, file string) string {
 				v, _ := strconv.ParseUint(f, 10, 64)
 				ring = append(ring, v)
 			}
-			in = ForceRing{Ring: ring}
+			in = ForceRing{Group: uint32(num("group", 0)), Ring: ring}
 		case "step":
 			_, opt := args["opt"]
 			in = Received{id(), &wire.StepReport{Step: num("step", 0), InOptimizer: opt}}
@@ -221,6 +228,11 @@ func runScenario(t *testing.T, file string) string {
 			continue
 		case "tick":
 			in = Tick{}
+		case "restart":
+			cfg.Incarnation = num("incarnation", 0)
+			m = New(cfg)
+			out.WriteString("> " + line + "\n")
+			continue
 		default:
 			t.Fatalf("%s:%d: unknown input %q", file, n, fields[0])
 		}
@@ -250,6 +262,11 @@ func runScenario(t *testing.T, file string) string {
 	}
 	snap := m.Snapshot(now)
 	fmt.Fprintf(&out, "= epoch %d ring %v peers %d ops %d counters %+v\n", snap.Epoch, snap.Ring, len(snap.Peers), len(snap.Ops), snap.Counters)
+	for _, g := range snap.Groups {
+		if g.ID != 0 {
+			fmt.Fprintf(&out, "= group %d epoch %d ring %v ops %d\n", g.ID, g.Epoch, g.Ring, len(g.Ops))
+		}
+	}
 	return out.String()
 }
 
@@ -259,7 +276,7 @@ func formatAction(a Action) string {
 		v := reflect.ValueOf(a.Msg).Elem()
 		return fmt.Sprintf("send %d %s%+v", a.To, v.Type().Name(), v.Interface())
 	case Drop:
-		return fmt.Sprintf("drop %d: %s", a.Peer, a.Reason)
+		return fmt.Sprintf("drop %d: %s", a.Conn, a.Reason)
 	case Note:
 		return fmt.Sprintf("note %s peer=%d: %s", a.Event.Kind, a.Event.Peer, a.Event.Detail)
 	case Solve:
@@ -271,26 +288,40 @@ func formatAction(a Action) string {
 // checkInvariants asserts what must hold after every step, whatever the script does.
 func checkInvariants(t *testing.T, m *Machine, file string, line int) {
 	t.Helper()
-	seen := map[PeerID]bool{}
-	for _, id := range m.ring {
-		p := m.peers[id]
-		if p == nil || p.state != Accepted {
-			t.Fatalf("%s:%d: ring member %d is not an accepted peer", file, line, id)
-		}
-		if seen[id] {
-			t.Fatalf("%s:%d: peer %d twice in the ring", file, line, id)
-		}
-		seen[id] = true
-	}
-	for _, id := range m.accepted() {
-		if !seen[id] {
-			t.Fatalf("%s:%d: accepted peer %d is not in the ring", file, line, id)
+	for c, id := range m.conns {
+		if p := m.peers[id]; p == nil || p.conn != c {
+			t.Fatalf("%s:%d: connection %d maps to peer %d, which is not on it", file, line, c, id)
 		}
 	}
-	for tag, o := range m.ops {
-		for _, id := range o.members {
-			if m.peers[id] == nil {
-				t.Fatalf("%s:%d: op tag %d has gone member %d", file, line, tag, id)
+	if len(m.conns) != len(m.peers) {
+		t.Fatalf("%s:%d: %d connections for %d peers", file, line, len(m.conns), len(m.peers))
+	}
+	for _, gid := range m.gids {
+		g := m.groups[gid]
+		seen := map[PeerID]bool{}
+		for _, id := range g.ring {
+			p := m.peers[id]
+			if p == nil || p.state != Accepted || p.group != g {
+				t.Fatalf("%s:%d: group %d: ring member %d is not an accepted peer of the group", file, line, gid, id)
+			}
+			if seen[id] {
+				t.Fatalf("%s:%d: group %d: peer %d twice in the ring", file, line, gid, id)
+			}
+			seen[id] = true
+		}
+		for _, id := range m.accepted(g) {
+			if !seen[id] {
+				t.Fatalf("%s:%d: group %d: accepted peer %d is not in the ring", file, line, gid, id)
+			}
+		}
+		if g.epoch>>32 != m.cfg.Incarnation {
+			t.Fatalf("%s:%d: group %d: epoch %#x is not of incarnation %d", file, line, gid, g.epoch, m.cfg.Incarnation)
+		}
+		for tag, o := range g.ops {
+			for _, id := range o.members {
+				if p := m.peers[id]; p == nil || p.group != g {
+					t.Fatalf("%s:%d: group %d: op tag %d has member %d, gone or of another group", file, line, gid, tag, id)
+				}
 			}
 		}
 	}

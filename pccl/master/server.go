@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -40,16 +41,16 @@ type Server struct {
 	in    chan Input
 	snaps chan chan Snapshot
 
-	improveStop context.CancelFunc // owned by the event loop: stops the background ring search
+	improveStop map[GroupID]context.CancelFunc // owned by the event loop: stop each group's background ring search
 
-	mu    sync.Mutex // guards conns and nextID (the accept loop adds, the event loop removes)
-	conns map[PeerID]*peerConn
-	next  PeerID
+	mu    sync.Mutex // guards conns and next (the accept loop adds, the event loop removes)
+	conns map[ConnID]*peerConn
+	next  ConnID
 	wg    sync.WaitGroup
 }
 
 type peerConn struct {
-	id   PeerID
+	id   ConnID
 	conn net.Conn
 	out  chan wire.Message // nil message: close after what is queued
 	once sync.Once
@@ -65,7 +66,7 @@ func NewServer(cfg ServerConfig) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{cfg: cfg, log: log, in: make(chan Input, 1024), snaps: make(chan chan Snapshot),
-		conns: map[PeerID]*peerConn{}}
+		conns: map[ConnID]*peerConn{}, improveStop: map[GroupID]context.CancelFunc{}}
 }
 
 // Serve accepts peers on ln until ctx is done, then closes ln and every connection and returns once all
@@ -76,7 +77,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	m := New(s.cfg.Config)
+	cfg := s.cfg.Config
+	for cfg.Incarnation == 0 {
+		// A restarted master must not hand out the epochs of the one before: draw a fresh incarnation.
+		cfg.Incarnation = uint64(rand.Uint32())
+	}
+	m := New(cfg)
 	loopDone := make(chan struct{})
 	go func() {
 		defer close(loopDone)
@@ -144,13 +150,13 @@ func (s *Server) loop(ctx context.Context, m *Machine) {
 }
 
 // solve runs a ring solve off the event loop and feeds the result back, then keeps improving in the
-// background until ctx ends, the budget runs out or a newer solve starts.
+// background until ctx ends, the budget runs out or a newer solve of the same group starts.
 func (s *Server) solve(ctx context.Context, req Solve) {
-	if s.improveStop != nil {
-		s.improveStop()
+	if stop := s.improveStop[req.Group]; stop != nil {
+		stop()
 	}
 	ictx, stop := context.WithTimeout(ctx, req.Budget+req.ImproveBudget)
-	s.improveStop = stop
+	s.improveStop[req.Group] = stop
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -186,15 +192,15 @@ func (s *Server) solve(ctx context.Context, req Solve) {
 		}
 		for r := range atsp.Improve(ictx, restricted, tour, atsp.Options{Objective: atsp.Total, Seed: int64(req.ID) + 1}) {
 			select {
-			case s.in <- Improved{Ring: ring(r.Tour)}:
+			case s.in <- Improved{Group: req.Group, Ring: ring(r.Tour)}:
 			case <-ictx.Done():
 			}
 		}
 	}()
 }
 
-// ForceRing makes the next OptimizeTopology install ring (a permutation of the ring in force) without
-// measuring. It is meant for operators and benchmarks.
+// ForceRing makes the next OptimizeTopology of the default group install ring (a permutation of the
+// ring in force) without measuring. It is meant for operators and benchmarks.
 func (s *Server) ForceRing(ring []PeerID) {
 	s.in <- ForceRing{Ring: ring}
 }
@@ -214,20 +220,20 @@ func (s *Server) act(ctx context.Context, a Action) {
 		case pc.out <- a.Msg:
 		default:
 			// The peer does not read: drop it rather than stall the master.
-			s.log.Warn("peer send queue full, closing", "peer", a.To)
+			s.log.Warn("peer send queue full, closing", "conn", a.To)
 			pc.conn.Close()
 		}
 	case Drop:
 		s.mu.Lock()
-		pc := s.conns[a.Peer]
-		delete(s.conns, a.Peer)
+		pc := s.conns[a.Conn]
+		delete(s.conns, a.Conn)
 		s.mu.Unlock()
 		if pc != nil {
 			pc.closeAfterQueue()
 		}
 	case Note:
 		e := a.Event
-		s.log.Info(e.Kind, "peer", e.Peer, "detail", e.Detail)
+		s.log.Info(e.Kind, "peer", e.Peer, "group", e.Group, "detail", e.Detail)
 		if s.cfg.OnEvent != nil {
 			s.cfg.OnEvent(e)
 		}
@@ -279,7 +285,7 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 			}
 			pc.closeAfterQueue()
 			select {
-			case s.in <- Closed{Peer: pc.id, Err: reason}:
+			case s.in <- Closed{Conn: pc.id, Err: reason}:
 			case <-ctx.Done():
 			}
 			s.mu.Lock()
@@ -288,7 +294,7 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 			return
 		}
 		select {
-		case s.in <- Received{Peer: pc.id, Msg: msg}:
+		case s.in <- Received{Conn: pc.id, Msg: msg}:
 		case <-ctx.Done():
 			return
 		}

@@ -2,7 +2,8 @@ package master
 
 import "time"
 
-// PeerID identifies a peer for the lifetime of a master. The server assigns one per connection.
+// PeerID identifies a peer. A peer may choose its id in its Hello, so that it keeps it across
+// reconnections and master restarts; otherwise the master assigns one. No two live peers share an id.
 type PeerID = uint64
 
 // PeerState is where a peer is in its lifecycle.
@@ -27,11 +28,23 @@ func (s PeerState) String() string {
 // PeerInfo describes one peer in a Snapshot.
 type PeerInfo struct {
 	ID       PeerID
+	Group    GroupID
 	Addr     string
 	Site     string
 	State    PeerState
 	Joined   time.Time
 	LastSeen time.Time
+}
+
+// GroupInfo describes one peer group in a Snapshot.
+type GroupInfo struct {
+	ID    GroupID
+	Epoch uint64   // epoch of the ring in force or being wired
+	Ring  []PeerID // ring order in force
+	Ops   []OpInfo // sorted by tag
+	// Bandwidth[i][j] is the measured bandwidth in bytes/s from Ring[i] to Ring[j] (0 = unknown); nil
+	// while nothing was measured.
+	Bandwidth [][]float64
 }
 
 // OpInfo describes one collective in a Snapshot.
@@ -62,21 +75,25 @@ type Counters struct {
 // Event is one notable thing that happened, for logs and the status page.
 type Event struct {
 	Time   time.Time
-	Kind   string // "joined", "accepted", "left", "kicked", "timeout", "aborted", "ring", "mismatch"
-	Peer   PeerID // 0 if not about one peer
+	Kind   string  // "joined", "accepted", "left", "kicked", "timeout", "aborted", "ring", "mismatch"
+	Peer   PeerID  // 0 if not about one peer
+	Group  GroupID // the group it happened in (0 for events of the default group or of no group)
 	Detail string
 }
 
 // Snapshot is a consistent copy of the master's state for observers (status page, metrics, tests).
-// It shares no memory with the master.
+// It shares no memory with the master. Epoch, Ring, Ops, Bandwidth and Delay describe the default
+// group (0); Groups describes every group, the default one included.
 type Snapshot struct {
-	Time     time.Time
-	Epoch    uint64
-	MinPeers int
-	Peers    []PeerInfo // sorted by ID
-	Ring     []PeerID   // ring order in force
-	Ops      []OpInfo   // sorted by tag
-	Counters Counters
+	Time        time.Time
+	Incarnation uint64 // the master's incarnation (see Config.Incarnation)
+	Epoch       uint64
+	MinPeers    int
+	Peers       []PeerInfo  // sorted by ID
+	Ring        []PeerID    // ring order in force
+	Ops         []OpInfo    // sorted by tag
+	Groups      []GroupInfo // sorted by ID
+	Counters    Counters
 	// Bandwidth[i][j] is the measured bandwidth in bytes/s from Ring[i] to Ring[j] (0 = unknown).
 	// Nil until topology measurement exists.
 	Bandwidth [][]float64

@@ -9,7 +9,7 @@ import (
 	"github.com/concord-ccl/concord/sharedstate"
 )
 
-// syncRound is a shared-state sync after the election: members fetch what their plan lists and
+// syncRound is a group's shared-state sync after the election: members fetch what their plan lists and
 // report SyncDone; when all have, the master remembers the elected state and tells everyone.
 type syncRound struct {
 	plan    sharedstate.Plan
@@ -22,6 +22,7 @@ type syncRound struct {
 func peerKey(id PeerID) string { return strconv.FormatUint(id, 10) }
 
 func (m *Machine) voteSync(p *peer, v *wire.VoteSync) {
+	g := p.group
 	switch {
 	case p.state != Accepted:
 		m.kick(p.id, "SyncSharedState vote from a peer that is not accepted")
@@ -29,7 +30,7 @@ func (m *Machine) voteSync(p *peer, v *wire.VoteSync) {
 	case p.voteSync != nil:
 		m.kick(p.id, "second SyncSharedState vote in one round")
 		return
-	case m.sync != nil && slices.Contains(m.sync.members, p.id):
+	case g.sync != nil && slices.Contains(g.sync.members, p.id):
 		m.kick(p.id, "SyncSharedState vote while the previous sync is running")
 		return
 	case m.busy(p):
@@ -45,15 +46,15 @@ func (m *Machine) voteSync(p *peer, v *wire.VoteSync) {
 		return
 	}
 	p.voteSync, p.digest = v, d
-	m.checkSync()
+	m.checkSync(g)
 }
 
-// checkSync runs the election once every accepted peer has voted.
-func (m *Machine) checkSync() {
-	if m.sync != nil {
+// checkSync runs g's election once every accepted peer of g has voted.
+func (m *Machine) checkSync(g *group) {
+	if g.sync != nil {
 		return
 	}
-	acc := m.accepted()
+	acc := m.accepted(g)
 	if len(acc) == 0 {
 		return
 	}
@@ -68,9 +69,9 @@ func (m *Machine) checkSync() {
 	for _, id := range acc {
 		m.peers[id].voteSync = nil
 	}
-	plan, err := sharedstate.Elect(cands, m.prior)
+	plan, err := sharedstate.Elect(cands, g.prior)
 	if err != nil {
-		m.note("sync", 0, "election failed: %v", err)
+		m.gnote(g, "sync", 0, "election failed: %v", err)
 		for _, id := range acc {
 			m.send(id, &wire.SyncPlan{Code: wire.CodeRejected, Detail: err.Error()})
 		}
@@ -80,7 +81,7 @@ func (m *Machine) checkSync() {
 	for _, r := range plan.Rejected {
 		id, _ := strconv.ParseUint(r.Peer, 10, 64)
 		rejected[id] = true
-		m.note("sync", id, "rejected: %v", r.Err)
+		m.gnote(g, "sync", id, "rejected: %v", r.Err)
 		m.send(id, &wire.SyncPlan{Revision: plan.Revision, Code: wire.CodeRejected, Detail: r.Err.Error()})
 	}
 	round := &syncRound{plan: plan, done: map[PeerID]bool{}}
@@ -107,13 +108,14 @@ func (m *Machine) checkSync() {
 		}
 		m.send(id, msg)
 	}
-	m.sync = round
-	m.note("sync", 0, "revision %d: %d peers, %d outliers fetch %d bytes", plan.Revision, len(round.members), outliers, fetched)
-	m.checkSyncDone()
+	g.sync = round
+	m.gnote(g, "sync", 0, "revision %d: %d peers, %d outliers fetch %d bytes", plan.Revision, len(round.members), outliers, fetched)
+	m.checkSyncDone(g)
 }
 
 func (m *Machine) syncDone(p *peer, v *wire.SyncDone) {
-	s := m.sync
+	g := p.group
+	s := g.sync
 	if s == nil || !slices.Contains(s.members, p.id) || s.done[p.id] {
 		m.kick(p.id, "SyncDone outside a sync")
 		return
@@ -122,12 +124,12 @@ func (m *Machine) syncDone(p *peer, v *wire.SyncDone) {
 	if !v.OK && !s.failed {
 		s.failed, s.detail = true, fmt.Sprintf("peer %d: %s", p.id, v.Detail)
 	}
-	m.checkSyncDone()
+	m.checkSyncDone(g)
 }
 
-// checkSyncDone ends the sync once every member reported.
-func (m *Machine) checkSyncDone() {
-	s := m.sync
+// checkSyncDone ends g's sync once every member reported.
+func (m *Machine) checkSyncDone(g *group) {
+	s := g.sync
 	if s == nil {
 		return
 	}
@@ -136,16 +138,16 @@ func (m *Machine) checkSyncDone() {
 			return
 		}
 	}
-	m.sync = nil
+	g.sync = nil
 	if len(s.members) == 0 {
 		return
 	}
 	msg := &wire.SyncComplete{Revision: s.plan.Revision, Code: wire.CodeOK}
 	if s.failed {
 		msg.Code, msg.Detail = wire.CodeAborted, s.detail
-		m.note("sync", 0, "revision %d failed: %s", s.plan.Revision, s.detail)
+		m.gnote(g, "sync", 0, "revision %d failed: %s", s.plan.Revision, s.detail)
 	} else {
-		m.prior = s.plan.Prior()
+		g.prior = s.plan.Prior()
 		var tags []sharedstate.StepTag
 		for _, id := range s.members {
 			if p := m.peers[id]; p.hasStep {
@@ -160,14 +162,14 @@ func (m *Machine) checkSyncDone() {
 	}
 }
 
-// leaveSync removes a gone peer from the sync in progress or from the votes.
-func (m *Machine) leaveSync(id PeerID) {
-	if s := m.sync; s != nil {
+// leaveSync removes a gone peer from g's sync in progress or from the votes.
+func (m *Machine) leaveSync(g *group, id PeerID) {
+	if s := g.sync; s != nil {
 		if i := slices.Index(s.members, id); i >= 0 {
 			s.members = slices.Delete(s.members, i, i+1)
 			delete(s.done, id)
 		}
-		m.checkSyncDone()
+		m.checkSyncDone(g)
 	}
-	m.checkSync()
+	m.checkSync(g)
 }

@@ -15,13 +15,19 @@ type Solved struct {
 	Ring []PeerID
 }
 
-// Improved proposes a ring found by the background search; it is applied at the next
-// OptimizeTopology if it is better than the ring then in force.
-type Improved struct{ Ring []PeerID }
+// Improved proposes a ring for Group found by the background search; it is applied at the next
+// OptimizeTopology of the group if it is better than the ring then in force.
+type Improved struct {
+	Group GroupID
+	Ring  []PeerID
+}
 
-// ForceRing makes the next OptimizeTopology install Ring (a permutation of the ring in force) without
-// measuring or solving. It is an operator's and a benchmark's tool.
-type ForceRing struct{ Ring []PeerID }
+// ForceRing makes the next OptimizeTopology of Group install Ring (a permutation of the group's ring in
+// force) without measuring or solving. It is an operator's and a benchmark's tool.
+type ForceRing struct {
+	Group GroupID
+	Ring  []PeerID
+}
 
 func (Solved) isInput()    {}
 func (Improved) isInput()  {}
@@ -37,6 +43,7 @@ func (ForceRing) isInput() {}
 // pipelined part to cross the link, transfer plus latency), which is the pipeline's fill time.
 type Solve struct {
 	ID            uint64
+	Group         GroupID // the group whose ring is solved; Improved carries it back
 	Nodes         []PeerID
 	Cost          [][]float64
 	Hop           [][]float64
@@ -84,6 +91,7 @@ type edge struct{ from, to PeerID }
 const ewmaWeight = 0.3
 
 func (m *Machine) voteOptimize(p *peer) {
+	g := p.group
 	switch {
 	case p.state != Accepted:
 		m.kick(p.id, "OptimizeTopology vote from a peer that is not accepted")
@@ -91,7 +99,7 @@ func (m *Machine) voteOptimize(p *peer) {
 	case p.voteOpt:
 		m.kick(p.id, "second OptimizeTopology vote in one round")
 		return
-	case m.opt != nil && slices.Contains(m.opt.members, p.id):
+	case g.opt != nil && slices.Contains(g.opt.members, p.id):
 		m.kick(p.id, "OptimizeTopology vote while the previous one is running")
 		return
 	case m.busy(p):
@@ -99,15 +107,15 @@ func (m *Machine) voteOptimize(p *peer) {
 		return
 	}
 	p.voteOpt = true
-	m.checkOptimize()
+	m.checkOptimize(g)
 }
 
-// checkOptimize starts the measurement once every accepted peer voted.
-func (m *Machine) checkOptimize() {
-	if m.opt != nil || m.wiring != nil {
+// checkOptimize starts g's measurement once every accepted peer of g voted.
+func (m *Machine) checkOptimize(g *group) {
+	if g.opt != nil || g.wiring != nil {
 		return
 	}
-	acc := m.accepted()
+	acc := m.accepted(g)
 	if len(acc) == 0 {
 		return
 	}
@@ -119,35 +127,35 @@ func (m *Machine) checkOptimize() {
 	for _, id := range acc {
 		m.peers[id].voteOpt = false
 	}
-	if m.ringDirty {
+	if g.ringDirty {
 		// Re-wire first: the ring lost a peer. The newcomers come along, as in UpdateTopology.
-		m.startRound()
+		m.startRound(g)
 		return
 	}
-	if forced := m.forced; forced != nil {
-		m.forced = nil
-		if sameMembers(forced, m.ring) {
-			m.applyRing(forced, "forced")
+	if forced := g.forced; forced != nil {
+		g.forced = nil
+		if sameMembers(forced, g.ring) {
+			m.applyRing(g, forced, "forced")
 			return
 		}
 	}
-	if len(m.ring) < 2 {
-		m.applyRing(m.ring, "")
+	if len(g.ring) < 2 {
+		m.applyRing(g, g.ring, "")
 		return
 	}
-	m.opt = &optRound{members: slices.Clone(m.ring)}
-	m.nextMeasureRound()
+	g.opt = &optRound{members: slices.Clone(g.ring)}
+	m.nextMeasureRound(g)
 }
 
 // nextMeasureRound sends round k: member i measures its link to member i+k, so every peer sends one
 // test and receives one, and n-1 rounds cover every directed link.
-func (m *Machine) nextMeasureRound() {
-	o := m.opt
+func (m *Machine) nextMeasureRound(g *group) {
+	o := g.opt
 	o.round++
 	o.reported = map[PeerID]bool{}
 	n := len(o.members)
 	if o.round >= n {
-		m.solve()
+		m.solve(g)
 		return
 	}
 	for i, id := range o.members {
@@ -158,7 +166,8 @@ func (m *Machine) nextMeasureRound() {
 }
 
 func (m *Machine) measureReport(p *peer, r *wire.MeasureReport) {
-	o := m.opt
+	g := p.group
+	o := g.opt
 	if o == nil {
 		return // the measurement was abandoned (a peer left) while this report was in flight
 	}
@@ -179,7 +188,7 @@ func (m *Machine) measureReport(p *peer, r *wire.MeasureReport) {
 			return
 		}
 	}
-	m.nextMeasureRound()
+	m.nextMeasureRound(g)
 }
 
 // costMatrix returns seconds per byte between nodes from the bandwidth estimates; unknown links cost
@@ -226,8 +235,8 @@ func (m *Machine) hopMatrix(nodes []PeerID, cost [][]float64) [][]float64 {
 	return hop
 }
 
-func (m *Machine) solve() {
-	o := m.opt
+func (m *Machine) solve(g *group) {
+	o := g.opt
 	m.solveSeq++
 	o.solveID = m.solveSeq
 	start := make([]int, len(o.members))
@@ -235,20 +244,26 @@ func (m *Machine) solve() {
 		start[i] = i
 	}
 	cost := m.costMatrix(o.members)
-	m.out = append(m.out, Solve{ID: o.solveID, Nodes: slices.Clone(o.members), Cost: cost, Hop: m.hopMatrix(o.members, cost),
+	m.out = append(m.out, Solve{ID: o.solveID, Group: g.id, Nodes: slices.Clone(o.members), Cost: cost, Hop: m.hopMatrix(o.members, cost),
 		Tol: RingTolerance, Start: start, Budget: m.cfg.SolveBudget, ImproveBudget: m.cfg.ImproveBudget})
 }
 
 func (m *Machine) solved(s Solved) {
-	o := m.opt
-	if o == nil || s.ID != o.solveID {
-		return
+	var g *group
+	for _, gid := range m.gids {
+		if o := m.groups[gid].opt; o != nil && o.solveID == s.ID {
+			g = m.groups[gid]
+		}
 	}
-	m.opt = nil
+	if g == nil {
+		return // the optimization was abandoned (a peer left) while the solve ran
+	}
+	o := g.opt
+	g.opt = nil
 	cost := m.costMatrix(o.members)
 	hop := m.hopMatrix(o.members, cost)
 	best, bestScore := o.members, ringScore(cost, hop, o.members, o.members)
-	for _, cand := range [][]PeerID{s.Ring, m.proposal} {
+	for _, cand := range [][]PeerID{s.Ring, g.proposal} {
 		if !sameMembers(cand, o.members) {
 			continue
 		}
@@ -256,8 +271,8 @@ func (m *Machine) solved(s Solved) {
 			best, bestScore = cand, sc
 		}
 	}
-	m.proposal = nil
-	m.applyRing(best, "optimized")
+	g.proposal = nil
+	m.applyRing(g, best, "optimized")
 }
 
 // rscore is a ring's bottleneck (seconds per byte of its slowest link) and fill time (sum of hops).
@@ -303,23 +318,23 @@ func rotate(ring []PeerID) []PeerID {
 	return append(slices.Clone(ring[i:]), ring[:i]...)
 }
 
-// applyRing installs ring: unchanged rings are answered at once, others go through a wiring round in
-// which only the links that changed are re-opened.
-func (m *Machine) applyRing(ring []PeerID, why string) {
-	if slices.Equal(rotate(ring), rotate(m.ring)) {
-		for _, id := range m.ring {
-			m.send(id, &wire.Topology{Epoch: m.epoch, Changed: false, Ring: slices.Clone(m.ring)})
+// applyRing installs ring in g: unchanged rings are answered at once, others go through a wiring
+// round in which only the links that changed are re-opened.
+func (m *Machine) applyRing(g *group, ring []PeerID, why string) {
+	if slices.Equal(rotate(ring), rotate(g.ring)) {
+		for _, id := range g.ring {
+			m.send(id, &wire.Topology{Epoch: g.epoch, Changed: false, Ring: slices.Clone(g.ring)})
 		}
 		return
 	}
-	m.note("ring", 0, "%s ring %v replaces %v", why, ring, m.ring)
-	m.wiring = &round{ring: slices.Clone(ring)}
-	m.restartRound()
+	m.gnote(g, "ring", 0, "%s ring %v replaces %v", why, ring, g.ring)
+	g.wiring = &round{ring: slices.Clone(ring)}
+	m.restartRound(g)
 }
 
 func (m *Machine) improved(r Improved) {
-	if sameMembers(r.Ring, m.ring) {
-		m.proposal = slices.Clone(r.Ring)
+	if g := m.groups[r.Group]; g != nil && sameMembers(r.Ring, g.ring) {
+		g.proposal = slices.Clone(r.Ring)
 	}
 }
 
@@ -365,32 +380,32 @@ func (m *Machine) placeNewcomer(ring []PeerID, id PeerID) []PeerID {
 	return out
 }
 
-// leaveOptimize handles a departure during OptimizeTopology: the measurement is abandoned and the
+// leaveOptimize handles a departure during g's OptimizeTopology: the measurement is abandoned and the
 // spliced ring re-wired.
-func (m *Machine) leaveOptimize(id PeerID) {
-	if o := m.opt; o != nil && slices.Contains(o.members, id) {
-		m.opt = nil
-		for _, q := range m.accepted() {
+func (m *Machine) leaveOptimize(g *group, id PeerID) {
+	if o := g.opt; o != nil && slices.Contains(o.members, id) {
+		g.opt = nil
+		for _, q := range m.accepted(g) {
 			m.peers[q].voteOpt = false
 		}
-		m.note("ring", 0, "topology optimization abandoned: peer %d left", id)
-		if m.wiring == nil {
-			m.startRound()
+		m.gnote(g, "ring", 0, "topology optimization abandoned: peer %d left", id)
+		if g.wiring == nil {
+			m.startRound(g)
 		}
 		return
 	}
-	m.checkOptimize()
+	m.checkOptimize(g)
 }
 
-// bandwidthMatrix returns the estimates in ring order for the status page.
-func (m *Machine) bandwidthMatrix() [][]float64 {
+// bandwidthMatrix returns the estimates in the order of ring for the status page.
+func (m *Machine) bandwidthMatrix(ring []PeerID) [][]float64 {
 	if len(m.bw) == 0 {
 		return nil
 	}
-	out := make([][]float64, len(m.ring))
-	for i, a := range m.ring {
-		out[i] = make([]float64, len(m.ring))
-		for j, b := range m.ring {
+	out := make([][]float64, len(ring))
+	for i, a := range ring {
+		out[i] = make([]float64, len(ring))
+		for j, b := range ring {
 			out[i][j] = m.bw[edge{a, b}]
 		}
 	}

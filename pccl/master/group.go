@@ -1,0 +1,86 @@
+package master
+
+import (
+	"slices"
+
+	"github.com/concord-ccl/concord/sharedstate"
+)
+
+// GroupID names a peer group. A peer gives it in its Hello; 0 is the default group.
+type GroupID = uint32
+
+// group is one peer group: the peers that share a ring, an epoch space, collectives and shared-state
+// syncs. Each group runs one major operation (wiring, OptimizeTopology, sync) at a time, independently
+// of the others; collectives run per tag. A group exists from the first Hello that names it, and is
+// kept when its last peer leaves, so that its epoch counter never restarts and its last accepted
+// shared state is remembered for peers that come back.
+type group struct {
+	id GroupID
+
+	ring      []PeerID // ring in force, all accepted peers of the group in ring order
+	epoch     uint64   // epoch of the ring in force or being wired; see epochOf
+	counter   uint32   // epochs handed out by this group in this incarnation
+	ringDirty bool     // a ring member left since the ring was wired
+	wiring    *round   // the wiring round in progress, or nil
+
+	seq uint64         // last collective sequence number handed out
+	ops map[uint64]*op // collectives by tag
+
+	sync  *syncRound         // the shared-state sync in progress, or nil
+	prior *sharedstate.Prior // the last accepted shared state; kept when every peer leaves
+
+	opt      *optRound // OptimizeTopology in progress, or nil
+	proposal []PeerID  // better ring found in the background, applied at the next OptimizeTopology
+	forced   []PeerID  // ring installed by the next OptimizeTopology (ForceRing)
+}
+
+// group returns the group id, creating it if it does not exist yet.
+func (m *Machine) group(id GroupID) *group {
+	if g := m.groups[id]; g != nil {
+		return g
+	}
+	g := &group{id: id, ops: map[uint64]*op{}}
+	m.groups[id] = g
+	i, _ := slices.BinarySearch(m.gids, id)
+	m.gids = slices.Insert(m.gids, i, id)
+	return g
+}
+
+// epochOf returns the n-th epoch of a master incarnation: the incarnation in the high 32 bits and n in
+// the low 32 bits. Epochs of two incarnations never collide, so a peer that still holds an epoch of a
+// master that restarted never mistakes it for one of the new master's. Incarnation 0 (tests, or a
+// master that never restarts) yields the plain counter.
+func epochOf(incarnation uint64, n uint32) uint64 { return incarnation<<32 | uint64(n) }
+
+// bump hands out the group's next epoch.
+func (m *Machine) bump(g *group) uint64 {
+	g.counter++
+	g.epoch = epochOf(m.cfg.Incarnation, g.counter)
+	return g.epoch
+}
+
+// accepted returns the ids of g's accepted peers, sorted.
+func (m *Machine) accepted(g *group) []PeerID { return m.inState(g, Accepted) }
+
+// registered returns the ids of g's registered peers, sorted.
+func (m *Machine) registered(g *group) []PeerID { return m.inState(g, Registered) }
+
+// inState returns the ids of g's peers in state st, sorted.
+func (m *Machine) inState(g *group, st PeerState) []PeerID {
+	var ids []PeerID
+	for _, id := range m.ids {
+		if p := m.peers[id]; p.group == g && p.state == st {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func (g *group) tags() []uint64 {
+	tags := make([]uint64, 0, len(g.ops))
+	for t := range g.ops {
+		tags = append(tags, t)
+	}
+	slices.Sort(tags)
+	return tags
+}

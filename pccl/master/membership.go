@@ -1,0 +1,145 @@
+package master
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/concord-ccl/concord/internal/wire"
+	"github.com/concord-ccl/concord/sharedstate"
+)
+
+// peer is one registered or accepted peer.
+type peer struct {
+	id       PeerID
+	conn     ConnID
+	group    *group
+	hello    wire.Hello
+	state    PeerState
+	joined   time.Time
+	lastSeen time.Time
+
+	voteTopo    bool // voted in UpdateTopology
+	rewire      bool // asked for the links to be re-established
+	votePending bool // voted in ArePeersPending
+
+	voteOpt  bool           // voted in OptimizeTopology
+	voteSync *wire.VoteSync // vote in SyncSharedState, nil if none
+	digest   sharedstate.Digest
+	step     sharedstate.StepTag // last reported training step
+	hasStep  bool
+}
+
+// join registers the peer that sent Hello h on connection c.
+func (m *Machine) join(c ConnID, h *wire.Hello) {
+	if h.Token != m.cfg.Token {
+		m.refuse(c, "run token mismatch", "run token mismatch")
+		m.counters.Kicked++
+		m.note("kicked", c, "run token mismatch")
+		return
+	}
+	if h.Addr == "" {
+		m.refuse(c, "hello without a p2p address", "no address")
+		m.counters.Kicked++
+		return
+	}
+	id := h.Peer
+	switch {
+	case id != 0 && m.peers[id] != nil:
+		reason := fmt.Sprintf("peer id %d is held by a live peer", id)
+		m.refuse(c, reason, "duplicate peer id")
+		m.counters.Kicked++
+		m.note("kicked", id, "%s (connection %d refused)", reason, c)
+		return
+	case id == 0:
+		id = m.assignID(c)
+	}
+	g := m.group(h.Group)
+	m.peers[id] = &peer{id: id, conn: c, group: g, hello: *h, state: Registered, joined: m.now, lastSeen: m.now}
+	m.conns[c] = id
+	i, _ := slices.BinarySearch(m.ids, id)
+	m.ids = slices.Insert(m.ids, i, id)
+	m.counters.Joined++
+	m.gnote(g, "joined", id, "addr %s site %q", h.Addr, h.Site)
+	m.send(id, &wire.Welcome{
+		Peer:              id,
+		HeartbeatInterval: uint64(m.cfg.HeartbeatInterval),
+		HeartbeatTimeout:  uint64(m.cfg.HeartbeatTimeout),
+		Incarnation:       m.cfg.Incarnation,
+	})
+	// Bootstrap: with nobody accepted there is nobody to vote, so wire the newcomers at once.
+	if g.wiring == nil && len(g.ring) == 0 {
+		m.startRound(g)
+	}
+}
+
+// assignID picks the id of a peer that did not choose one: its connection number, as connection
+// numbers are never reused, unless a peer that chose its id holds that number; then the next free one.
+func (m *Machine) assignID(c ConnID) PeerID {
+	id := c
+	for id == 0 || m.peers[id] != nil {
+		id++
+	}
+	return id
+}
+
+// kick tells a peer why it is removed, closes its connection and removes it.
+func (m *Machine) kick(id PeerID, reason string) {
+	p := m.peers[id]
+	if p == nil {
+		return
+	}
+	m.refuse(p.conn, reason, reason)
+	m.counters.Kicked++
+	m.remove(id, "kicked", reason)
+}
+
+// remove forgets a peer and repairs everything of its group it was part of.
+func (m *Machine) remove(id PeerID, kind, reason string) {
+	p := m.peers[id]
+	g := p.group
+	delete(m.peers, id)
+	delete(m.conns, p.conn)
+	if i, ok := slices.BinarySearch(m.ids, id); ok {
+		m.ids = slices.Delete(m.ids, i, i+1)
+	}
+	m.counters.Left++
+	m.gnote(g, kind, id, "%s", reason)
+
+	if i := slices.Index(g.ring, id); i >= 0 {
+		// Splice it out: the ring keeps its order and only the gone peer's neighbours need new links.
+		g.ring = slices.Delete(slices.Clone(g.ring), i, i+1)
+		g.ringDirty = true
+		m.bump(g)
+		m.gnote(g, "ring", 0, "epoch %d: peer %d spliced out, ring %v", g.epoch, id, g.ring)
+	}
+	if p.state == Accepted {
+		m.abortAll(g, id, fmt.Sprintf("peer %d left: %s", id, reason))
+	}
+	if g.wiring != nil && slices.Contains(g.wiring.ring, id) {
+		g.wiring.ring = slices.DeleteFunc(slices.Clone(g.wiring.ring), func(x PeerID) bool { return x == id })
+		m.restartRound(g)
+	}
+	m.checkTopology(g)
+	m.checkPending(g)
+	m.leaveSync(g, id)
+	m.leaveOptimize(g, id)
+	for e := range m.lat {
+		if e.from == id || e.to == id {
+			delete(m.lat, e)
+		}
+	}
+	for e := range m.bw {
+		if e.from == id || e.to == id {
+			delete(m.bw, e)
+		}
+	}
+	for _, tag := range g.tags() {
+		if o := g.ops[tag]; o != nil {
+			m.checkOp(g, o)
+		}
+	}
+	if g.wiring == nil && len(g.ring) == 0 && len(m.registered(g)) > 0 {
+		m.startRound(g)
+	}
+}
