@@ -94,7 +94,10 @@ func (m *Machine) kick(id PeerID, reason string) {
 	m.remove(id, "kicked", reason)
 }
 
-// remove forgets a peer and repairs everything of its group it was part of.
+// remove forgets a peer and repairs everything of its group it was part of. A departure costs the
+// group exactly one epoch: the ring is spliced now, under the epoch in force (no collective can start
+// on a spliced ring, and the epoch is sent to nobody), and the wiring round that repairs it hands out
+// the next epoch.
 func (m *Machine) remove(id PeerID, kind, reason string) {
 	p := m.peers[id]
 	g := p.group
@@ -110,7 +113,6 @@ func (m *Machine) remove(id PeerID, kind, reason string) {
 		// Splice it out: the ring keeps its order and only the gone peer's neighbours need new links.
 		g.ring = slices.Delete(slices.Clone(g.ring), i, i+1)
 		g.ringDirty = true
-		m.bump(g)
 		m.gnote(g, "ring", 0, "epoch %d: peer %d spliced out, ring %v", g.epoch, id, g.ring)
 	}
 	if p.state == Accepted {
