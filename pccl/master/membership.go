@@ -49,7 +49,7 @@ func (m *Machine) join(c ConnID, h *wire.Hello) {
 		reason := fmt.Sprintf("peer id %d is held by a live peer", id)
 		m.refuse(c, reason, "duplicate peer id")
 		m.counters.Kicked++
-		m.note("kicked", id, "%s (connection %d refused)", reason, c)
+		m.note("kicked", 0, "connection %d refused: %s", c, reason)
 		return
 	case id == 0:
 		id = m.assignID(c)
