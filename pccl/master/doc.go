@@ -1,0 +1,117 @@
+// Package master is the Concord master: the coordinator that peers register with, which runs the
+// micro-consensus of membership, ring topology, shared-state syncs and collectives, and detects
+// failed peers.
+//
+// The protocol logic is a pure state machine, Machine: Step takes one input (a message received on a
+// connection, a closed connection, a clock tick, a ring solver's answer) and the current time, and
+// returns the actions to carry out (send a message, close a connection, note an event, solve a ring).
+// It owns no sockets, goroutines or clocks, so every path is tested by the scripted scenarios in
+// testdata/. Server does the I/O around one Machine. The status page and metrics live in the status
+// sub-package, which reads only Snapshots.
+//
+// The Machine is split by concern: membership.go (Hello, ids, kicks, departures), heartbeat.go,
+// group.go (groups and epochs), wiring.go (UpdateTopology, wiring rounds, ArePeersPending),
+// collective.go (collectives per tag), sync.go (shared-state sync) and topology.go
+// (OptimizeTopology: bandwidth measurement, ring solve, placement of newcomers).
+//
+// # Groups
+//
+// A peer names its group in its Hello (0 by default). Membership is global: one peer table, one
+// heartbeat deadline, ids unique across groups. Everything else is per group: the ring, the epoch
+// counter, the collectives (one per tag at a time), the shared-state sync and its last accepted
+// state, OptimizeTopology, the ArePeersPending answer, and the rule of one major operation (wiring,
+// optimization, sync) at a time. Votes are counted among the group's accepted peers only, and a
+// departure aborts and re-wires only its own group.
+//
+// # Identity and epochs
+//
+// A peer may choose its id in Hello (Peer, nonzero), so that it keeps it when it reconnects, to this
+// master or to a restarted one; a Hello choosing the id of a live peer is refused with a Kick that says
+// so. A peer that chooses none gets its connection number, or the next free id when a chosen id holds
+// that number. Peers that choose should pick random 64-bit ids, far from the small assigned ones.
+//
+// Every membership or ring change of a group hands out a new epoch, and every data frame carries its
+// epoch, so frames of an aborted attempt are dropped, never mixed in. An epoch is the master's
+// incarnation in the high 32 bits and the group's counter in the low 32 bits. The incarnation is
+// Config.Incarnation, which the server draws at random (nonzero, below 2^32) at every start and sends
+// in Welcome; a restarted master therefore never hands out an epoch that a peer may still hold from the
+// master before it (two draws collide with probability 2^-32). A departure costs its group exactly one
+// epoch: the ring is spliced under the epoch in force, on which no collective can start any more, and
+// the wiring round that repairs the ring hands out the next one.
+//
+// # Message flow
+//
+//	peer                                master
+//	Hello (token, addr, site, id, group) ->
+//	     <------------------------------- Welcome (id, heartbeat timing, incarnation)  or Kick
+//	     <------------------------------- Connect (epoch, ring)     a wiring round
+//	LinksReady (epoch, ok | failed) ----->
+//	     <------------------------------- Topology (epoch, ring)    ring in force; newcomers accepted
+//	VoteTopology (rewire) --------------->                          UpdateTopology
+//	VotePending ------------------------->                          ArePeersPending
+//	     <------------------------------- Pending (answer)          same answer for the whole group
+//	Initiate (tag, descriptor) ---------->
+//	     <------------------------------- Commence (tag, seq, epoch)  or Outcome (mismatch, too few, ...)
+//	Done (tag, seq, code, link timing) -->
+//	     <------------------------------- Outcome (tag, seq, code)  exactly one per peer and operation
+//	VoteSync (strategy, digest) --------->
+//	     <------------------------------- SyncPlan (revision, what to fetch from whom)
+//	SyncDone (ok) ----------------------->
+//	     <------------------------------- SyncComplete (revision, resume step)
+//	VoteOptimize ------------------------>
+//	     <------------------------------- MeasureRound (target)     n-1 rounds
+//	MeasureReport (bandwidth, latency) -->
+//	     <------------------------------- Connect ... Topology      the solved ring, or Topology unchanged
+//	Heartbeat --------------------------->
+//	     <------------------------------- HeartbeatAck
+//	Bye --------------------------------->
+//
+// Any message a peer may not send in its state gets it kicked: a Kick with the reason, then the
+// connection is closed.
+//
+// # A peer's states
+//
+//	             Hello: token, address and id good
+//	connected ---------------------------------------> registered
+//	    |                                                  |  a wiring round of its group that
+//	    | Hello refused (token, no address, id taken)      |  includes it completes (Topology)
+//	    v                                                  v
+//	  (Kick, closed)                                    accepted  (in the group's ring; votes)
+//
+//	registered or accepted --- connection closed, Bye, heartbeat timeout, kick ---> gone
+//
+// A registered peer waits: it is wired in when the accepted peers of its group call UpdateTopology
+// (or at once when its group has no accepted peer). If its links fail, it is kicked and the round is
+// retried without it: the accepted peers never wait on a newcomer. When an accepted peer goes, every
+// collective of its group is aborted with CodePeerLeft, its sync and optimization are repaired or
+// abandoned, and collectives are refused with CodePeerLeft until an UpdateTopology re-wires the ring.
+//
+// # A wiring round
+//
+//	UpdateTopology votes of every accepted peer, with newcomers, a dirty ring or rewire asked
+//	   -> round (epoch E): Connect to every member of the new ring
+//	   -> every member answers LinksReady(E)
+//	        all ok:  Topology(E) to all; newcomers accepted
+//	        some failed: the unreachable peers (newcomers first) are kicked; round retried at E+1
+//	   a member goes meanwhile: round retried at E+1 without it
+//
+// Without newcomers, a dirty ring or a rewire request, UpdateTopology answers Topology(unchanged) at
+// once. OptimizeTopology ends the same way when its solved ring differs from the ring in force.
+//
+// # An operation's states (one collective on one tag of a group)
+//
+//	(none) --first Initiate--> voting --every accepted peer voted, same descriptor--> commenced
+//	                             |                                                        |
+//	   descriptor mismatch, a    |                                   every member Done ok |
+//	   withdrawal (Done seq 0),  v                                                        v
+//	   a peer left, ring dirty  failed: Outcome to each voter;        Outcome ok to every member
+//	                            retired once every accepted peer      -> (none)
+//	                            has voted and heard it -> (none)
+//
+//	commenced --a member Done with an error, or a member gone--> failed: Outcome with the code to
+//	every member at once; retired when every remaining member has sent its Done -> (none)
+//
+// A vote on a tag whose operation is still running is queued and counted for the next operation on
+// the tag once this one retires. Collectives on different tags run at once; each group numbers its
+// operations with its own sequence.
+package master
