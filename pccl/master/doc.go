@@ -111,7 +111,7 @@
 //	commenced --a member Done with an error, or a member gone--> failed: Outcome with the code to
 //	every member at once; retired when every remaining member has sent its Done -> (none)
 //
-// A vote on a tag whose operation is still running is queued and counted for the next operation on
-// the tag once this one retires. Collectives on different tags run at once; each group numbers its
+// A peer that has finished its part of an operation may already vote for the next one on the tag;
+// the vote is queued and counted once the running operation retires. Collectives on different tags run at once; each group numbers its
 // operations with its own sequence.
 package master

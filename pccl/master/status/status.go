@@ -164,7 +164,9 @@ func opsInFlight(ops []master.OpInfo) int {
 // statusJSON is the wire form of a Snapshot on /status.json. Its keys are part of the interface and
 // stay stable when Snapshot's Go fields are renamed.
 type statusJSON struct {
-	Time     time.Time        `json:"time"`
+	Time        time.Time `json:"time"`
+	Incarnation uint64    `json:"incarnation"`
+	// Epoch, Ring and Ops describe the default group (0); Groups lists every group.
 	Epoch    uint64           `json:"epoch"`
 	MinPeers int              `json:"min_peers"`
 	Peers    []statusPeerJSON `json:"peers"`
@@ -175,10 +177,19 @@ type statusJSON struct {
 	Bandwidth [][]float64       `json:"bandwidth"`
 	Delay     [][]float64       `json:"delay"`
 	Events    []statusEventJSON `json:"events"`
+	Groups    []statusGroupJSON `json:"groups"`
+}
+
+type statusGroupJSON struct {
+	ID    uint32         `json:"id"`
+	Epoch uint64         `json:"epoch"`
+	Ring  []uint64       `json:"ring"`
+	Ops   []statusOpJSON `json:"ops"`
 }
 
 type statusPeerJSON struct {
 	ID       uint64    `json:"id"`
+	Group    uint32    `json:"group"`
 	Addr     string    `json:"addr"`
 	Site     string    `json:"site"`
 	State    string    `json:"state"`
@@ -215,16 +226,22 @@ type statusEventJSON struct {
 	Detail string    `json:"detail"`
 }
 
+func opJSON(o master.OpInfo) statusOpJSON {
+	return statusOpJSON{Tag: o.Tag, Seq: o.Seq, Count: o.Count, Voted: o.Voted, Done: o.Done, Peers: o.Peers,
+		Failed: o.Failed, FailCause: o.FailCause}
+}
+
 // newStatusJSON converts s. Empty lists become [] rather than null, so clients need not tell the two
 // apart; nil matrices stay null, which means "no data yet".
 func newStatusJSON(s master.Snapshot) statusJSON {
 	j := statusJSON{
-		Time:     s.Time,
-		Epoch:    s.Epoch,
-		MinPeers: s.MinPeers,
-		Peers:    make([]statusPeerJSON, 0, len(s.Peers)),
-		Ring:     make([]uint64, 0, len(s.Ring)),
-		Ops:      make([]statusOpJSON, 0, len(s.Ops)),
+		Time:        s.Time,
+		Incarnation: s.Incarnation,
+		Epoch:       s.Epoch,
+		MinPeers:    s.MinPeers,
+		Peers:       make([]statusPeerJSON, 0, len(s.Peers)),
+		Ring:        make([]uint64, 0, len(s.Ring)),
+		Ops:         make([]statusOpJSON, 0, len(s.Ops)),
 		Counters: statusCountJSON{
 			Joined: s.Counters.Joined, Accepted: s.Counters.Accepted, Left: s.Counters.Left,
 			Kicked: s.Counters.Kicked, Timeouts: s.Counters.Timeouts, OpsDone: s.Counters.OpsDone,
@@ -233,15 +250,23 @@ func newStatusJSON(s master.Snapshot) statusJSON {
 		Bandwidth: finiteMatrix(s.Bandwidth),
 		Delay:     finiteMatrix(s.Delay),
 		Events:    make([]statusEventJSON, 0, len(s.Events)),
+		Groups:    make([]statusGroupJSON, 0, len(s.Groups)),
+	}
+	for _, g := range s.Groups {
+		gj := statusGroupJSON{ID: g.ID, Epoch: g.Epoch, Ring: append(make([]uint64, 0, len(g.Ring)), g.Ring...),
+			Ops: make([]statusOpJSON, 0, len(g.Ops))}
+		for _, o := range g.Ops {
+			gj.Ops = append(gj.Ops, opJSON(o))
+		}
+		j.Groups = append(j.Groups, gj)
 	}
 	for _, p := range s.Peers {
-		j.Peers = append(j.Peers, statusPeerJSON{ID: p.ID, Addr: p.Addr, Site: p.Site, State: p.State.String(),
+		j.Peers = append(j.Peers, statusPeerJSON{ID: p.ID, Group: p.Group, Addr: p.Addr, Site: p.Site, State: p.State.String(),
 			Joined: p.Joined, LastSeen: p.LastSeen})
 	}
 	j.Ring = append(j.Ring, s.Ring...)
 	for _, o := range s.Ops {
-		j.Ops = append(j.Ops, statusOpJSON{Tag: o.Tag, Seq: o.Seq, Count: o.Count, Voted: o.Voted, Done: o.Done,
-			Peers: o.Peers, Failed: o.Failed, FailCause: o.FailCause})
+		j.Ops = append(j.Ops, opJSON(o))
 	}
 	for _, e := range s.Events {
 		j.Events = append(j.Events, statusEventJSON{Time: e.Time, Kind: e.Kind, Peer: e.Peer, Detail: e.Detail})

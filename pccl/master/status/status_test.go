@@ -27,16 +27,21 @@ const hostileSite = `<script>alert("x")</script>`
 // statusSnapshot is a hand-built Snapshot with a hostile site name and event detail.
 func statusSnapshot() master.Snapshot {
 	return master.Snapshot{
-		Time:     statusT0,
-		Epoch:    7,
-		MinPeers: 2,
+		Time:        statusT0,
+		Incarnation: 3,
+		Epoch:       7,
+		MinPeers:    2,
 		Peers: []master.PeerInfo{
 			{ID: 1, Addr: "10.0.0.1:7001", Site: "eu-west", State: master.Accepted, Joined: statusT0.Add(-time.Minute), LastSeen: statusT0.Add(-250 * time.Millisecond)},
 			{ID: 2, Addr: "10.0.0.2:7001", Site: "us-east", State: master.Accepted, Joined: statusT0.Add(-time.Minute), LastSeen: statusT0.Add(-2 * time.Second)},
 			{ID: 5, Addr: "10.0.0.5:7001", Site: hostileSite, State: master.Accepted, Joined: statusT0.Add(-30 * time.Second), LastSeen: statusT0},
-			{ID: 9, Addr: "10.0.0.9:7001", Site: "eu-west", State: master.Registered, Joined: statusT0.Add(-time.Second), LastSeen: statusT0.Add(-time.Second)},
+			{ID: 9, Group: 1, Addr: "10.0.0.9:7001", Site: "eu-west", State: master.Registered, Joined: statusT0.Add(-time.Second), LastSeen: statusT0.Add(-time.Second)},
 		},
 		Ring: []master.PeerID{2, 5, 1},
+		Groups: []master.GroupInfo{
+			{ID: 0, Epoch: 7, Ring: []master.PeerID{2, 5, 1}, Ops: []master.OpInfo{{Tag: 4, Seq: 11, Count: 4096, Done: 1, Peers: 3}}},
+			{ID: 1, Epoch: 3<<32 | 2},
+		},
 		Ops: []master.OpInfo{
 			{Tag: 3, Seq: 0, Count: 1024, Voted: 2, Peers: 3},
 			{Tag: 4, Seq: 11, Count: 4096, Done: 1, Peers: 3},
@@ -254,12 +259,12 @@ func TestStatusJSON(t *testing.T) {
 	}
 	m := time.Minute
 	want := statusJSON{
-		Time: statusT0, Epoch: 7, MinPeers: 2,
+		Time: statusT0, Incarnation: 3, Epoch: 7, MinPeers: 2,
 		Peers: []statusPeerJSON{
 			{ID: 1, Addr: "10.0.0.1:7001", Site: "eu-west", State: "accepted", Joined: statusT0.Add(-m), LastSeen: statusT0.Add(-250 * time.Millisecond)},
 			{ID: 2, Addr: "10.0.0.2:7001", Site: "us-east", State: "accepted", Joined: statusT0.Add(-m), LastSeen: statusT0.Add(-2 * time.Second)},
 			{ID: 5, Addr: "10.0.0.5:7001", Site: hostileSite, State: "accepted", Joined: statusT0.Add(-30 * time.Second), LastSeen: statusT0},
-			{ID: 9, Addr: "10.0.0.9:7001", Site: "eu-west", State: "registered", Joined: statusT0.Add(-time.Second), LastSeen: statusT0.Add(-time.Second)},
+			{ID: 9, Group: 1, Addr: "10.0.0.9:7001", Site: "eu-west", State: "registered", Joined: statusT0.Add(-time.Second), LastSeen: statusT0.Add(-time.Second)},
 		},
 		Ring: []uint64{2, 5, 1},
 		Ops: []statusOpJSON{
@@ -274,6 +279,10 @@ func TestStatusJSON(t *testing.T) {
 			{Time: statusT0.Add(-3 * time.Second), Kind: "joined", Peer: 9, Detail: "from 10.0.0.9:7001"},
 			{Time: statusT0.Add(-time.Second), Kind: "kicked", Peer: 4, Detail: `<img src=x onerror="alert(1)">`},
 			{Time: statusT0, Kind: "ring", Detail: "epoch 7"},
+		},
+		Groups: []statusGroupJSON{
+			{ID: 0, Epoch: 7, Ring: []uint64{2, 5, 1}, Ops: []statusOpJSON{{Tag: 4, Seq: 11, Count: 4096, Done: 1, Peers: 3}}},
+			{ID: 1, Epoch: 3<<32 | 2, Ring: []uint64{}, Ops: []statusOpJSON{}},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -290,7 +299,7 @@ func TestStatusJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if want := []string{"bandwidth", "counters", "delay", "epoch", "events", "min_peers", "ops", "peers", "ring", "time"}; !slices.Equal(keys, want) {
+	if want := []string{"bandwidth", "counters", "delay", "epoch", "events", "groups", "incarnation", "min_peers", "ops", "peers", "ring", "time"}; !slices.Equal(keys, want) {
 		t.Errorf("keys = %v, want %v", keys, want)
 	}
 	if string(raw["delay"]) != "null" {
@@ -302,7 +311,7 @@ func TestStatusJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"peers", "ring", "ops", "events"} {
+	for _, k := range []string{"peers", "ring", "ops", "events", "groups"} {
 		if string(raw[k]) != "[]" {
 			t.Errorf("empty %s = %s, want []", k, raw[k])
 		}
