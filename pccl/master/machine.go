@@ -111,7 +111,9 @@ func (m *Machine) Step(now time.Time, ev Input) []Action {
 	case Improved:
 		m.improved(ev)
 	case ForceRing:
-		m.group(ev.Group).forced = slices.Clone(ev.Ring)
+		if g := m.groups[ev.Group]; g != nil {
+			g.forced = slices.Clone(ev.Ring)
+		}
 	}
 	return m.out
 }
