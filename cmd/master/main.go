@@ -38,7 +38,9 @@ func app() *cli.App {
 		Usage: "coordinate a Concord run: membership, ring topology, shared-state sync and failure detection",
 		Description: "Peers connect to the master's --listen address. It accepts newcomers when the running\n" +
 			"peers call UpdateTopology, aborts every collective of a peer that dies or hangs (heartbeat\n" +
-			"timeout), elects the shared state and orders the ring from measured bandwidth. A status page,\n" +
+			"timeout), elects the shared state and orders the ring from measured bandwidth. Peers that name\n" +
+			"a group in their Hello form rings, epochs and collectives of their own. Each start draws a new\n" +
+			"incarnation number, so epochs never repeat across restarts. A status page,\n" +
 			"/status.json and Prometheus /metrics are served on --http. Stop it with SIGINT or SIGTERM.\n" +
 			"Every flag can also be set through the environment variable shown next to it.",
 		Flags: []cli.Flag{
