@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// packet is one IPv4 packet on its way from one site to another. Its buffer comes from the
-// forwarder's pool and goes back there once the packet is written or dropped.
+// packet is one IPv4 packet on its way from one site to another. It comes from the forwarder's
+// pool and goes back there once it is written or dropped.
 type packet struct {
-	buf  []byte // the whole packet
+	buf  []byte // the whole packet, in a buffer of the MTU
 	key  flowKey
 	from int
 	to   int
@@ -61,7 +61,7 @@ func newForwarder(tuns []*os.File, addrs [][4]byte, links [][]Link, mtu int, see
 		writes:   make([]chan *packet, n),
 		done:     make(chan struct{}),
 	}
-	f.pool.New = func() any { return make([]byte, mtu) }
+	f.pool.New = func() any { return &packet{buf: make([]byte, mtu)} }
 	for i, a := range addrs {
 		f.index[a] = i
 	}
@@ -111,30 +111,33 @@ func (f *forwarder) configure(from, to int, l Link) {
 }
 
 func (f *forwarder) free(p *packet) {
-	f.pool.Put(p.buf[:cap(p.buf)])
+	p.buf = p.buf[:cap(p.buf)]
+	f.pool.Put(p)
 }
 
 func (f *forwarder) read(site int) {
 	defer f.wg.Done()
 	for {
-		buf := f.pool.Get().([]byte)
-		n, err := f.tuns[site].Read(buf)
+		p := f.pool.Get().(*packet)
+		n, err := f.tuns[site].Read(p.buf)
 		if err != nil {
-			f.pool.Put(buf)
+			f.free(p)
 			return // closed
 		}
-		at := f.now()
-		key, err := parsePacket(buf[:n])
+		p.at = f.now()
+		p.buf = p.buf[:n]
+		key, err := parsePacket(p.buf)
 		to, ok := f.index[key.dst]
 		if err != nil || !ok || to == site {
 			f.other.Add(1)
-			f.pool.Put(buf)
+			f.free(p)
 			continue
 		}
+		p.key, p.from, p.to = key, site, to
 		select {
-		case f.arrivals <- &packet{buf: buf[:n], key: key, from: site, to: to, at: at}:
+		case f.arrivals <- p:
 		case <-f.done:
-			f.pool.Put(buf)
+			f.free(p)
 			return
 		}
 	}
@@ -145,10 +148,11 @@ func (f *forwarder) write(site int) {
 	for {
 		select {
 		case p := <-f.writes[site]:
-			// A write fails only when the device is closing or the packet is malformed; either way the
-			// packet is gone, as on a real wire.
-			f.tuns[site].Write(p.buf)
+			// Counted first, so that whoever receives the packet finds it counted. A write fails only
+			// when the device is closing or the packet is malformed; either way the packet is gone, as
+			// on a real wire.
 			f.stats[p.from][p.to].delivered.Add(1)
+			f.tuns[site].Write(p.buf)
 			f.free(p)
 		case <-f.done:
 			return
