@@ -18,6 +18,9 @@ var (
 	ErrNotPermitted = errors.New("wanemu: needs root and a kernel with network namespaces and TUN")
 	// ErrClosed means the testbed was closed.
 	ErrClosed = errors.New("wanemu: testbed closed")
+
+	errNotStarted     = errors.New("wanemu: testbed not started")
+	errAlreadyStarted = errors.New("wanemu: testbed already started")
 )
 
 // Prefix is the network the sites' addresses come from: 198.18.0.0/15, set aside for benchmarks
@@ -142,7 +145,7 @@ func (tb *Testbed) Start() error {
 		return ErrClosed
 	}
 	if tb.started {
-		return errors.New("wanemu: testbed already started")
+		return errAlreadyStarted
 	}
 	tb.started = true
 	if err := Available(); err != nil {
@@ -260,10 +263,13 @@ func (tb *Testbed) SetLink(from, to int, l Link) error {
 		return fmt.Errorf("wanemu: no link %d→%d among %d sites", from, to, n)
 	}
 	tb.mu.Lock()
-	fwd := tb.fwd
+	fwd, closed := tb.fwd, tb.closed
 	tb.mu.Unlock()
-	if fwd == nil {
+	switch {
+	case closed:
 		return ErrClosed
+	case fwd == nil:
+		return errNotStarted
 	}
 	fwd.configure(from, to, l)
 	return nil
@@ -280,4 +286,15 @@ func (tb *Testbed) Stats(from, to int) LinkStats {
 		return LinkStats{}
 	}
 	return fwd.stats[from][to].snapshot()
+}
+
+// Unroutable counts the packets the sites sent into their TUN devices that were not IPv4 packets
+// for another site (IPv6, broadcasts, malformed packets); the forwarder drops them.
+func (tb *Testbed) Unroutable() uint64 {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if tb.fwd == nil {
+		return 0
+	}
+	return tb.fwd.other.Load()
 }

@@ -57,9 +57,17 @@ func startTestbed(t *testing.T, cfg Config) *Testbed {
 		}
 		t.Fatal(err)
 	}
-	var names []string
+	var names, ids []string
 	for i := range tb.Sites() {
-		names = append(names, tb.Netns(i).Name())
+		ns := tb.Netns(i)
+		names = append(names, ns.Name())
+		if err := ns.Do(func() error {
+			id, err := os.Readlink("/proc/thread-self/ns/net")
+			ids = append(ids, id)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		if err := tb.Close(); err != nil {
@@ -70,8 +78,58 @@ func startTestbed(t *testing.T, cfg Config) *Testbed {
 				t.Errorf("namespace %s left behind after Close (stat: %v)", name, err)
 			}
 		}
+		// No thread or descriptor of this process may keep a site's namespace alive.
+		for _, dir := range []string{"/proc/self/task/*/ns/net", "/proc/self/fd/*"} {
+			links, _ := filepath.Glob(dir)
+			for _, l := range links {
+				if id, err := os.Readlink(l); err == nil && slices.Contains(ids, id) {
+					t.Errorf("%s still refers to a site's namespace %s after Close", l, id)
+				}
+			}
+		}
 	})
 	return tb
+}
+
+func TestTestbedLifecycleErrors(t *testing.T) {
+	tb := startTestbed(t, Config{Sites: 3})
+	if err := tb.Start(); !errors.Is(err, errAlreadyStarted) {
+		t.Errorf("second Start: %v, want errAlreadyStarted", err)
+	}
+	if err := tb.SetLink(0, 3, Link{}); err == nil {
+		t.Errorf("SetLink to a site that does not exist succeeded")
+	}
+	if err := tb.SetLink(0, 1, Link{Loss: -1}); err == nil || !strings.Contains(err.Error(), "Link.Loss") {
+		t.Errorf("SetLink with a bad link: %v, want an error naming Link.Loss", err)
+	}
+	if got := tb.Netns(3); got != nil {
+		t.Errorf("Netns(3) of 3 sites = %v, want nil", got)
+	}
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := tb.SetLink(0, 1, Link{}); !errors.Is(err, ErrClosed) {
+		t.Errorf("SetLink after Close: %v, want ErrClosed", err)
+	}
+	if err := tb.Start(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Start after Close: %v, want ErrClosed", err)
+	}
+	if got := tb.Netns(0); got != nil {
+		t.Errorf("Netns(0) after Close = %v, want nil", got)
+	}
+	unstarted, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstarted.SetLink(0, 1, Link{}); !errors.Is(err, errNotStarted) {
+		t.Errorf("SetLink before Start: %v, want errNotStarted", err)
+	}
+	if err := unstarted.Close(); err != nil {
+		t.Errorf("Close of an unstarted testbed: %v", err)
+	}
 }
 
 func TestStartProcessRunsInNamespace(t *testing.T) {
