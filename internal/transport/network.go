@@ -71,9 +71,15 @@ func (c LinkConfig) Validate() error {
 // loss and failures the test controls through SetLink, Partition, Heal and Crash.
 //
 // Network starts no goroutines: delivery times are computed when bytes are written and waited for by
-// the reader with the standard timers. So a Network created inside a testing/synctest bubble runs on
-// the bubble's fake clock, and transfers take exactly the emulated time. A Network and everything it
-// hands out must then be used only inside that bubble.
+// the reader with the standard timers. (Sessions run a few goroutines of their own, listed in the
+// package documentation, which block only on channels and timers.) So a Network created inside a
+// testing/synctest bubble runs on the bubble's fake clock, and transfers take exactly the emulated
+// time. A Network and everything it hands out must then be used only inside that bubble.
+//
+// Sessions dialled with DialSession are built from the network's connections, so their streams suffer
+// every fault of their links; their datagrams cross the same links, delayed by latency and bandwidth
+// and dropped by loss, black holes, partitions and crashes. Write hooks (OnWrite) fail a link or a
+// connection at a chosen write.
 //
 // All methods are safe for concurrent use.
 type Network struct {

@@ -21,7 +21,9 @@ type Session interface {
 	// the stream and must close it; closing the session closes it too. It fails with an error wrapping
 	// net.ErrClosed after Close, ErrSessionClosed once the peer has closed the session, ErrReset once the
 	// session was torn down, or ctx.Err() when ctx ends first. A stream that the peer cannot take (its
-	// queue of unaccepted streams is full) fails on first use with io.EOF or ErrReset.
+	// queue of unaccepted streams is full) fails on first use with io.EOF or ErrReset. Over tcp and mem,
+	// when ctx ends while the accepting end of a session waits for a stream it opens, the peer may still
+	// accept that stream, which then reads io.EOF.
 	OpenStream(ctx context.Context) (net.Conn, error)
 	// AcceptStream waits for the next stream the peer opened. Streams that arrived before the peer
 	// closed the session are still returned; after them it fails like OpenStream.

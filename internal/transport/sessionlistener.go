@@ -25,6 +25,7 @@ type sessionListener struct {
 	mu          sync.Mutex
 	sessions    map[sessionID]*session // guarded by mu; live sessions, by id
 	queue       []*session             // guarded by mu; accepted by the handshake, not yet by Accept
+	admitting   int                    // guarded by mu; sessions being answered, bound for queue
 	handshaking map[net.Conn]struct{}  // guarded by mu; connections whose preamble is being read
 	closed      bool                   // guarded by mu; Close was called or ln failed
 	changed     chan struct{}          // guarded by mu; closed and replaced when queue or closed change
@@ -139,7 +140,7 @@ func (l *sessionListener) handshake(c net.Conn) {
 func (l *sessionListener) admit(c net.Conn, id sessionID) {
 	l.mu.Lock()
 	_, taken := l.sessions[id]
-	full := len(l.queue) >= maxQueuedSessions
+	full := len(l.queue)+l.admitting >= maxQueuedSessions
 	if l.closed || taken || full {
 		l.mu.Unlock()
 		if full && !taken {
@@ -153,6 +154,7 @@ func (l *sessionListener) admit(c net.Conn, id sessionID) {
 	s.ln = l
 	// Registered before the answer, so that streams dialled right after it find the session.
 	l.sessions[id] = s
+	l.admitting++
 	l.mu.Unlock()
 	if l.sn.datagrams != nil {
 		s.dg = l.sn.datagrams(id, c)
@@ -163,11 +165,15 @@ func (l *sessionListener) admit(c net.Conn, id sessionID) {
 		err = c.SetWriteDeadline(time.Time{})
 	}
 	if err != nil {
+		l.mu.Lock()
+		l.admitting--
+		l.mu.Unlock()
 		s.Close()
 		return
 	}
 	s.start()
 	l.mu.Lock()
+	l.admitting--
 	if l.closed {
 		l.mu.Unlock()
 		s.Close()
