@@ -314,7 +314,7 @@ func TestSessionCrash(t *testing.T) {
 			t.Fatalf("AcceptStream: %v", err)
 		}
 		defer ps.Close()
-		if err := cs.SendDatagram([]byte("lost")); err != nil { // in flight when a crashes
+		if err := cs.SendDatagram([]byte("late")); err != nil { // in flight when a crashes
 			t.Fatalf("SendDatagram: %v", err)
 		}
 
@@ -386,6 +386,9 @@ func TestSessionLinkFaults(t *testing.T) {
 		n.SetLink("a", "b", LinkConfig{Loss: 1})
 		cs.SendDatagram([]byte("lost"))
 		receive("loss 1", "")
+		n.SetLink("a", "b", LinkConfig{BlackHole: true})
+		cs.SendDatagram([]byte("black-holed"))
+		receive("black hole", "")
 
 		n.SetLink("a", "b", LinkConfig{Latency: 10 * time.Millisecond, Bandwidth: 1e6})
 		start := time.Now()
@@ -412,5 +415,42 @@ func TestSessionLinkFaults(t *testing.T) {
 		n.Heal("a", "b")
 		cs.SendDatagram([]byte("healed"))
 		receive("after Heal", "healed")
+	})
+}
+
+// TestSessionOpenFailed checks that when the dialling end cannot dial a stream the accepting end asked
+// for, the accepting end's OpenStream fails with ErrRefused and the session goes on.
+func TestSessionOpenFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := NewNetwork()
+		l, err := n.Host("b").ListenSession("b:0")
+		if err != nil {
+			t.Fatalf("ListenSession: %v", err)
+		}
+		defer l.Close()
+		dials := 0
+		sn := n.Host("a").(*hostTransport).sessionNet()
+		dial := sn.dial
+		sn.dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			dials++ // only the control goroutine's helpers and this test dial: one at a time
+			if dials == 2 {
+				return nil, errors.New("no route")
+			}
+			return dial(ctx, addr)
+		}
+		cs, err := dialSession(context.Background(), sn, l.Addr().String())
+		if err != nil {
+			t.Fatalf("dialSession: %v", err)
+		}
+		defer cs.Close()
+		ss, err := l.Accept(context.Background())
+		if err != nil {
+			t.Fatalf("Accept: %v", err)
+		}
+		defer ss.Close()
+		if _, err := ss.OpenStream(context.Background()); !errors.Is(err, ErrRefused) {
+			t.Fatalf("OpenStream whose dial failed: %v, want ErrRefused", err)
+		}
+		checkStream(t, ss, cs)
 	})
 }
