@@ -38,7 +38,8 @@
 // ErrSessionClosed, or ErrReset when the connection was torn down. A listener bounds what a peer can make it
 // hold: connections in their handshake (the rest wait in the backlog), the time a preamble may take,
 // sessions waiting for Accept and streams waiting for AcceptStream (more are refused). A bad preamble
-// closes that connection and nothing else.
+// closes that connection and nothing else. The session id only tells sessions apart; it is no secret
+// from whoever sees the traffic, so authenticating streams is left to a secure channel beneath.
 //
 // TCP sessions have no datagram path: a framed fallback over the control connection would be reliable
 // and ordered, and so would hide exactly the loss that a datagram user must handle. Callers that want

@@ -393,7 +393,7 @@ func (s *session) deliver(c net.Conn, index uint32) {
 	s.mu.Unlock()
 }
 
-// state returns the error that every operation fails with once the session has ended, or nil.
+// stateLocked returns the error that every operation fails with once the session has ended, or nil.
 func (s *session) stateLocked() error {
 	if s.closed {
 		return net.ErrClosed
