@@ -22,6 +22,7 @@ type conn struct {
 
 	rd, wd    deadline
 	writeLock chan struct{} // holds a token while a Write is in progress
+	written   int64         // guarded by writeLock; bytes passed to Write so far, for write hooks
 	closed    chan struct{} // closed by Close
 	closeOnce sync.Once
 }
@@ -105,16 +106,71 @@ func (c *conn) Read(b []byte) (int, error) {
 // while the in-flight limit is reached. It returns early with an error when the write deadline passes
 // (os.ErrDeadlineExceeded), the connection is closed locally (net.ErrClosed), the peer has closed it
 // (ErrBrokenPipe) or it is reset (ErrReset); n then counts the bytes already in flight. The caller
-// may reuse b as soon as Write returns.
+// may reuse b as soon as Write returns. A write hook set with Network.OnWrite sees every non-empty
+// Write before any of it is in flight, and may fail it (see Fault).
 func (c *conn) Write(b []byte) (int, error) {
+	if err := c.lockWrite(); err != nil {
+		return 0, err
+	}
+	defer c.unlockWrite()
+	if len(b) == 0 {
+		return c.writeLocked(b)
+	}
+	f := c.out.link.cross(c.written, len(b), false)
+	c.written += int64(len(b))
+	if f.Kind == FaultNone {
+		return c.writeLocked(b)
+	}
+	keep := min(max(f.Keep, 0), len(b))
+	n, err := c.writeLocked(b[:keep])
+	if err != nil {
+		return n, err
+	}
+	switch f.Kind {
+	case FaultReset:
+		c.reset()
+		c.n.forget(c)
+		c.n.forget(c.peer)
+		return n, c.opError("write", ErrReset)
+	case FaultClose:
+		c.out.cut(time.Now())
+		return n, c.opError("write", ErrBrokenPipe)
+	case FaultBlackHole:
+		c.out.link.blackHole()
+	case FaultPartition:
+		c.n.Partition(c.local.host, c.remote.host)
+	}
+	m, err := c.writeLocked(b[keep:])
+	return n + m, err
+}
+
+// writeFraming writes bytes of the session machinery: like Write, but unseen by write hooks and not
+// counted in their offsets.
+func (c *conn) writeFraming(b []byte) (int, error) {
+	if err := c.lockWrite(); err != nil {
+		return 0, err
+	}
+	defer c.unlockWrite()
+	return c.writeLocked(b)
+}
+
+// lockWrite waits for this end's turn to write, or fails when the write deadline passes or the
+// connection is closed first.
+func (c *conn) lockWrite() error {
 	select {
 	case c.writeLock <- struct{}{}:
+		return nil
 	case <-c.wd.done():
-		return 0, c.opError("write", os.ErrDeadlineExceeded)
+		return c.opError("write", os.ErrDeadlineExceeded)
 	case <-c.closed:
-		return 0, c.opError("write", net.ErrClosed)
+		return c.opError("write", net.ErrClosed)
 	}
-	defer func() { <-c.writeLock }()
+}
+
+func (c *conn) unlockWrite() { <-c.writeLock }
+
+// writeLocked is Write without the hook, for the holder of writeLock.
+func (c *conn) writeLocked(b []byte) (int, error) {
 	total := 0
 	for {
 		if c.isClosed() {
@@ -237,6 +293,7 @@ type pipe struct {
 	finSent  bool      // the writer closed; the reader sees io.EOF from finAt on
 	finAt    time.Time
 	readGone bool          // the reader closed; writes fail with ErrBrokenPipe
+	broken   bool          // a FaultClose cut the pipe: writes fail with ErrBrokenPipe
 	err      error         // ErrReset once the connection is reset
 	changed  chan struct{} // closed and replaced on every change that may unblock a waiter
 }
@@ -296,7 +353,7 @@ func (p *pipe) write(b []byte, now time.Time) (n int, changed <-chan struct{}, e
 	switch {
 	case p.err != nil:
 		return 0, nil, p.err
-	case p.readGone:
+	case p.readGone, p.broken:
 		return 0, nil, ErrBrokenPipe
 	case p.finSent:
 		return 0, nil, net.ErrClosed
@@ -309,7 +366,7 @@ func (p *pipe) write(b []byte, now time.Time) (n int, changed <-chan struct{}, e
 	if p.stalled {
 		return n, nil, nil
 	}
-	at, dropped := p.link.schedule(n, now)
+	at, dropped := p.link.schedule(n, now, false)
 	if dropped {
 		p.stalled = true
 		return n, nil, nil
@@ -335,7 +392,7 @@ func (p *pipe) closeWrite(now time.Time) {
 		p.signalLocked()
 		return
 	}
-	at, dropped := p.link.schedule(0, now)
+	at, dropped := p.link.schedule(0, now, false)
 	if dropped {
 		p.stalled = true
 	} else if at.Before(p.lastAt) {
@@ -343,6 +400,15 @@ func (p *pipe) closeWrite(now time.Time) {
 	}
 	p.finAt = at
 	p.signalLocked()
+}
+
+// cut ends the pipe as a FaultClose does: the reader gets what was written so far, then io.EOF, and
+// later writes fail with ErrBrokenPipe.
+func (p *pipe) cut(now time.Time) {
+	p.mu.Lock()
+	p.broken = true
+	p.mu.Unlock()
+	p.closeWrite(now)
 }
 
 // closeRead records that the reader has gone and discards what it did not read.

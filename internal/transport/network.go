@@ -71,16 +71,23 @@ func (c LinkConfig) Validate() error {
 // loss and failures the test controls through SetLink, Partition, Heal and Crash.
 //
 // Network starts no goroutines: delivery times are computed when bytes are written and waited for by
-// the reader with the standard timers. So a Network created inside a testing/synctest bubble runs on
-// the bubble's fake clock, and transfers take exactly the emulated time. A Network and everything it
-// hands out must then be used only inside that bubble.
+// the reader with the standard timers. (Sessions run a few goroutines of their own, listed in the
+// package documentation, which block only on channels and timers.) So a Network created inside a
+// testing/synctest bubble runs on the bubble's fake clock, and transfers take exactly the emulated
+// time. A Network and everything it hands out must then be used only inside that bubble.
+//
+// Sessions dialled with DialSession are built from the network's connections, so their streams suffer
+// every fault of their links; their datagrams cross the same links, delayed by latency and bandwidth
+// and dropped by loss, black holes, partitions and crashes. Write hooks (OnWrite) fail a link or a
+// connection at a chosen write.
 //
 // All methods are safe for concurrent use.
 type Network struct {
 	mu     sync.Mutex
-	hosts  map[string]*host  // guarded by mu
-	links  map[linkKey]*link // guarded by mu; entries live as long as the Network
-	healed chan struct{}     // guarded by mu; closed and replaced whenever Heal runs
+	hosts  map[string]*host     // guarded by mu
+	links  map[linkKey]*link    // guarded by mu; entries live as long as the Network
+	ports  map[portKey]*memPort // guarded by mu; datagram ports of open session ends
+	healed chan struct{}        // guarded by mu; closed and replaced whenever Heal runs
 }
 
 // linkKey names a directed link.
@@ -101,6 +108,7 @@ func NewNetwork() *Network {
 	return &Network{
 		hosts:  make(map[string]*host),
 		links:  make(map[linkKey]*link),
+		ports:  make(map[portKey]*memPort),
 		healed: make(chan struct{}),
 	}
 }
@@ -164,7 +172,8 @@ func (n *Network) Heal(a, b string) {
 
 // Crash kills host as a SIGKILL would: every connection with an end on the host fails at once on both
 // ends (reads and writes return an error wrapping ErrReset, like a TCP RST), buffered data is
-// discarded, and the host's listeners close. The host may listen and dial again afterwards, like a
+// discarded, and the host's listeners close. Sessions with an end on the host fail with ErrReset on
+// both ends, and datagrams on their way to the host are lost. The host may listen and dial again afterwards, like a
 // restarted process.
 func (n *Network) Crash(name string) {
 	n.mu.Lock()
@@ -184,10 +193,16 @@ func (n *Network) Crash(name string) {
 		n.dropLocked(c)
 		n.dropLocked(c.peer)
 	}
+	for k, p := range n.ports {
+		if k.addr.host == name {
+			delete(n.ports, k)
+			p.shut()
+		}
+	}
 }
 
 // Stats returns the number of bytes that readers on host to have read from connections from host from
-// so far.
+// so far, session preambles and control frames included, and of the datagrams they received.
 func (n *Network) Stats(from, to string) (bytes int64) {
 	return n.link(from, to).delivered.Load()
 }
@@ -207,7 +222,7 @@ func (n *Network) linkLocked(from, to string) *link {
 		h.Write([]byte(from))
 		h.Write([]byte{0})
 		h.Write([]byte(to))
-		l = &link{rng: rand.New(rand.NewPCG(lossSeed, h.Sum64()))}
+		l = &link{from: from, to: to, rng: rand.New(rand.NewPCG(lossSeed, h.Sum64()))}
 		n.links[k] = l
 	}
 	return l
@@ -317,7 +332,13 @@ func (n *Network) tryDial(from, to string, port int) (*conn, <-chan struct{}, er
 
 // link is the state of one directed link. All connections from one host to another share it.
 type link struct {
+	from, to  string
 	delivered atomic.Int64 // bytes read by receivers so far
+
+	hookMu sync.Mutex        // serialises write hooks, so that they see writes one at a time
+	hook   func(Write) Fault // guarded by hookMu; nil when none is set
+	bytes  int64             // guarded by hookMu; application bytes handed to the link so far
+	writes int64             // guarded by hookMu; application writes handed to the link so far
 
 	mu          sync.Mutex
 	cfg         LinkConfig // guarded by mu
@@ -333,8 +354,9 @@ func (l *link) isPartitioned() bool {
 }
 
 // schedule accounts for a segment of size bytes handed to the link at now. It returns when the segment
-// reaches the other end, or dropped when the link black-holes it.
-func (l *link) schedule(size int, now time.Time) (at time.Time, dropped bool) {
+// reaches the other end, or dropped when the link black-holes it. An unreliable segment (a datagram)
+// that the loss draw hits is dropped too, instead of arriving Retransmit later.
+func (l *link) schedule(size int, now time.Time, unreliable bool) (at time.Time, dropped bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cfg.BlackHole || l.partitioned {
@@ -350,6 +372,9 @@ func (l *link) schedule(size int, now time.Time) (at time.Time, dropped bool) {
 	}
 	at = sent.Add(l.cfg.Latency)
 	if l.cfg.Loss > 0 && l.rng.Float64() < l.cfg.Loss {
+		if unreliable {
+			return time.Time{}, true
+		}
 		rt := l.cfg.Retransmit
 		if rt == 0 {
 			rt = defaultRetransmit
@@ -410,6 +435,26 @@ func (t *hostTransport) Dial(ctx context.Context, addr string) (net.Conn, error)
 		case <-wait:
 		}
 	}
+}
+
+// ListenSession starts accepting sessions on addr, as Listen does for connections; the two share the
+// host's ports.
+func (t *hostTransport) ListenSession(addr string) (SessionListener, error) {
+	l, err := t.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	return listenSession(l, t.sessionNet()), nil
+}
+
+// DialSession opens a session to addr. Its control connection and streams are connections of the
+// network, dialled as Dial does; its datagrams cross the same links.
+func (t *hostTransport) DialSession(ctx context.Context, addr string) (Session, error) {
+	return dialSession(ctx, t.sessionNet(), addr)
+}
+
+func (t *hostTransport) sessionNet() sessionNet {
+	return sessionNet{name: "mem", dial: t.Dial, datagrams: t.n.openPort}
 }
 
 // splitMemAddr parses "host:port".

@@ -82,6 +82,25 @@ func (t *tcpTransport) Dial(ctx context.Context, addr string) (net.Conn, error) 
 	return c, nil
 }
 
+// ListenSession starts accepting sessions on addr. Each stream of a session is a TCP connection of its
+// own, accepted by this listener; TCP sessions have no datagrams.
+func (t *tcpTransport) ListenSession(addr string) (SessionListener, error) {
+	l, err := t.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	return listenSession(l, t.sessionNet()), nil
+}
+
+// DialSession opens a session to addr: one TCP connection for control now, one more per stream later.
+func (t *tcpTransport) DialSession(ctx context.Context, addr string) (Session, error) {
+	return dialSession(ctx, t.sessionNet(), addr)
+}
+
+func (t *tcpTransport) sessionNet() sessionNet {
+	return sessionNet{name: "tcp", dial: t.Dial}
+}
+
 // unwrapOp strips a *net.OpError so that the message does not repeat the operation and address that
 // the caller's own wrapping already names. The cause keeps its identity for errors.Is.
 func unwrapOp(err error) error {

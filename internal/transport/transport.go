@@ -19,6 +19,14 @@ type Transport interface {
 	// close it. Closing a connection twice returns nil for the in-memory Network but an error
 	// wrapping net.ErrClosed for TCP, whose connections are the standard library's own.
 	Dial(ctx context.Context, addr string) (net.Conn, error)
+	// ListenSession starts accepting sessions on addr, given as for Listen. The caller owns the
+	// listener and must close it.
+	ListenSession(addr string) (SessionListener, error)
+	// DialSession opens a session to addr, where a session listener listens. It returns once the
+	// listener has accepted the session, or with an error wrapping ErrRefused when nobody listens there
+	// or the listener refused, or wrapping ctx.Err() when ctx ends first. The caller owns the session
+	// and must close it.
+	DialSession(ctx context.Context, addr string) (Session, error)
 }
 
 // Errors that callers may test for with errors.Is. They are the operating system's own error numbers,
