@@ -75,8 +75,8 @@ type Plan struct {
 }
 
 // Execute runs the plan's phases in order on a staging buffer taken from the pool: the first phase
-// reads its contribution from send, the staging buffer starts as a copy of send elsewhere, and every
-// later phase works in place on the staging buffer. After the last phase Execute calls commit (if not
+// reads its contribution from send, outside its region the staging buffer starts as a copy of send,
+// and every later phase works in place on the staging buffer. After the last phase Execute calls commit (if not
 // nil) once, and only if commit returns nil copies the staging buffer into recv, with one copy. send and
 // recv have the same length (a multiple of the element size) and may be the same slice.
 //
