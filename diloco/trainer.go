@@ -444,14 +444,13 @@ func (t *trainer) recover(err error) (retry, joined bool, _ error) {
 	if t.ctx.Err() != nil {
 		return false, false, t.ctx.Err()
 	}
-	switch {
-	case errors.Is(err, pccl.ErrPeerLeft), errors.Is(err, pccl.ErrAborted):
-	case errors.Is(err, pccl.ErrTooFewPeers):
+	if !pccl.Retryable(err) {
+		return false, false, err
+	}
+	if errors.Is(err, pccl.ErrTooFewPeers) {
 		if werr := t.wait(); werr != nil {
 			return false, false, werr
 		}
-	default:
-		return false, false, err
 	}
 	t.sum.Aborts++
 	t.log.Info("all-reduce failed, updating the topology", "err", err)

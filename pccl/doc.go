@@ -14,7 +14,7 @@
 //
 //	for {
 //		err := comm.AllReduce(ctx, grads, grads, desc)
-//		if errors.Is(err, pccl.ErrPeerLeft) || errors.Is(err, pccl.ErrAborted) {
+//		if pccl.Retryable(err) {
 //			if err := comm.UpdateTopology(ctx); err != nil {
 //				return err
 //			}
@@ -45,8 +45,9 @@
 //   - ArePeersPending: ErrKicked, ErrMasterLost, ErrClosed.
 //   - AllReduce / Request.Wait: ErrPeerLeft (retryable after UpdateTopology), ErrAborted (a peer
 //     cancelled; retryable the same way), ErrTooFewPeers (fewer than MinPeers accepted: wait, then
-//     UpdateTopology), ErrDescriptorMismatch, ErrInvalid (bad arguments, tag in use), ErrKicked,
-//     ErrMasterLost, ErrClosed.
+//     UpdateTopology), ErrLocalFailure (a peer failed for a reason of its own, such as a non-finite
+//     quantized result; not retryable), ErrDescriptorMismatch, ErrInvalid (bad arguments, tag in
+//     use), ErrKicked, ErrMasterLost, ErrClosed. Retryable tells the first three from the others.
 //
 // Concurrency: AllReduce and AllReduceAsync may be called from many goroutines at once on different
 // tags. UpdateTopology and ArePeersPending are called by one goroutine at a time, like the training

@@ -77,11 +77,6 @@ func gradient(step uint64, rank int) []float32 {
 	return g
 }
 
-// recoverable reports whether the training loop goes on after err with UpdateTopology.
-func recoverable(err error) bool {
-	return errors.Is(err, pccl.ErrPeerLeft) || errors.Is(err, pccl.ErrAborted) || errors.Is(err, pccl.ErrTooFewPeers)
-}
-
 // admit is the membership part of a step: accept waiting peers.
 func (tr *trainer) admit(ctx context.Context) error {
 	pending, err := tr.c.ArePeersPending(ctx)
@@ -123,10 +118,10 @@ func (tr *trainer) train(ctx context.Context, report bool) (stepReport, error) {
 		if err == nil {
 			break
 		}
-		if !recoverable(err) || attempt == recAttempts {
+		if !pccl.Retryable(err) || attempt == recAttempts {
 			return rep, fmt.Errorf("step %d attempt %d: %w", tr.step, attempt, err)
 		}
-		if err := tr.c.UpdateTopology(ctx); err != nil && !recoverable(err) {
+		if err := tr.c.UpdateTopology(ctx); err != nil && !pccl.Retryable(err) {
 			return rep, fmt.Errorf("step %d: re-wire: %w", tr.step, err)
 		}
 	}

@@ -1,6 +1,8 @@
 // Package rings implements ring collectives over an ordered set of links: the element-wise reduce
-// kernels for every supported data type and operation, chunk partitioning, and a pipelined, abortable
-// ring AllReduce (reduce-scatter followed by all-gather).
+// kernels for every supported data type and operation, chunk partitioning, pipelined and abortable ring
+// ReduceScatter, AllGather and AllReduce (the first followed by the second), and a [Plan] that runs
+// such phases in order on one staging buffer under one commit, which is how a hierarchical AllReduce
+// (reduce-scatter in a site, all-reduce of each shard across sites, all-gather in the site) is built.
 //
 // # Buffers
 //
@@ -27,7 +29,16 @@
 //	                                  (r-k) mod W.
 //
 // Every frame is named by a [ChunkID] (step, part). A part of step s+1 is sent as soon as the same part
-// of step s has been received, so the ring streams instead of stepping in lock-step.
+// of step s has been received, so the ring streams instead of stepping in lock-step. [ReduceScatter]
+// takes the first W-1 steps alone and [AllGather] the last W-1 (starting from the chunk the rank
+// owns, [OwnedChunk]), with the same frame names, so the two in a row send exactly the frames of
+// AllReduce and compute the same bytes. [Options].Divisor says whether and by what the owner divides
+// (Avg): a hierarchy divides once, by the total peer count.
+//
+// A Stream that is a [Retainer] may keep a payload until the receiver acknowledges the frame; the
+// all-gather of an AllReduce then waits for the acknowledgement of the reduce-scatter frame that sent
+// a region before it overwrites that region, and every phase waits for all its frames before it
+// returns.
 //
 // With [Options].Quant set, the all-gather carries each part of a final chunk encoded once by the
 // chunk's owner ([Quantize]); the owner adopts the decoded value itself and every other peer forwards
@@ -35,6 +46,7 @@
 //
 // # Failure
 //
-// The caller's buffers are written only after the local schedule has completed and the caller's commit
-// function has agreed. Any error, abort or cancellation before that leaves them exactly as they were.
+// The caller's buffers are written only after the local schedule (every phase of the plan) has
+// completed and the caller's commit function has agreed. Any error, abort or cancellation before that
+// leaves them exactly as they were. The sentinel errors are shared with package pccl.
 package rings

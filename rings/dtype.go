@@ -1,17 +1,9 @@
 package rings
 
 import (
-	"errors"
 	"fmt"
 	"unsafe"
 )
-
-// ErrAborted is returned (wrapped, together with the cause) by an operation that did not complete.
-var ErrAborted = errors.New("rings: operation aborted")
-
-// ErrInvalid is returned (wrapped) when an operation is called with arguments that can never work,
-// such as an unknown data type or buffers of different lengths.
-var ErrInvalid = errors.New("rings: invalid argument")
 
 // DType is the element type of a buffer.
 type DType uint8

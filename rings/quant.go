@@ -2,13 +2,9 @@ package rings
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 )
-
-// ErrNonFinite is returned (wrapped) when a value that must be quantized is NaN or infinite.
-var ErrNonFinite = errors.New("rings: non-finite value cannot be quantized")
 
 // Quant selects how the all-gather phase of AllReduce encodes final values on the wire.
 type Quant uint8

@@ -94,11 +94,6 @@ func errorKind(err error) string {
 	return "other"
 }
 
-// retryable reports whether the group recovers from err with UpdateTopology.
-func retryable(err error) bool {
-	return errors.Is(err, pccl.ErrPeerLeft) || errors.Is(err, pccl.ErrAborted) || errors.Is(err, pccl.ErrTooFewPeers)
-}
-
 // sessionOver reports whether err ends this membership (the peer then rejoins as a new one).
 func sessionOver(err error) bool {
 	return errors.Is(err, pccl.ErrKicked) || errors.Is(err, pccl.ErrMasterLost) || errors.Is(err, pccl.ErrClosed) ||
@@ -372,7 +367,7 @@ func (s *session) run(ctx context.Context) error {
 			emitEvent(peerEvent{Event: "step", Sess: id, Rev: rev, Started: started.UnixNano(), World: len(ring), Ops: ok})
 			if s.p.OptimizeEvery > 0 && rev%s.p.OptimizeEvery == 0 {
 				if err := c.OptimizeTopology(ctx); err != nil {
-					if !retryable(err) {
+					if !pccl.Retryable(err) {
 						return err
 					}
 					if err := rewire(err); err != nil {
@@ -388,7 +383,7 @@ func (s *session) run(ctx context.Context) error {
 		}
 		emitEvent(peerEvent{Event: "aborted", Sess: id, Rev: rev, Ops: ok, Restored: restored, Kind: errorKind(first),
 			Detail: strings.TrimSuffix(first.Error()+"; "+detail, "; ")})
-		if !retryable(first) {
+		if !pccl.Retryable(first) {
 			if sessionOver(first) {
 				return first
 			}

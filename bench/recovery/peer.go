@@ -65,11 +65,6 @@ func errorKind(err error) string {
 	return "other"
 }
 
-// retryable reports whether the training loop recovers from err with UpdateTopology.
-func retryable(err error) bool {
-	return errors.Is(err, pccl.ErrPeerLeft) || errors.Is(err, pccl.ErrAborted) || errors.Is(err, pccl.ErrTooFewPeers)
-}
-
 // peerMain is the peer role: a training loop that only all-reduces, and recovers from failures.
 func peerMain() int {
 	var p params
@@ -97,14 +92,14 @@ func peerMain() int {
 	fill := true
 	// resume handles a failed call: it returns false when the peer must leave.
 	resume := func(err error) bool {
-		if !retryable(err) {
+		if !pccl.Retryable(err) {
 			emit(peerEvent{Event: "exit", Kind: errorKind(err), Detail: err.Error()})
 			return false
 		}
 		if errors.Is(err, pccl.ErrTooFewPeers) {
 			time.Sleep(50 * time.Millisecond)
 		}
-		if err := comm.UpdateTopology(ctx); err != nil && !retryable(err) {
+		if err := comm.UpdateTopology(ctx); err != nil && !pccl.Retryable(err) {
 			emit(peerEvent{Event: "exit", Kind: errorKind(err), Detail: "update topology: " + err.Error()})
 			return false
 		}

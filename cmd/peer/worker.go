@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -193,7 +192,7 @@ func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopA
 			buf[i] = contribution(comm.ID(), step[0], i)
 		}
 		err := comm.AllReduce(ctx, pccl.Bytes(buf), pccl.Bytes(buf), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum})
-		if errors.Is(err, pccl.ErrPeerLeft) || errors.Is(err, pccl.ErrAborted) || errors.Is(err, pccl.ErrTooFewPeers) {
+		if pccl.Retryable(err) {
 			aborts++
 			log.Info("allreduce aborted, re-wiring", "err", err)
 			if err := comm.UpdateTopology(ctx); err != nil {

@@ -272,16 +272,17 @@ type Code uint8
 
 // Outcome codes.
 const (
-	CodeOK          Code = iota // every participant completed; commit the result
-	CodePeerLeft                // a participant left or failed; retry after UpdateTopology
-	CodeAborted                 // a participant aborted (cancelled) the operation
-	CodeMismatch                // participants passed different descriptors
-	CodeTooFewPeers             // fewer accepted peers than MinPeers
-	CodeRejected                // the master refused the request (see Detail)
-	codeMax         = CodeRejected
+	CodeOK           Code = iota // every participant completed; commit the result
+	CodePeerLeft                 // a participant left or failed; retry after UpdateTopology
+	CodeAborted                  // a participant aborted (cancelled) the operation
+	CodeMismatch                 // participants passed different descriptors
+	CodeTooFewPeers              // fewer accepted peers than MinPeers
+	CodeRejected                 // the master refused the request (see Detail)
+	CodeLocalFailure             // a participant failed locally, e.g. a non-finite quantized result; a retry cannot fix it
+	codeMax          = CodeLocalFailure
 )
 
-var codeNames = [...]string{"ok", "peer-left", "aborted", "mismatch", "too-few-peers", "rejected"}
+var codeNames = [...]string{"ok", "peer-left", "aborted", "mismatch", "too-few-peers", "rejected", "local-failure"}
 
 func (c Code) String() string {
 	if int(c) < len(codeNames) {

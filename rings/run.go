@@ -1,0 +1,445 @@
+package rings
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// run holds the state of one phase (one ring collective) on one rank.
+//
+// Schedule: a reduce-scatter takes steps 0..W-2, an all-gather steps W-1..2W-3, an all-reduce both
+// (first..last). Step s sends chunk sendChunk(s) and receives chunk recvChunk(s) = sendChunk(s+1): a
+// part of step s+1 is sent once the receiver has produced the same part of step s, except at the first
+// step, whose data is there from the start.
+//
+// Ownership: the sender goroutine reads src and work and writes nsent; the receiver goroutine writes
+// work (and scratch) and reads src; nsent is read only after the sender returned. A region of work is
+// written by the receiver before the sender reads it, ordered by a notice on ready. The owned chunk of
+// an all-gather is written (adopted) by the sender only. quit and cause belong to the goroutine in
+// execute: it closes quit and writes cause once, and reads cause only after both workers have returned.
+type run struct {
+	s       Stream
+	ret     Retainer // s, if it keeps payloads until acknowledged; nil otherwise
+	rank    int
+	world   int
+	src     []byte // the local contribution: a separate buffer, or work itself when inPlace
+	work    []byte
+	inPlace bool
+	scratch []byte // inPlace only: receives a reduce-scatter part before it is folded into work
+	dt      DType
+	op      Op
+	div     int    // the owner finalizes with Finalize(dt, op, chunk, div); 0: no finalization
+	size    int    // bytes per element
+	pe      int    // elements per part
+	chunks  []Span // in elements
+	first   int    // first step taken
+	last    int    // last step taken
+
+	// With quantization, the all-gather moves encoded parts through qwork (qlen bytes in all): part p
+	// of chunk c occupies qpart(c, p). Each region is written once (by the owner's encoding or by a
+	// receive) before the sender reads it, ordered by the same notice on ready.
+	quant    Quant
+	qwork    []byte
+	qlen     int
+	partBase []int // partBase[c]: number of parts in chunks before c
+
+	// With a Retainer, an all-reduce's all-gather overwrites regions its reduce-scatter sent. sent gets
+	// one notice per reduce-scatter frame whose Send returned, so that the receiver can wait for the
+	// acknowledgement of that exact frame first; rsBase[s] counts the frames sent before step s, and
+	// seen (owned by the receiver) the notices taken.
+	sent   chan struct{}
+	rsBase []int
+	seen   int
+	nsent  int // frames whose Send returned nil
+
+	ready chan struct{} // receiver -> sender: one notice per completed (step, part) that is sent on
+	quit  chan struct{} // closed by fail
+	cause error         // first failure; written once by fail, read after both goroutines finished
+}
+
+// runPhase runs phase ph with contribution src and result in work (the phase's region; the same slice
+// when inPlace). Without inPlace, the parts of work the phase never receives are copied from src first.
+// On failure it returns an error wrapping ErrAborted and the cause, with ph.Stream aborted.
+func runPhase(ctx context.Context, ph Phase, src, work []byte, inPlace bool, dt DType, op Op, pe int, pool *BufferPool) error {
+	r := newRun(ph, src, work, inPlace, dt, op, pe)
+	if r.quant != NoQuant {
+		r.qwork = pool.Get(r.qlen)
+		defer pool.Put(r.qwork)
+	}
+	if r.world == 1 {
+		if err := r.single(); err != nil {
+			err = fmt.Errorf("%w: %w", ErrAborted, err)
+			r.s.Abort(err)
+			return err
+		}
+		return nil
+	}
+	if inPlace && r.first == 0 {
+		r.scratch = pool.Get(min(r.pe, r.chunks[0].Len) * r.size)
+		defer pool.Put(r.scratch)
+	}
+	if !inPlace {
+		// A reduce-scatter never receives this rank's own chunk, an all-gather never its owned one.
+		var c int
+		switch ph.Kind {
+		case KindReduceScatter:
+			c = r.rank
+		case KindAllGather:
+			c = OwnedChunk(r.rank, r.world)
+		default:
+			c = -1
+		}
+		if c >= 0 {
+			sp := r.chunks[c]
+			copy(work[sp.Off*r.size:(sp.Off+sp.Len)*r.size], src[sp.Off*r.size:])
+		}
+	}
+	return r.execute(ctx)
+}
+
+func newRun(ph Phase, src, work []byte, inPlace bool, dt DType, op Op, pe int) *run {
+	size := dt.Size()
+	world := ph.World
+	r := &run{
+		s: ph.Stream, rank: ph.Rank, world: world, src: src, work: work, inPlace: inPlace, dt: dt, op: op,
+		size: size, pe: pe,
+		chunks: Partition(len(work)/size, world),
+		first:  0,
+		last:   2*world - 3,
+		quant:  ph.Quant,
+		quit:   make(chan struct{}),
+	}
+	r.ret, _ = ph.Stream.(Retainer)
+	switch ph.Kind {
+	case KindReduceScatter:
+		r.last = world - 2
+	case KindAllGather:
+		r.first = world - 1
+	}
+	if ph.Kind != KindAllGather {
+		switch ph.Divisor {
+		case DivideByWorld:
+			r.div = world
+		case NoFinalize:
+		default:
+			r.div = int(ph.Divisor)
+		}
+	}
+	if r.quant != NoQuant {
+		r.partBase = make([]int, world)
+		parts := 0
+		for c := range r.chunks {
+			r.partBase[c] = parts
+			parts += r.parts(c)
+		}
+		r.qlen = parts*QuantizedLen(dt, r.quant, 0) + len(work)/size*r.quant.codeBytes()
+	}
+	if world == 1 {
+		return r
+	}
+	// The sender waits for one notice per part of steps first+1..last; the channel holds them all, so
+	// the receiver never blocks on it. Its elements have no size, so the capacity costs no memory.
+	n := 0
+	for step := r.first + 1; step <= r.last; step++ {
+		n += r.parts(r.sendChunk(step))
+	}
+	r.ready = make(chan struct{}, n)
+	if r.ret != nil && ph.Kind == KindAllReduce {
+		r.rsBase = make([]int, world-1)
+		n := 0
+		for step := range world - 1 {
+			r.rsBase[step] = n
+			n += r.parts(r.sendChunk(step))
+		}
+		r.sent = make(chan struct{}, n)
+	}
+	return r
+}
+
+// sendChunk returns the chunk this rank sends at step.
+func (r *run) sendChunk(step int) int {
+	if step < r.world-1 {
+		return mod(r.rank-step, r.world)
+	}
+	return mod(r.rank+1-(step-(r.world-1)), r.world)
+}
+
+// recvChunk returns the chunk this rank receives at step.
+func (r *run) recvChunk(step int) int {
+	if step < r.world-1 {
+		return mod(r.rank-step-1, r.world)
+	}
+	return mod(r.rank-(step-(r.world-1)), r.world)
+}
+
+// parts returns the number of frames chunk c travels in.
+func (r *run) parts(c int) int { return (r.chunks[c].Len + r.pe - 1) / r.pe }
+
+// part returns the byte range of part p of chunk c.
+func (r *run) part(c, p int) (lo, hi int) {
+	sp := r.chunks[c]
+	off := p * r.pe
+	n := min(r.pe, sp.Len-off)
+	lo = (sp.Off + off) * r.size
+	return lo, lo + n*r.size
+}
+
+// qpart returns the encoded region of part p of chunk c in qwork.
+func (r *run) qpart(c, p int) []byte {
+	lo, hi := r.part(c, p)
+	n := (hi - lo) / r.size
+	first := r.chunks[c].Off + p*r.pe // elements before this part
+	off := (r.partBase[c]+p)*QuantizedLen(r.dt, r.quant, 0) + first*r.quant.codeBytes()
+	return r.qwork[off : off+QuantizedLen(r.dt, r.quant, n)]
+}
+
+// adopt encodes the final value of part p of owned chunk c into qwork and replaces the value in work by
+// its decoded form, the value every other peer will decode.
+func (r *run) adopt(c, p int) error {
+	lo, hi := r.part(c, p)
+	q := r.qpart(c, p)
+	if err := Quantize(r.dt, r.quant, q, r.work[lo:hi]); err != nil {
+		return fmt.Errorf("chunk %d part %d: %w", c, p, err)
+	}
+	Dequantize(r.dt, r.quant, r.work[lo:hi], q)
+	return nil
+}
+
+// single computes the result of a ring of one: the local contribution, finalized (and passed through
+// the encoding part by part, so that the result has the same form as in larger rings).
+func (r *run) single() error {
+	if !r.inPlace {
+		copy(r.work, r.src)
+	}
+	if r.div > 0 {
+		Finalize(r.dt, r.op, r.work, r.div)
+	}
+	if r.quant != NoQuant {
+		for p := range r.parts(0) {
+			if err := r.adopt(0, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func mod(a, m int) int {
+	a %= m
+	if a < 0 {
+		a += m
+	}
+	return a
+}
+
+// execute runs the ring schedule and returns nil once this rank's work buffer holds its result and,
+// with a Retainer, every frame sent has been acknowledged.
+func (r *run) execute(ctx context.Context) error {
+	results := make(chan error, 2)
+	go func() { results <- r.sendLoop() }()
+	go func() { results <- r.recvLoop() }()
+
+	var failed bool
+	fail := func(err error) {
+		if failed {
+			return
+		}
+		failed = true
+		r.cause = fmt.Errorf("%w: %w", ErrAborted, err)
+		close(r.quit)
+		r.s.Abort(r.cause)
+	}
+	done := ctx.Done()
+	for pending := 2; pending > 0; {
+		select {
+		case err := <-results:
+			pending--
+			if err != nil {
+				fail(err)
+			}
+		case <-done:
+			done = nil
+			fail(ctx.Err())
+		}
+	}
+	// Both goroutines have returned: nothing touches work any more, except a Retainer that still
+	// holds frames; the stream is aborted, so waiting for them ends at once.
+	if failed {
+		if r.ret != nil {
+			r.eachSent(r.nsent, func(id ChunkID) error {
+				_ = r.ret.AwaitAcked(id) // an aborted stream's answer; the frame is released either way
+				return nil
+			})
+		}
+		return r.cause
+	}
+	return nil
+}
+
+// eachSent calls f for the first n frames the sender sends, in order, and stops at f's first error.
+func (r *run) eachSent(n int, f func(ChunkID) error) error {
+	for step := r.first; step <= r.last; step++ {
+		for p := range r.parts(r.sendChunk(step)) {
+			if n == 0 {
+				return nil
+			}
+			n--
+			if err := f(ChunkID{Step: uint32(step), Part: uint32(p)}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sendLoop is the sender goroutine. Step 0 sends straight from src; every later part waits until the
+// receiver has produced it in work. With a Retainer it finally waits until every frame is acknowledged.
+func (r *run) sendLoop() error {
+	for step := r.first; step <= r.last; step++ {
+		src := r.work
+		if step == 0 {
+			src = r.src
+		}
+		c := r.sendChunk(step)
+		for p := range r.parts(c) {
+			if step > r.first {
+				select {
+				case <-r.ready:
+				case <-r.quit:
+					return errStopped
+				}
+			}
+			lo, hi := r.part(c, p)
+			payload := src[lo:hi]
+			if r.quant != NoQuant && step >= r.world-1 {
+				if step == r.first {
+					// An all-gather alone: this rank's owned chunk, encoded here.
+					if err := r.adopt(c, p); err != nil {
+						return err
+					}
+				}
+				payload = r.qpart(c, p)
+			}
+			id := ChunkID{Step: uint32(step), Part: uint32(p)}
+			if err := r.s.Send(id, payload); err != nil {
+				return fmt.Errorf("send chunk %d %v: %w", c, id, err)
+			}
+			r.nsent++
+			if r.sent != nil && step < r.world-1 {
+				r.sent <- struct{}{}
+			}
+		}
+	}
+	if r.ret == nil {
+		return nil
+	}
+	return r.eachSent(r.nsent, func(id ChunkID) error {
+		if err := r.ret.AwaitAcked(id); err != nil {
+			return fmt.Errorf("await acknowledgement of %v: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// recvLoop is the receiver goroutine. It receives every frame into work, folds in the local
+// contribution during the reduce-scatter, finalizes the owned chunk, and tells the sender what is ready.
+//
+// Safety of writing work during the all-gather of an all-reduce: it overwrites parts of work that the
+// sender sent during the reduce-scatter. The final value of a part can only arrive after every peer
+// folded in its contribution, which includes the partial value this rank sent for that part, so by
+// causality our Send of that part is over before the final value arrives; with a Retainer, release
+// also waits for its acknowledgement. With quantization the encoded parts live in qwork, where every
+// region is written exactly once. A reduce-scatter step never receives a chunk sent earlier in the
+// same phase, and an all-gather alone receives each chunk before sending it.
+func (r *run) recvLoop() error {
+	for step := r.first; step <= r.last; step++ {
+		c := r.recvChunk(step)
+		for p := range r.parts(c) {
+			lo, hi := r.part(c, p)
+			dst := r.work[lo:hi]
+			id := ChunkID{Step: uint32(step), Part: uint32(p)}
+			switch {
+			case step < r.world-1:
+				if err := r.reduce(id, dst, r.src[lo:hi]); err != nil {
+					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
+				}
+				if step == r.world-2 {
+					if r.div > 0 {
+						Finalize(r.dt, r.op, dst, r.div)
+					}
+					if r.quant != NoQuant {
+						if err := r.adopt(c, p); err != nil {
+							return err
+						}
+					}
+				}
+			case r.quant != NoQuant:
+				q := r.qpart(c, p)
+				if err := r.s.Recv(id, q); err != nil {
+					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
+				}
+				if err := r.release(step, p); err != nil {
+					return err
+				}
+				Dequantize(r.dt, r.quant, dst, q)
+			default:
+				if err := r.release(step, p); err != nil {
+					return err
+				}
+				if err := r.s.Recv(id, dst); err != nil {
+					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
+				}
+			}
+			if step < r.last {
+				r.ready <- struct{}{}
+			}
+		}
+	}
+	return nil
+}
+
+// reduce receives frame id and stores in dst the received value folded with the local contribution
+// own, in that order (received op own). In place, own is dst itself, so the frame lands in scratch.
+func (r *run) reduce(id ChunkID, dst, own []byte) error {
+	if !r.inPlace {
+		if err := r.s.Recv(id, dst); err != nil {
+			return err
+		}
+		Accumulate(r.dt, r.op, dst, own)
+		return nil
+	}
+	tmp := r.scratch[:len(dst)]
+	if err := r.s.Recv(id, tmp); err != nil {
+		return err
+	}
+	Accumulate(r.dt, r.op, tmp, own)
+	copy(dst, tmp)
+	return nil
+}
+
+// release returns once the region that all-gather step's part p overwrites may be written: with a
+// Retainer in an all-reduce, when the reduce-scatter frame that sent it has been acknowledged.
+func (r *run) release(step, p int) error {
+	if r.sent == nil {
+		return nil
+	}
+	k := step - (r.world - 1) // the reduce-scatter step that sent this chunk
+	for r.seen <= r.rsBase[k]+p {
+		select {
+		case <-r.sent:
+			r.seen++
+		case <-r.quit:
+			return errStopped
+		}
+	}
+	id := ChunkID{Step: uint32(k), Part: uint32(p)}
+	if err := r.ret.AwaitAcked(id); err != nil {
+		return fmt.Errorf("await acknowledgement of %v: %w", id, err)
+	}
+	return nil
+}
+
+// errStopped is what a worker returns when it stops because another failure came first; it is never
+// the recorded cause.
+var errStopped = errors.New("rings: stopped")
