@@ -232,8 +232,10 @@ func (m *Machine) done(p *peer, d *wire.Done) {
 		m.observeLink(p.id, o.members, d.LinkBytes, d.LinkNanos)
 	}
 	if d.Code != wire.CodeOK && !o.failed {
+		// A local failure (e.g. a non-finite quantized result) is passed on as it is, since a retry
+		// cannot fix it; any other failure means the ring broke, which a retry after re-wiring can.
 		code := d.Code
-		if code != wire.CodeAborted {
+		if code != wire.CodeAborted && code != wire.CodeLocalFailure {
 			code = wire.CodePeerLeft
 		}
 		m.fail(g, o, code, fmt.Sprintf("peer %d: %s", p.id, d.Detail))
