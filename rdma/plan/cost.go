@@ -270,15 +270,26 @@ func groups(t Topology, o []int, thresholds []float64, m Model) ([]group, bool) 
 	var gs []group
 	reranked := false
 	prev := 0.0
+	bw := make([]float64, len(t.Nodes))
+	for i := range bw {
+		bw[i] = t.NodeBandwidth(i)
+	}
+	var rails [][]int
+	if !m.NoRerank {
+		rails = t.railSets()
+	}
 	for _, th := range thresholds {
 		var ring []int
 		for _, v := range o {
-			if t.NodeBandwidth(v) >= th*(1-1e-9) {
+			if bw[v] >= th*(1-1e-9) {
 				ring = append(ring, v)
 			}
 		}
-		ring, ch := rerankSub(t, ring, m)
-		reranked = reranked || ch
+		if rails != nil {
+			r := Rerank(ring, rails)
+			reranked = reranked || !slices.Equal(r, ring)
+			ring = r
+		}
 		r := t.ringRate(ring)
 		if r <= prev*(1+1e-12) {
 			return nil, false
@@ -292,7 +303,8 @@ func groups(t Topology, o []int, thresholds []float64, m Model) ([]group, bool) 
 }
 
 // fillShares returns the shares s_k (summing to 1) that minimize max_k(α_k + a_k·s_k·D/Δ_k): the
-// reductions of all rings run in parallel and finish together. With α = 0 this is s_k ∝ Δ_k/a_k, the
+// reductions of all rings run in parallel and finish together (a ring whose latency alone exceeds
+// that time gets nothing). With α = 0 this is s_k ∝ Δ_k/a_k, the
 // incremental bandwidth over the ring's volume factor (a_k is within 2/N_k of 2).
 func fillShares(gs []group, bytes float64) ([]float64, float64) {
 	c := make([]float64, len(gs))
@@ -348,9 +360,8 @@ func fillShares(gs []group, bytes float64) ([]float64, float64) {
 func decomposed(t Topology, gs []group, s []float64, bytes float64, m Model) float64 {
 	red := 0.0
 	for k, g := range gs {
-		if s[k] > 0 {
-			red = max(red, g.alpha+g.a*s[k]*bytes/g.delta)
-		}
+		// Every ring of the schedule runs, so each pays its latency even on an empty share.
+		red = max(red, g.alpha+g.a*s[k]*bytes/g.delta)
 	}
 	bc := 0.0
 	for j := 0; j+1 < len(gs); j++ {

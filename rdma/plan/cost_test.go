@@ -78,7 +78,7 @@ func TestYStarClosedFormAndArgmin(t *testing.T) {
 			}
 			// The model's cost as a function of Y, minimized on a fine grid.
 			gs, _ := groups(tp, tp.order(), levels(tp, Model{}), Model{})
-			const steps = 20000
+			const steps = 5000
 			bestY, bestT := 0.0, math.Inf(1)
 			for i := 0; i <= steps; i++ {
 				y := float64(i) / steps

@@ -8,8 +8,8 @@ import (
 
 func TestPlannerChoosesTheArgmin(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
-	for it := 0; it < 60; it++ {
-		n := 2 + r.IntN(10)
+	for it := 0; it < 25; it++ {
+		n := 2 + r.IntN(8)
 		tp := Uniform(n, 8, 2, 1e-6*(1+r.Float64()), 25e9)
 		for k := r.IntN(6); k > 0; k-- {
 			u, j := r.IntN(n), r.IntN(8)
