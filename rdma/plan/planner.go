@@ -18,6 +18,9 @@ type Config struct {
 	Align int64
 }
 
+// maxCached bounds the plans a Planner keeps per topology version.
+const maxCached = 256
+
 // Planner picks the cheapest AllReduce schedule for each call from the α–β model of its topology and
 // re-plans when a NIC fails or heals. It is a pure state machine: no I/O, no clocks. A Planner is not
 // safe for concurrent use; its owner serializes calls.
@@ -84,6 +87,9 @@ func (p *Planner) Plan(bytes int64) (Plan, error) {
 		return Plan{}, err
 	}
 	pl.Version = p.version
+	if len(p.cache) >= maxCached {
+		clear(p.cache)
+	}
 	p.cache[bytes] = pl
 	return pl, nil
 }

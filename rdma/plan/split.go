@@ -62,7 +62,8 @@ type Part struct {
 	Leaves []int
 	// BroadcastTo lists nodes outside Ring that receive the part's result by pipelined broadcast after
 	// the reduction (R²CCL-AllReduce, recursive); their own input for the part is reduced into it by
-	// their ring neighbour first.
+	// their ring neighbour first. It is in dependency order: faster nodes first (they forward to the
+	// slower ones), ties by node index.
 	BroadcastTo []int
 }
 
@@ -109,6 +110,12 @@ func Build(t Topology, e Estimate, bytes int64, align int64, m Model) (Plan, err
 			if e.Strategy == OptCC {
 				part.Leaves = outside
 			} else {
+				slices.SortStableFunc(outside, func(x, y int) int {
+					if c := cmp.Compare(t.NodeBandwidth(y), t.NodeBandwidth(x)); c != 0 {
+						return c
+					}
+					return x - y
+				})
 				part.BroadcastTo = outside
 			}
 		}

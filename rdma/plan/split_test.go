@@ -152,6 +152,11 @@ func TestBuildSplitsExactly(t *testing.T) {
 				if k > 0 && len(part.Leaves)+len(part.BroadcastTo) != len(tp.Nodes)-len(part.Ring) {
 					t.Errorf("%v part %d: ring %v, leaves %v, broadcast %v do not cover the nodes", s, k, part.Ring, part.Leaves, part.BroadcastTo)
 				}
+				for i := 1; i < len(part.BroadcastTo); i++ {
+					if tp.NodeBandwidth(part.BroadcastTo[i]) > tp.NodeBandwidth(part.BroadcastTo[i-1]) {
+						t.Errorf("%v part %d: broadcast order %v not fastest first", s, k, part.BroadcastTo)
+					}
+				}
 			}
 			if off != bytes {
 				t.Errorf("%v: parts sum to %d, want %d", s, off, bytes)
