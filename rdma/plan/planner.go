@@ -1,0 +1,130 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Config configures a [Planner]. The zero value plans with every strategy, the paper's cost model,
+// re-ranking on, and byte shares aligned to 1 byte.
+type Config struct {
+	// Strategies lists the strategies the planner may choose, in tie-break order. Nil means
+	// [AllStrategies].
+	Strategies []Strategy
+	// Model holds the cost model's modelling choices.
+	Model Model
+	// Align is the granularity in bytes of every share (the element size). Zero means 1.
+	Align int64
+}
+
+// maxCached bounds the plans a Planner keeps per topology version.
+const maxCached = 256
+
+// Planner picks the cheapest AllReduce schedule for each call from the α–β model of its topology and
+// re-plans when a NIC fails or heals. It is a pure state machine: no I/O, no clocks. A Planner is not
+// safe for concurrent use; its owner serializes calls.
+type Planner struct {
+	cfg     Config
+	topo    Topology
+	version uint64
+	cache   map[int64]Plan
+}
+
+// NewPlanner returns a planner for a copy of t.
+func NewPlanner(t Topology, cfg Config) (*Planner, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Strategies == nil {
+		cfg.Strategies = AllStrategies
+	}
+	if len(cfg.Strategies) == 0 {
+		return nil, fmt.Errorf("plan: Config.Strategies: empty")
+	}
+	if cfg.Align < 1 {
+		cfg.Align = 1
+	}
+	return &Planner{cfg: cfg, topo: t.Clone(), cache: map[int64]Plan{}}, nil
+}
+
+// Topology returns a copy of the planner's current topology.
+func (p *Planner) Topology() Topology { return p.topo.Clone() }
+
+// Version counts the topology changes the planner has seen; every plan carries the version it was
+// made for.
+func (p *Planner) Version() uint64 { return p.version }
+
+// SetNICDown marks NIC nic of node node failed (down) or healed. It reports whether the health
+// changed; a change bumps the version and drops every cached plan, so the next call re-plans.
+func (p *Planner) SetNICDown(node, nic int, down bool) (bool, error) {
+	if node < 0 || node >= len(p.topo.Nodes) || nic < 0 || nic >= len(p.topo.Nodes[node].NICs) {
+		return false, fmt.Errorf("plan: node %d nic %d: %w", node, nic, ErrInvalidTopology)
+	}
+	if p.topo.Nodes[node].NICs[nic].Down == down {
+		return false, nil
+	}
+	p.topo.Nodes[node].NICs[nic].Down = down
+	p.version++
+	clear(p.cache)
+	return true, nil
+}
+
+// Estimates returns the model's estimate for every configured strategy, in configuration order;
+// strategies that do not apply have Seconds = +Inf.
+func (p *Planner) Estimates(bytes int64) ([]Estimate, error) {
+	return Estimates(p.topo, bytes, p.cfg)
+}
+
+// Plan returns the cheapest schedule for an AllReduce of bytes bytes on the current topology (the
+// first in configuration order on a tie), with its data split.
+func (p *Planner) Plan(bytes int64) (Plan, error) {
+	if pl, ok := p.cache[bytes]; ok {
+		return pl, nil
+	}
+	pl, err := Choose(p.topo, bytes, p.cfg)
+	if err != nil {
+		return Plan{}, err
+	}
+	pl.Version = p.version
+	if len(p.cache) >= maxCached {
+		clear(p.cache)
+	}
+	p.cache[bytes] = pl
+	return pl, nil
+}
+
+// Estimates returns the estimate of every strategy of cfg (all when nil) for bytes on t.
+func Estimates(t Topology, bytes int64, cfg Config) ([]Estimate, error) {
+	ss := cfg.Strategies
+	if ss == nil {
+		ss = AllStrategies
+	}
+	out := make([]Estimate, 0, len(ss))
+	for _, s := range ss {
+		e, err := Cost(t, s, float64(bytes), cfg.Model)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Choose returns the plan of the cheapest strategy of cfg for bytes on t: the argmin of the model.
+func Choose(t Topology, bytes int64, cfg Config) (Plan, error) {
+	es, err := Estimates(t, bytes, cfg)
+	if err != nil {
+		return Plan{}, err
+	}
+	best := slices.IndexFunc(es, func(e Estimate) bool { return !math.IsInf(e.Seconds, 1) })
+	if best < 0 {
+		return Plan{}, fmt.Errorf("plan: no configured strategy applies: %w", ErrNoPath)
+	}
+	for i, e := range es {
+		if e.Seconds < es[best].Seconds {
+			best = i
+		}
+	}
+	return Build(t, es[best], bytes, cfg.Align, cfg.Model)
+}
