@@ -170,6 +170,9 @@ func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h 
 		code = wire.CodeAborted
 	}
 	if verr := c.report(call, ch, d.Tag, &wire.Done{Code: code, Detail: err.Error()}, what); verr != nil {
+		if ctx.Err() != nil {
+			return errors.Join(verr, ctx.Err()) // the caller gave up: say so
+		}
 		return verr
 	}
 	return fmt.Errorf("%s: %w", what, err)

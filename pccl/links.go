@@ -444,13 +444,13 @@ func (l *links) release(s *stream) {
 
 // stream implements rings.Stream for one collective.
 type stream struct {
-	l     *links
-	key   inboxKey
-	epoch uint64
-	outs  []*outConn // the pool to the successor
-	ins   []net.Conn // the pool from the predecessor, by index; an entry may be nil (not connected)
-	box   *inbox
-	h     *opHandle
+	l       *links
+	key     inboxKey
+	epoch   uint64
+	outs    []*outConn // the pool to the successor
+	ins     []net.Conn // the pool from the predecessor, by index; an entry may be nil (not connected)
+	box     *inbox
+	h       *opHandle
 	aborted chan struct{} // h.aborted
 
 	sentBytes uint64 // owned by the sender goroutine; read after the collective
