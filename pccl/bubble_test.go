@@ -287,3 +287,41 @@ func TestBubbleCancelOneOfThreeTags(t *testing.T) {
 		}
 	})
 }
+
+// TestBubbleSilentLinkIsReported cuts two neighbours apart mid-operation while both still reach the
+// master: no connection closes and no heartbeat stops, so only the data path's progress deadline can
+// tell. Every caller gets ErrPeerLeft instead of hanging.
+func TestBubbleSilentLinkIsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := newBubble(t)
+		defer b.close()
+		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		defer closeAll(comms)
+		const count = 1 << 16
+		bufs, _ := inputs(3, count, 0)
+		orig, _ := inputs(3, count, 0)
+		desc := pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum}
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for i, c := range comms {
+			wg.Go(func() {
+				errs[i] = c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), desc)
+			})
+		}
+		time.Sleep(3 * time.Millisecond)
+		b.net.Partition(b.hosts[0], b.hosts[1])
+		wg.Wait()
+		for i, err := range errs {
+			if !errors.Is(err, pccl.ErrPeerLeft) {
+				t.Fatalf("peer %d: %v, want ErrPeerLeft", i, err)
+			}
+			checkSum(t, fmt.Sprintf("peer %d's untouched buffer", i), bufs[i], orig[i])
+		}
+		// The default progress floor (10s) decides, well before the master timeout would.
+		if took := time.Since(start); took < 10*time.Second || took > 20*time.Second {
+			t.Fatalf("the silent link was reported after %v of bubble time, want the 10s progress floor", took)
+		}
+	})
+}
