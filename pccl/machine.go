@@ -54,7 +54,8 @@ type machine struct {
 
 	sync struct {
 		phase syncPhase
-		call  uint64 // the caller waiting for the next sync message, 0 if it gave up
+		call  uint64 // the caller waiting for the next sync message, 0 if none
+		voter uint64 // the call that voted, while its caller transfers (syncPlanned)
 	}
 }
 
@@ -264,11 +265,14 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 		}
 
 	case connectCall:
-		if m.joined {
+		switch {
+		case m.joined:
 			answer(reply{call: in.call})
-			return
+		case m.joinCall != 0:
+			answer(reply{call: in.call, err: fmt.Errorf("pccl: connect: %w: another call waits", ErrInvalid)})
+		default:
+			m.joinCall = in.call
 		}
-		m.joinCall = in.call
 	case topologyCall:
 		if err := m.idle("update topology"); err != nil {
 			answer(reply{call: in.call, err: err})
@@ -325,11 +329,11 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 		m.sync.phase, m.sync.call = syncVoted, in.call
 		send(in.vote)
 	case syncDoneCall:
-		if m.sync.phase != syncPlanned || m.sync.call != in.prev {
+		if m.sync.phase != syncPlanned || m.sync.voter != in.prev {
 			answer(reply{call: in.call, err: fmt.Errorf("%w: the sync was given up", ErrSync)})
 			return
 		}
-		m.sync.phase, m.sync.call = syncReported, in.call
+		m.sync.phase, m.sync.call, m.sync.voter = syncReported, in.call, 0
 		send(in.done)
 	case stepCall:
 		send(in.report)
@@ -372,7 +376,7 @@ func (m *machine) idle(what string) error {
 	if n := len(m.ops); n > 0 {
 		return fmt.Errorf("pccl: %s: %w: %d", what, ErrBusy, n)
 	}
-	if m.topo.call != 0 || m.opt.call != 0 || m.sync.call != 0 {
+	if m.topo.call != 0 || m.opt.call != 0 || m.sync.call != 0 || m.sync.voter != 0 {
 		return fmt.Errorf("pccl: %s: %w: another membership call is running", what, ErrInvalid)
 	}
 	return nil
@@ -467,22 +471,28 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 		case m.sync.phase == syncVoted && m.sync.call != 0:
 			emit(replyAct{reply{call: m.sync.call, msg: msg}})
 			if msg.Code == wire.CodeOK {
-				m.sync.phase = syncPlanned
+				m.sync.phase, m.sync.voter = syncPlanned, m.sync.call
 			} else {
-				m.sync.phase, m.sync.call = syncIdle, 0
+				m.sync.phase = syncIdle
 			}
-		case msg.Code == wire.CodeOK:
+			m.sync.call = 0
+		case m.sync.phase == syncVoted && msg.Code == wire.CodeOK:
 			// Nobody waits (the caller gave up): decline the plan so the others are not held up.
 			send(&wire.SyncDone{OK: false, Detail: "the caller gave up on the sync"})
-			m.sync.phase, m.sync.call = syncDeclined, 0
-		default:
-			m.sync.phase, m.sync.call = syncIdle, 0
+			m.sync.phase = syncDeclined
+		case m.sync.phase == syncVoted:
+			m.sync.phase = syncIdle
 		}
 	case *wire.SyncComplete:
-		if m.sync.phase == syncReported && m.sync.call != 0 {
-			emit(replyAct{reply{call: m.sync.call, msg: msg}})
+		switch m.sync.phase {
+		case syncReported:
+			if m.sync.call != 0 {
+				emit(replyAct{reply{call: m.sync.call, msg: msg}})
+			}
+			m.sync.phase, m.sync.call = syncIdle, 0
+		case syncDeclined:
+			m.sync.phase = syncIdle
 		}
-		m.sync.phase, m.sync.call = syncIdle, 0
 	case *wire.Kick:
 		m.die(fmt.Errorf("pccl: %w: %s", ErrKicked, msg.Reason), emit)
 	default:
@@ -522,11 +532,11 @@ func (m *machine) cancel(now time.Time, in cancelCall, emit func(any)) {
 	case m.opt.call == c:
 		m.opt.call = 0 // later rounds are answered without measuring
 	case m.sync.call == c:
-		m.sync.call = 0
-		if m.sync.phase == syncPlanned {
-			emit(sendAct{&wire.SyncDone{OK: false, Detail: "the caller gave up on the sync"}})
-			m.sync.phase = syncDeclined
-		}
+		m.sync.call = 0 // a plan that comes is declined, a completion dropped
+	case m.sync.phase == syncPlanned && m.sync.voter == c:
+		// Given up mid-transfer: tell the master now, so that nobody waits for us.
+		emit(sendAct{&wire.SyncDone{OK: false, Detail: "the caller gave up on the sync"}})
+		m.sync.phase, m.sync.voter = syncDeclined, 0
 	case m.joinCall == c:
 		m.joinCall = 0
 	}

@@ -382,3 +382,144 @@ func checkMachine(t *testing.T, m *machine, file string, line int) {
 		t.Fatalf("%s:%d: dead machine still holds calls %v", file, line, calls)
 	}
 }
+
+// FuzzPeerMachine drives the machine with arbitrary interleavings of calls, cancellations, master
+// messages, link events and time, and checks what must always hold: no panic, at most one start and
+// exactly one final reply per call that waits (start before final), every waiting call answered when
+// the machine dies, and nothing but error replies after death.
+func FuzzPeerMachine(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	f.Add([]byte{4, 1, 9, 1, 7, 1, 12, 0, 3, 2, 9, 2, 8, 1, 14, 200})
+	f.Add([]byte{1, 0, 5, 0, 10, 0, 11, 0, 13, 0, 2, 0, 16, 0, 17, 0})
+	f.Fuzz(func(t *testing.T, script []byte) {
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		m := newMachine(2, 250*time.Millisecond, 2*time.Second, now)
+		type callState struct {
+			op, cancelled, started, final bool
+		}
+		calls := map[uint64]*callState{}
+		var ids []uint64
+		next := uint64(0)
+		newCall := func(op bool) uint64 {
+			next++
+			calls[next] = &callState{op: op}
+			ids = append(ids, next)
+			return next
+		}
+		pick := func(b byte) uint64 {
+			if len(ids) == 0 {
+				return 1
+			}
+			return ids[int(b)%len(ids)]
+		}
+		dead := false
+		for i := 0; i+1 < len(script); i += 2 {
+			op, arg := script[i]%19, script[i+1]
+			tag, seq, epoch := uint64(arg%3+1), uint64(arg%5+1), uint64(arg/5%3+1)
+			var in any
+			switch op {
+			case 0:
+				in = connectCall{newCall(false)}
+			case 1:
+				in = topologyCall{call: newCall(false), rewire: arg%2 == 0}
+			case 2:
+				in = pendingCall{newCall(false)}
+			case 3:
+				in = optimizeCall{newCall(false)}
+			case 4:
+				in = initiateCall{call: newCall(true), tag: tag, desc: wire.Desc{Count: 4, DType: 3, Op: 1}}
+			case 5:
+				// Only a caller that took its start reports (the runtime guarantees it).
+				o := m.ops[tag]
+				if o == nil || o.phase != opRunning || !calls[o.call].started {
+					continue
+				}
+				in = reportCall{call: o.call, tag: tag, done: &wire.Done{Code: wire.Code(arg % 3)}}
+			case 6:
+				in = syncCall{call: newCall(false), vote: &wire.VoteSync{}}
+			case 7:
+				in = syncDoneCall{call: newCall(false), prev: pick(arg), done: &wire.SyncDone{OK: arg%2 == 0}}
+			case 8:
+				c := pick(arg)
+				if cs := calls[c]; cs != nil {
+					cs.cancelled = true
+				}
+				in = cancelCall{call: c, reason: context.Canceled}
+			case 9:
+				in = masterIn{&wire.Commence{Tag: tag, Seq: seq, Epoch: epoch}}
+			case 10:
+				in = masterIn{&wire.Outcome{Tag: tag, Seq: seq, Code: wire.Code(arg % 5)}}
+			case 11:
+				ring := []uint64{1, 2, 3}[:arg%3+1]
+				if arg%7 == 0 {
+					ring = []uint64{1, 3}
+				}
+				in = masterIn{&wire.Topology{Epoch: epoch, Ring: ring}}
+			case 12:
+				in = masterIn{&wire.Pending{Answer: arg%2 == 0}}
+			case 13:
+				in = masterIn{&wire.MeasureRound{Round: uint32(arg), Target: wire.PeerInfo{ID: 3}}}
+			case 14:
+				now = now.Add(time.Duration(arg) * 20 * time.Millisecond)
+				in = tickIn{}
+			case 15:
+				if arg%2 == 0 {
+					in = masterIn{&wire.SyncPlan{Code: wire.Code(arg % 4 / 2)}}
+				} else {
+					in = masterIn{&wire.SyncComplete{}}
+				}
+			case 16:
+				switch arg % 4 {
+				case 0:
+					in = masterIn{&wire.Kick{}}
+				case 1:
+					in = masterLost{errors.New("EOF")}
+				case 2:
+					in = writeFailed{errors.New("EPIPE")}
+				default:
+					in = closeCall{}
+				}
+			case 17:
+				in = masterIn{&wire.HeartbeatAck{}}
+			case 18:
+				in = wiredIn{epoch: epoch}
+			}
+			for _, a := range m.step(now, in) {
+				if dead {
+					if r, ok := a.(replyAct); !ok || r.r.err == nil {
+						t.Fatalf("step %d: %s after death", i/2, formatPeerAction(a))
+					}
+				}
+				switch a := a.(type) {
+				case replyAct:
+					cs := calls[a.r.call]
+					if cs == nil {
+						t.Fatalf("step %d: reply to unknown call %d", i/2, a.r.call)
+					}
+					switch {
+					case cs.final:
+						t.Fatalf("step %d: second final reply to call %d", i/2, a.r.call)
+					case a.r.start != nil && (cs.started || !cs.op):
+						t.Fatalf("step %d: unexpected start for call %d", i/2, a.r.call)
+					case a.r.start != nil:
+						cs.started = true
+					default:
+						cs.final = true
+					}
+				case dieAct:
+					dead = true
+				}
+			}
+			checkMachine(t, m, "fuzz", i/2)
+			if dead {
+				for id, cs := range calls {
+					if !cs.final && (cs.op || !cs.cancelled) {
+						t.Fatalf("step %d: call %d never answered before death", i/2, id)
+					}
+				}
+				// Later calls get answers too; keep going with a dead machine.
+			}
+		}
+	})
+}
+
