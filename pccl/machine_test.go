@@ -522,4 +522,3 @@ func FuzzPeerMachine(f *testing.F) {
 		}
 	})
 }
-
