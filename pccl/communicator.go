@@ -454,7 +454,3 @@ func (c *Communicator) Close() error {
 	})
 	return nil
 }
-
-func isClosedErr(err error) bool {
-	return errors.Is(err, net.ErrClosed)
-}

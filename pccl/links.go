@@ -315,7 +315,7 @@ func (l *links) tombstone(seq uint64) {
 
 // read routes the frames of one incoming connection into the inboxes of their collectives.
 func (l *links) read(ic *inConn) {
-	defer ic.conn.Close()
+	defer l.forget(ic)
 	var hb [wire.DataHeaderSize]byte
 	for {
 		if _, err := io.ReadFull(ic.conn, hb[:]); err != nil {
@@ -340,6 +340,17 @@ func (l *links) read(ic *inConn) {
 			l.broken(ic.conn)
 			return
 		}
+	}
+}
+
+// forget closes an incoming connection whose reader stopped and takes it out of its pool, so that
+// new collectives see the gap at once instead of waiting on a connection nobody reads.
+func (l *links) forget(ic *inConn) {
+	ic.conn.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if pool := l.in[ic.from]; ic.index < len(pool) && pool[ic.index] == ic {
+		pool[ic.index] = nil
 	}
 }
 
