@@ -269,7 +269,7 @@ func runPeerScenario(t *testing.T, file string) string {
 	if m.fatal != nil {
 		fatal = errorKinds(m.fatal)
 	}
-	fmt.Fprintf(&out, "= epoch %d ring %v ops %d fatal %s\n", m.epoch, m.ring, len(m.ops), fatal)
+	fmt.Fprintf(&out, "= epoch %d ring %v ops %d optimize %+v fatal %s\n", m.epoch, m.ring, len(m.ops), m.opt.stats, fatal)
 	return out.String()
 }
 
