@@ -6,45 +6,28 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/rings"
 )
 
-// op is one collective in flight on this peer. The master reader delivers its Commence and Outcome.
-type op struct {
-	tag       uint64
-	commenced chan *wire.Commence // capacity 1
-
-	mu        sync.Mutex
-	withdrawn bool          // we withdrew our vote; a Commence that crosses it is ignored
-	outcome   *wire.Outcome // set once
-	over      chan struct{} // closed when outcome is set
+// opHandle is the abort switch of one collective's data path. The run goroutine flips it on the
+// master's failure verdict or on death; the caller's watcher flips it when ctx ends. The stream of the
+// collective reads it.
+type opHandle struct {
+	once    sync.Once
+	aborted chan struct{}
+	cause   error // written once before aborted is closed
 }
 
-// commence hands the op its Commence; false if nobody will run it.
-func (o *op) commence(m *wire.Commence) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.withdrawn || o.outcome != nil {
-		return false
-	}
-	select {
-	case o.commenced <- m:
-		return true
-	default:
-		return false
-	}
-}
+func newOpHandle() *opHandle { return &opHandle{aborted: make(chan struct{})} }
 
-func (o *op) finish(m *wire.Outcome) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.outcome == nil {
-		o.outcome = m
-		close(o.over)
-	}
+// abort stops the data path with err; later calls do nothing. Safe from any goroutine.
+func (h *opHandle) abort(err error) {
+	h.once.Do(func() {
+		h.cause = err
+		close(h.aborted)
+	})
 }
 
 // Request is a collective started by AllReduceAsync.
@@ -88,168 +71,109 @@ func (c *Communicator) AllReduce(ctx context.Context, send, recv []byte, d Desc)
 	if err := d.validate(send, recv); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	o := &op{tag: d.Tag, commenced: make(chan *wire.Commence, 1), over: make(chan struct{})}
-	c.mu.Lock()
-	if c.fatal != nil {
-		c.mu.Unlock()
-		return fmt.Errorf("%s: %w", what, c.fatal)
-	}
-	if c.ops[d.Tag] != nil {
-		c.mu.Unlock()
-		return fmt.Errorf("%s: %w: tag already in flight on this peer", what, ErrInvalid)
-	}
-	c.ops[d.Tag] = o
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.ops, d.Tag)
-		c.mu.Unlock()
-	}()
-
+	call, ch := c.newCall()
+	h := newOpHandle()
 	desc := wire.Desc{Count: uint64(d.Count), DType: uint8(d.DType), Op: uint8(d.Op), Quant: uint8(d.Quant)}
-	if err := c.send(&wire.Initiate{Tag: d.Tag, Desc: desc}); err != nil {
+	if err := c.submit(request{in: initiateCall{call: call, tag: d.Tag, desc: desc}, reply: ch, abort: h.abort}); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	select {
+	case r := <-ch:
+		if r.start == nil {
+			return r.err
+		}
+		return c.runOp(ctx, call, ch, h, r.start, send, recv, d)
+	case <-c.done:
+		return c.verdict(call, ch, what)
+	case <-ctx.Done():
+		// Withdraw; a start that crossed the withdrawal is ignored, and the verdict awaited.
+		c.post(cancelCall{call: call, reason: ctx.Err()})
+		return c.verdict(call, ch, what)
+	}
+}
+
+// verdict waits for the final reply of collective call, which the machine always sends (bounded by
+// its verdict deadline), or for death.
+func (c *Communicator) verdict(call uint64, ch chan reply, what string) error {
 	for {
 		select {
-		case m := <-o.commenced:
-			return c.run(ctx, o, m, send, recv, d)
-		case <-o.over:
-			// A Commence may have arrived just before the verdict (both were ready): the master then
-			// counts us as a participant and waits for our Done.
-			select {
-			case m := <-o.commenced:
-				c.links.tombstone(m.Seq)
-				c.send(&wire.Done{Tag: d.Tag, Seq: m.Seq, Code: wire.CodeAborted, Detail: "aborted before it started here"})
-			default:
+		case r := <-ch:
+			if r.start == nil {
+				return r.err
 			}
-			return outcomeError(what, o.outcome)
 		case <-c.done:
-			return fmt.Errorf("%s: %w", what, c.err())
-		case <-ctx.Done():
-			o.mu.Lock()
-			o.withdrawn = true
-			o.mu.Unlock()
-			// A Commence may already be queued: then run nothing, but tell the master we are out.
 			select {
-			case m := <-o.commenced:
-				c.links.tombstone(m.Seq)
-				c.send(&wire.Done{Tag: d.Tag, Seq: m.Seq, Code: wire.CodeAborted, Detail: ctx.Err().Error()})
+			case r := <-ch:
+				if r.start == nil {
+					return r.err
+				}
 			default:
-				c.send(&wire.Done{Tag: d.Tag, Seq: 0, Code: wire.CodeAborted, Detail: ctx.Err().Error()})
 			}
-			if err := c.awaitOutcome(o); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			return errors.Join(outcomeError(what, o.outcome), ctx.Err())
+			return fmt.Errorf("%s: %w", what, c.fatal)
 		}
 	}
 }
 
-// awaitOutcome waits for the master's verdict on o, for at most MasterTimeout.
-func (c *Communicator) awaitOutcome(o *op) error {
-	t := time.NewTimer(c.cfg.MasterTimeout)
-	defer t.Stop()
-	select {
-	case <-o.over:
-		return nil
-	case <-c.done:
-		return c.err()
-	case <-t.C:
-		err := fmt.Errorf("%w: no verdict on tag %d after %v", ErrMasterLost, o.tag, c.cfg.MasterTimeout)
-		c.die(err)
-		return err
+// report tells the machine how the data path of collective call ended and returns the verdict.
+func (c *Communicator) report(call uint64, ch chan reply, tag uint64, done *wire.Done, what string) error {
+	if err := c.submit(request{in: reportCall{call: call, tag: tag, done: done}}); err != nil {
+		// Dead: the machine has already answered the call.
+		return c.verdict(call, ch, what)
 	}
+	return c.verdict(call, ch, what)
 }
 
-// run executes a commenced collective and reports it to the master.
-func (c *Communicator) run(ctx context.Context, o *op, m *wire.Commence, send, recv []byte, d Desc) error {
-	what := fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, m.Seq)
-	c.mu.Lock()
-	ring := slices.Clone(c.ring)
-	epoch := c.epoch
-	c.mu.Unlock()
-	rank := slices.Index(ring, c.id)
-	if epoch != m.Epoch || rank < 0 {
-		// The master commenced on a ring this peer has not seen: report failure, take the verdict.
-		c.send(&wire.Done{Tag: d.Tag, Seq: m.Seq, Code: wire.CodePeerLeft, Detail: "ring epoch mismatch"})
-		if err := c.awaitOutcome(o); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		return outcomeError(what, o.outcome)
-	}
-	world := len(ring)
-	prev := ring[(rank+world-1)%world]
+// runOp moves the data of a commenced collective and reports it to the master.
+func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h *opHandle, st *opStart, send, recv []byte, d Desc) error {
+	what := fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, st.seq)
+	rank, world := slices.Index(st.ring, c.id), len(st.ring)
 	var s rings.Stream = nopStream{}
-	var st *stream
+	var ls *stream
 	if world > 1 {
+		prev := st.ring[(rank+world-1)%world]
 		var err error
-		st, err = c.links.stream(d.Tag, m.Seq, epoch, prev)
+		ls, err = c.links.stream(d.Tag, st.seq, st.epoch, prev, h)
 		if err != nil {
-			c.send(&wire.Done{Tag: d.Tag, Seq: m.Seq, Code: wire.CodePeerLeft, Detail: err.Error()})
-			if err := c.awaitOutcome(o); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			return outcomeError(what, o.outcome)
+			return c.report(call, ch, d.Tag, &wire.Done{Code: wire.CodePeerLeft, Detail: err.Error()}, what)
 		}
-		defer c.links.release(st)
-		s = st
+		defer c.links.release(ls)
+		s = ls
 	}
-
-	// The watcher aborts the ring when the master says the operation failed, the caller gives up, or
-	// the communicator dies.
-	ringDone := make(chan struct{})
-	var watch sync.WaitGroup
-	watch.Add(1)
-	go func() {
-		defer watch.Done()
-		select {
-		case <-ringDone:
-		case <-o.over:
-			if o.outcome.Code != wire.CodeOK {
-				s.Abort(outcomeError(what, o.outcome))
-			}
-		case <-ctx.Done():
-			s.Abort(ctx.Err())
-		case <-c.done:
-			s.Abort(c.err())
-		}
-	}()
+	// The caller giving up aborts the ring (and, through our Done, every peer's).
+	stop := context.AfterFunc(ctx, func() { h.abort(ctx.Err()) })
+	defer stop()
 
 	reported := false
+	var verdict error
 	commit := func() error {
 		reported = true
-		done := &wire.Done{Tag: d.Tag, Seq: m.Seq, Code: wire.CodeOK}
-		if st != nil {
-			done.LinkBytes, done.LinkNanos = st.sentBytes, st.sentNanos
+		done := &wire.Done{Code: wire.CodeOK}
+		if ls != nil {
+			done.LinkBytes, done.LinkNanos = ls.sentBytes, ls.sentNanos
 		}
-		if err := c.send(done); err != nil {
-			return err
-		}
-		if err := c.awaitOutcome(o); err != nil {
-			return err
-		}
-		return outcomeError(what, o.outcome)
+		verdict = c.report(call, ch, d.Tag, done, what)
+		return verdict
 	}
 	opt := rings.Options{PartBytes: c.cfg.PartBytes, Quant: d.Quant}
 	err := rings.AllReduce(ctx, s, rank, world, send, recv, d.DType, d.Op, opt, commit)
-	close(ringDone)
-	watch.Wait()
 	if err == nil {
 		return nil
 	}
-	if !reported {
-		code, detail := wire.CodePeerLeft, err.Error()
-		if ctx.Err() != nil {
-			code = wire.CodeAborted
+	if reported {
+		if verdict != nil {
+			return verdict
 		}
-		c.send(&wire.Done{Tag: d.Tag, Seq: m.Seq, Code: code, Detail: detail})
-		if err := c.awaitOutcome(o); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if o.outcome != nil && o.outcome.Code != wire.CodeOK {
-		return outcomeError(what, o.outcome)
+	code := wire.CodePeerLeft
+	if ctx.Err() != nil {
+		code = wire.CodeAborted
+	}
+	if verr := c.report(call, ch, d.Tag, &wire.Done{Code: code, Detail: err.Error()}, what); verr != nil {
+		if ctx.Err() != nil {
+			return errors.Join(verr, ctx.Err()) // the caller gave up: say so
+		}
+		return verr
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/concord-ccl/concord/internal/wire"
@@ -15,49 +16,70 @@ import (
 
 // Communicator is one peer's membership in a run. Create it with Connect; Close it when done.
 //
-// Goroutines: a reader of the master connection (dispatches messages), a heartbeat sender, the link
-// acceptor, the wiring loop (answers Connect) and one reader per incoming link. Fields under mu are
-// shared between them and the callers' goroutines.
+// Ownership. The protocol state (epoch, ring, votes, collectives by tag, master liveness, fatal
+// error) lives in a machine owned by the run goroutine; API calls and I/O goroutines talk to it only
+// through the reqs channel, and it answers each call on the call's own reply channel. Goroutines:
+//   - run: owns the machine and calls; writes every message to the master (wbuf); on death sets
+//     fatal, then closes done.
+//   - readMaster: reads the master connection and posts each message to run.
+//   - wiring: opens the links of the master's Connect rounds (the links struct owns them) and posts
+//     the result to run.
+//   - the link acceptor and one reader per incoming link (see links), and one goroutine per bandwidth
+//     test of an OptimizeTopology (posts its result to run).
+//   - callers: a collective's data path runs on its caller's goroutine, which reads view and owns its
+//     opHandle's stream.
+//
+// view is published by run after every step (atomic). serveMu guards the donor side of a sync.
 type Communicator struct {
 	cfg Config
 	log *slog.Logger
 	id  uint64
 
 	master net.Conn
-	wmu    sync.Mutex // serialises writes to master
-	wbuf   []byte     // guarded by wmu
+	wbuf   []byte // owned by run
 
 	links *links
 
-	connects  chan *wire.Connect      // reader -> wiring loop, latest wins
-	topoCh    chan *wire.Topology     // reader -> UpdateTopology/Connect waiter
-	pendCh    chan *wire.Pending      // reader -> ArePeersPending waiter
-	syncCh    chan wire.Message       // reader -> SyncSharedState waiter (SyncPlan, SyncComplete)
-	measureCh chan *wire.MeasureRound // reader -> OptimizeTopology caller
-	done      chan struct{}           // closed when the communicator dies (Close, kick, master lost)
-	hbEvery   time.Duration
+	reqs     chan request       // callers and I/O goroutines -> run
+	connects chan *wire.Connect // run -> wiring, latest wins
+	done     chan struct{}      // closed by run when the communicator dies (Close, kick, master lost)
+	stop     chan struct{}      // closed by Close: run returns
+	fatal    error              // why done was closed; written by run before closing done
+	life     context.Context    // ends when the communicator dies: bounds background I/O
+	endLife  context.CancelFunc
+	nextCall atomic.Uint64
+	view     atomic.Pointer[view]
+	calls    map[uint64]*callEntry // owned by run
 
-	majorMu sync.Mutex // one UpdateTopology at a time
-	pendMu  sync.Mutex // one ArePeersPending at a time
-
-	mu              sync.Mutex
-	fatal           error               // why done was closed
-	epoch           uint64              // epoch of the ring in force
-	ring            []uint64            // ring in force
-	ops             map[uint64]*op      // collectives in flight by tag
-	topoOutstanding bool                // a VoteTopology awaits its Topology
-	pendOutstanding bool                // a VotePending awaits its Pending
-	lastHeard       time.Time           // last message from the master
-	serving         *State              // state donors read during a sync, nil otherwise
-	servingHashes   map[string]uint64   // its hashes at vote time
-	servingLeaves   map[string][]uint64 // and the leaves of their hash trees
-	syncActive      bool                // a SyncSharedState call waits for the master
-	lastOptimize    OptimizeStats
-	serveConns      map[net.Conn]bool // connections serving a state range now
-	serveWG         sync.WaitGroup    // one per range being served
+	serveMu       sync.Mutex
+	serving       *State              // state donors read during a sync, nil otherwise
+	servingHashes map[string]uint64   // its hashes at vote time
+	servingLeaves map[string][]uint64 // and the leaves of their hash trees
+	serveConns    map[net.Conn]bool   // connections serving a state range now
+	serveWG       sync.WaitGroup      // one per range being served
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+}
+
+// view is what accessors read without asking run: the ring in force and optimization stats.
+type view struct {
+	epoch    uint64
+	ring     []uint64
+	optimize OptimizeStats
+}
+
+// request is one input for the run goroutine. reply, when set, is registered for the input's call
+// before the machine sees it; abort, for a collective, stops its data path.
+type request struct {
+	in    any
+	reply chan reply
+	abort func(error)
+}
+
+type callEntry struct {
+	ch    chan reply // capacity 2: a collective gets a start and a final reply
+	abort func(error)
 }
 
 // Connect joins the run: it registers with the master, waits until the accepted peers admit it (at
@@ -68,16 +90,15 @@ func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Communicator{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		connects:  make(chan *wire.Connect, 1),
-		topoCh:    make(chan *wire.Topology, 1),
-		pendCh:    make(chan *wire.Pending, 1),
-		syncCh:    make(chan wire.Message, 1),
-		measureCh: make(chan *wire.MeasureRound, 1),
-		done:      make(chan struct{}),
-		ops:       map[uint64]*op{},
+		cfg:      cfg,
+		log:      cfg.Logger,
+		reqs:     make(chan request),
+		connects: make(chan *wire.Connect, 1),
+		done:     make(chan struct{}),
+		stop:     make(chan struct{}),
+		calls:    map[uint64]*callEntry{},
 	}
+	c.view.Store(&view{})
 	ln, err := cfg.Transport.Listen(cfg.ListenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("pccl: listen for links on %s: %w", cfg.ListenAddr, err)
@@ -101,28 +122,34 @@ func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		return nil, err
 	}
 	c.id = welcome.Peer
-	c.hbEvery = time.Duration(welcome.HeartbeatInterval)
-	c.lastHeard = time.Now()
 	c.links = newLinks(c, ln)
 	c.log = c.log.With("peer", c.id)
+	c.life, c.endLife = context.WithCancel(context.Background())
+	m := newMachine(c.id, time.Duration(welcome.HeartbeatInterval), cfg.MasterTimeout, time.Now())
 
 	c.wg.Add(4)
+	go c.run(m)
 	go c.readMaster()
-	go c.heartbeat()
 	go c.links.accept()
 	go c.wiring()
 
-	select {
-	case <-c.topoCh:
-		return c, nil
-	case <-c.done:
-		err := c.err()
+	call, ch := c.newCall()
+	if err := c.submit(request{in: connectCall{call}, reply: ch}); err != nil {
 		c.Close()
 		return nil, err
-	case <-ctx.Done():
-		c.Close()
-		return nil, fmt.Errorf("pccl: waiting to be accepted: %w", ctx.Err())
 	}
+	r, err := c.await(ctx, call, ch)
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		c.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("pccl: waiting to be accepted: %w", ctx.Err())
+		}
+		return nil, err
+	}
+	return c, nil
 }
 
 // hello runs the handshake and returns the master's Welcome.
@@ -160,70 +187,195 @@ func (c *Communicator) Logger() *slog.Logger { return c.log }
 func (c *Communicator) ID() uint64 { return c.id }
 
 // Rank returns this peer's position in the ring in force.
-func (c *Communicator) Rank() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Index(c.ring, c.id)
-}
+func (c *Communicator) Rank() int { return slices.Index(c.view.Load().ring, c.id) }
 
 // WorldSize returns the number of peers in the ring in force.
-func (c *Communicator) WorldSize() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.ring)
-}
+func (c *Communicator) WorldSize() int { return len(c.view.Load().ring) }
 
 // Epoch returns the epoch of the ring in force; it changes with every membership or ring change.
-func (c *Communicator) Epoch() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.epoch
-}
+func (c *Communicator) Epoch() uint64 { return c.view.Load().epoch }
 
 // Ring returns the peer ids of the ring in force, in ring order.
-func (c *Communicator) Ring() []uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.ring)
+func (c *Communicator) Ring() []uint64 { return slices.Clone(c.view.Load().ring) }
+
+// Stats counts this peer's link activity since Connect.
+type Stats struct {
+	// LinksOpened is the number of data connections this peer opened to ring successors.
+	LinksOpened uint64
+	// LinksAccepted is the number of data connections it accepted from ring predecessors.
+	LinksAccepted uint64
 }
 
-func (c *Communicator) err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.fatal
+// Stats returns the communicator's counters. It may be called from any goroutine.
+func (c *Communicator) Stats() Stats {
+	return Stats{LinksOpened: c.links.opened.Load(), LinksAccepted: c.links.accepted.Load()}
 }
 
-// die records why the communicator cannot go on and wakes every waiter.
-func (c *Communicator) die(err error) {
-	c.mu.Lock()
-	if c.fatal == nil {
-		c.fatal = err
-		close(c.done)
+// newCall returns a fresh call id and the channel its replies arrive on.
+func (c *Communicator) newCall() (uint64, chan reply) {
+	return c.nextCall.Add(1), make(chan reply, 2)
+}
+
+// submit hands r to the run goroutine, or returns why the communicator is dead.
+func (c *Communicator) submit(r request) error {
+	select {
+	case c.reqs <- r:
+		return nil
+	case <-c.done:
+		return c.fatal
 	}
-	c.mu.Unlock()
 }
 
-// send writes one message to the master.
-func (c *Communicator) send(m wire.Message) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.wbuf = wire.AppendFrame(c.wbuf[:0], m)
-	c.master.SetWriteDeadline(time.Now().Add(c.cfg.MasterTimeout))
-	if _, err := c.master.Write(c.wbuf); err != nil {
-		// The master may have closed the connection after telling us why (a Kick): let the reader
-		// drain what it sent, and take its verdict.
-		c.master.SetReadDeadline(time.Now().Add(time.Second))
+// post hands an input without a reply to the run goroutine; it is dropped once the communicator is
+// closed.
+func (c *Communicator) post(in any) {
+	select {
+	case c.reqs <- request{in: in}:
+	case <-c.stop:
+	}
+}
+
+// await waits for the final reply to call. If ctx ends first the call is cancelled and ctx's error
+// returned; if the communicator dies, its fatal error.
+func (c *Communicator) await(ctx context.Context, call uint64, ch chan reply) (reply, error) {
+	for {
 		select {
+		case r := <-ch:
+			if r.start != nil {
+				continue
+			}
+			return r, nil
 		case <-c.done:
-		case <-time.After(2 * time.Second):
-			c.die(fmt.Errorf("pccl: write to master: %w: %w", ErrMasterLost, err))
+			select {
+			case r := <-ch:
+				if r.start == nil {
+					return r, nil
+				}
+			default:
+			}
+			return reply{}, c.fatal
+		case <-ctx.Done():
+			c.post(cancelCall{call: call, reason: ctx.Err()})
+			return reply{}, ctx.Err()
 		}
-		return c.err()
+	}
+}
+
+// ask submits in, registered for call, and waits for its final reply; the reply's error if any.
+func (c *Communicator) ask(ctx context.Context, what string, call uint64, ch chan reply, in any) (reply, error) {
+	if err := c.submit(request{in: in, reply: ch}); err != nil {
+		return reply{}, err
+	}
+	r, err := c.await(ctx, call, ch)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return r, fmt.Errorf("pccl: %s: %w", what, err)
+		}
+		return r, err
+	}
+	return r, r.err
+}
+
+// run owns the machine: it feeds it every input in order and carries out its actions.
+func (c *Communicator) run(m *machine) {
+	defer c.wg.Done()
+	every := max(m.hbEvery/4, time.Millisecond)
+	if every > 50*time.Millisecond {
+		every = 50 * time.Millisecond
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		var in any
+		select {
+		case r := <-c.reqs:
+			if r.reply != nil {
+				if call := callOf(r.in); call != 0 {
+					c.calls[call] = &callEntry{ch: r.reply, abort: r.abort}
+				}
+			}
+			in = r.in
+		case <-tick.C:
+			in = tickIn{}
+		case <-c.stop:
+			return
+		}
+		now := time.Now()
+		c.apply(m, now, m.step(now, in))
+		if cc, ok := in.(cancelCall); ok && !m.hasOp(cc.call) {
+			delete(c.calls, cc.call) // nobody waits for its answer any more
+		}
+		if v := c.view.Load(); v.epoch != m.epoch || !slices.Equal(v.ring, m.ring) || v.optimize != m.opt.stats {
+			c.view.Store(&view{epoch: m.epoch, ring: slices.Clone(m.ring), optimize: m.opt.stats})
+		}
+	}
+}
+
+// apply carries out the machine's actions in order.
+func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a := a.(type) {
+		case sendAct:
+			if err := c.write(now, a.msg); err != nil {
+				acts = append(acts, m.step(now, writeFailed{err})...)
+			}
+		case replyAct:
+			e := c.calls[a.r.call]
+			if e == nil {
+				continue
+			}
+			select {
+			case e.ch <- a.r:
+			default:
+				c.log.Error("reply dropped: the call's channel is full", "call", a.r.call)
+			}
+			if a.r.start == nil {
+				delete(c.calls, a.r.call)
+			}
+		case wireAct:
+			replace(c.connects, a.m)
+		case retireAct:
+			c.links.retire(a.ring)
+		case abortAct:
+			if e := c.calls[a.call]; e != nil && e.abort != nil {
+				e.abort(a.err)
+			}
+		case tombstoneAct:
+			c.links.tombstone(a.seq)
+		case measureAct:
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				rate, lat := c.measure(c.life, a.r)
+				c.post(measuredIn{round: a.r.Round, to: a.r.Target.ID, rate: rate, latency: lat})
+			}()
+		case dieAct:
+			if a.err != ErrClosed {
+				c.log.Warn("communicator failed", "err", a.err)
+			}
+			c.fatal = a.err
+			close(c.done)
+			c.endLife()
+			c.master.Close()
+		}
+	}
+}
+
+// write sends one message to the master. On failure the master may have closed the connection after
+// telling us why (a Kick): the reader gets a moment to drain it.
+func (c *Communicator) write(now time.Time, msg wire.Message) error {
+	c.wbuf = wire.AppendFrame(c.wbuf[:0], msg)
+	c.master.SetWriteDeadline(now.Add(c.cfg.MasterTimeout))
+	if _, err := c.master.Write(c.wbuf); err != nil {
+		c.master.SetReadDeadline(time.Now().Add(time.Second))
+		return err
 	}
 	return nil
 }
 
-// readMaster dispatches the master's messages until the connection ends.
+// readMaster posts the master's messages to run until the connection ends.
 func (c *Communicator) readMaster() {
 	defer c.wg.Done()
 	var buf []byte
@@ -231,63 +383,10 @@ func (c *Communicator) readMaster() {
 		msg, b, err := wire.ReadFrame(c.master, 0, buf)
 		buf = b
 		if err != nil {
-			select {
-			case <-c.done:
-			default:
-				c.die(fmt.Errorf("pccl: master connection: %w: %w", ErrMasterLost, err))
-			}
+			c.post(masterLost{err})
 			return
 		}
-		c.mu.Lock()
-		c.lastHeard = time.Now()
-		c.mu.Unlock()
-		switch m := msg.(type) {
-		case *wire.HeartbeatAck:
-		case *wire.Connect:
-			select {
-			case <-c.connects: // a newer round replaces one not yet started
-			default:
-			}
-			c.connects <- m
-		case *wire.Topology:
-			c.mu.Lock()
-			c.epoch, c.ring = m.Epoch, m.Ring
-			c.topoOutstanding = false
-			c.mu.Unlock()
-			c.links.retire(m.Ring)
-			replace(c.topoCh, m)
-		case *wire.Pending:
-			c.mu.Lock()
-			c.pendOutstanding = false
-			c.mu.Unlock()
-			replace(c.pendCh, m)
-		case *wire.Commence:
-			c.mu.Lock()
-			o := c.ops[m.Tag]
-			c.mu.Unlock()
-			if o == nil || !o.commence(m) {
-				// Nobody waits for it (the vote was withdrawn): drop its frames.
-				c.links.tombstone(m.Seq)
-			}
-		case *wire.Outcome:
-			c.mu.Lock()
-			o := c.ops[m.Tag]
-			c.mu.Unlock()
-			if o != nil {
-				o.finish(m)
-			}
-		case *wire.MeasureRound:
-			replace(c.measureCh, m)
-		case *wire.SyncPlan, *wire.SyncComplete:
-			c.syncMessage(m)
-		case *wire.Kick:
-			c.log.Warn("kicked by the master", "reason", m.Reason)
-			c.die(fmt.Errorf("pccl: %w: %s", ErrKicked, m.Reason))
-			return
-		default:
-			c.die(fmt.Errorf("pccl: master sent unexpected %T", msg))
-			return
-		}
+		c.post(masterIn{msg})
 	}
 }
 
@@ -306,50 +405,19 @@ func replace[T any](ch chan T, v T) {
 	}
 }
 
-// heartbeat keeps the master informed that we are alive and notices when it is not.
-func (c *Communicator) heartbeat() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.hbEvery)
-	defer t.Stop()
-	var seq uint64
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-t.C:
-		}
-		c.mu.Lock()
-		silent := time.Since(c.lastHeard)
-		c.mu.Unlock()
-		if silent > c.cfg.MasterTimeout {
-			c.die(fmt.Errorf("pccl: %w: no answer for %v", ErrMasterLost, silent.Round(time.Millisecond)))
-			c.master.Close()
-			return
-		}
-		seq++
-		if c.send(&wire.Heartbeat{Seq: seq}) != nil {
-			return
-		}
-	}
-}
-
 // wiring answers the master's Connect requests: open the links of the new ring, then report.
 func (c *Communicator) wiring() {
 	defer c.wg.Done()
 	for {
 		select {
-		case <-c.done:
+		case <-c.stop:
 			return
 		case m := <-c.connects:
 			failed, err := c.links.wire(m)
-			rep := &wire.LinksReady{Epoch: m.Epoch, OK: err == nil}
 			if err != nil {
 				c.log.Warn("wiring failed", "epoch", m.Epoch, "err", err)
-				rep.Failed, rep.Detail = failed, err.Error()
 			}
-			if c.send(rep) != nil {
-				return
-			}
+			c.post(wiredIn{epoch: m.Epoch, failed: failed, err: err})
 		}
 	}
 }
@@ -359,100 +427,30 @@ func (c *Communicator) wiring() {
 // is in force (Rank and WorldSize may have changed). It needs no collective of this peer in flight
 // (else ErrBusy). If ctx ends first, the vote stays cast and the next call waits for its answer.
 func (c *Communicator) UpdateTopology(ctx context.Context) error {
-	c.majorMu.Lock()
-	defer c.majorMu.Unlock()
-	c.mu.Lock()
-	if err := c.idle("update topology"); err != nil {
-		c.mu.Unlock()
-		return err
-	}
-	vote := !c.topoOutstanding
-	if vote {
-		c.topoOutstanding = true
-		select {
-		case <-c.topoCh:
-		default:
-		}
-	}
-	c.mu.Unlock()
-	if vote {
-		if err := c.send(&wire.VoteTopology{Rewire: c.links.dirty()}); err != nil {
-			return err
-		}
-	}
-	select {
-	case <-c.topoCh:
-		return nil
-	case <-c.done:
-		return c.err()
-	case <-ctx.Done():
-		return fmt.Errorf("pccl: update topology: %w", ctx.Err())
-	}
-}
-
-// idle returns why a major operation (UpdateTopology, OptimizeTopology, SyncSharedState) cannot
-// start: the communicator is dead, or collectives of this peer are in flight. c.mu must be held.
-func (c *Communicator) idle(what string) error {
-	if c.fatal != nil {
-		return c.fatal
-	}
-	if n := len(c.ops); n > 0 {
-		return fmt.Errorf("pccl: %s: %w: %d", what, ErrBusy, n)
-	}
-	return nil
+	call, ch := c.newCall()
+	_, err := c.ask(ctx, "update topology", call, ch, topologyCall{call: call, rewire: c.links.dirty()})
+	return err
 }
 
 // ArePeersPending asks whether peers wait to be accepted. Every accepted peer must call it; all get
 // the same answer. It may overlap running collectives.
 func (c *Communicator) ArePeersPending(ctx context.Context) (bool, error) {
-	c.pendMu.Lock()
-	defer c.pendMu.Unlock()
-	c.mu.Lock()
-	if c.fatal != nil {
-		c.mu.Unlock()
-		return false, c.fatal
-	}
-	vote := !c.pendOutstanding
-	if vote {
-		c.pendOutstanding = true
-		select {
-		case <-c.pendCh:
-		default:
-		}
-	}
-	c.mu.Unlock()
-	if vote {
-		if err := c.send(&wire.VotePending{}); err != nil {
-			return false, err
-		}
-	}
-	select {
-	case p := <-c.pendCh:
-		return p.Answer, nil
-	case <-c.done:
-		return false, c.err()
-	case <-ctx.Done():
-		return false, fmt.Errorf("pccl: are peers pending: %w", ctx.Err())
-	}
+	call, ch := c.newCall()
+	r, err := c.ask(ctx, "are peers pending", call, ch, pendingCall{call: call})
+	return r.answer, err
 }
 
 // Close leaves the run: it tells the master, closes every connection and waits for the
 // communicator's goroutines. Collectives in flight fail with ErrClosed. Close is idempotent.
 func (c *Communicator) Close() error {
 	c.closeOnce.Do(func() {
-		select {
-		case <-c.done:
-		default:
-			c.send(&wire.Bye{})
+		if c.submit(request{in: closeCall{}}) == nil {
+			<-c.done
 		}
-		c.die(ErrClosed)
+		close(c.stop)
 		c.master.Close()
 		c.links.close()
 		c.wg.Wait()
 	})
 	return nil
-}
-
-func isClosedErr(err error) bool {
-	return errors.Is(err, net.ErrClosed)
 }

@@ -27,6 +27,10 @@ type Config struct {
 	PartBytes int
 	// DialTimeout bounds opening one link to a neighbour. Default 5s.
 	DialTimeout time.Duration
+	// ProgressTimeout is the least time a data frame of a collective may take on a link before the
+	// link counts as silent and the operation fails with ErrPeerLeft; frames larger than the measured
+	// send rate moves in a fraction of it get proportionally more (8x the expected time). Default 10s.
+	ProgressTimeout time.Duration
 	// MasterTimeout is how long the master may stay silent (no answer, no heartbeat ack) before calls
 	// fail with ErrMasterLost. Default 10s.
 	MasterTimeout time.Duration
@@ -58,6 +62,9 @@ func (c Config) withDefaults() Config {
 	if c.MasterTimeout == 0 {
 		c.MasterTimeout = 10 * time.Second
 	}
+	if c.ProgressTimeout == 0 {
+		c.ProgressTimeout = 10 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -78,6 +85,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Config.PartBytes is %d, must be >= 0", ErrInvalid, c.PartBytes)
 	case c.DialTimeout < 0:
 		return fmt.Errorf("%w: Config.DialTimeout is %v, must be >= 0", ErrInvalid, c.DialTimeout)
+	case c.ProgressTimeout < 0:
+		return fmt.Errorf("%w: Config.ProgressTimeout is %v, must be >= 0", ErrInvalid, c.ProgressTimeout)
 	case c.MasterTimeout < 0:
 		return fmt.Errorf("%w: Config.MasterTimeout is %v, must be >= 0", ErrInvalid, c.MasterTimeout)
 	}

@@ -9,8 +9,12 @@
 //
 // Failure is an ordinary path. When a peer dies, hangs or is kicked, every collective it takes part in
 // fails on the survivors with ErrPeerLeft within about one round trip of the master learning of it (at
-// once for a closed connection, after the heartbeat timeout for a hung peer). A failed call leaves its
-// buffers exactly as they were. The caller then re-wires the ring with UpdateTopology and retries:
+// once for a closed connection, after the heartbeat timeout for a hung peer). A link that goes silent
+// while both its ends still reach the master is reported the same way once it makes no progress for
+// Config.ProgressTimeout (longer for frames the measured link rate needs more time for). A failed call
+// leaves its buffers exactly as they were, and aborting one collective never disturbs another tag's:
+// connections are shared and stay open; after a death only the links next to the dead peer are dialled
+// again (Stats counts them). The caller then re-wires the ring with UpdateTopology and retries:
 //
 //	for {
 //		err := comm.AllReduce(ctx, grads, grads, desc)

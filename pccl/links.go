@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/concord-ccl/concord/internal/wire"
@@ -22,9 +24,18 @@ const maxPayload = 64 << 20
 // with a reader goroutine that routes frames to the collective they belong to.
 //
 // Every field below mu is guarded by mu. outConn.mu serialises frames written on one connection.
+// Aborting one collective never closes a connection: frames are always written whole, and readers
+// drop the frames of operations that are over, so other tags keep their links. A connection is closed
+// only when it fails or stays silent past its progress deadline.
 type links struct {
 	c  *Communicator
 	ln net.Listener
+
+	opened   atomic.Uint64 // data connections dialled to successors
+	accepted atomic.Uint64 // data connections admitted from predecessors
+
+	rateMu sync.Mutex
+	rate   float64 // smoothed bytes per second of recent sends, 0 until measured
 
 	mu       sync.Mutex
 	next     uint64     // successor's id, 0 if none
@@ -34,7 +45,8 @@ type links struct {
 	dead     map[uint64]bool // sequence numbers whose frames are dropped
 	maxDead  uint64
 	changed  chan struct{} // closed and replaced when inboxes or dead change
-	isDirty  bool          // a link was closed by an abort or failed; ask for a re-wire
+	isDirty  bool          // a link failed; ask for a re-wire
+	outBroke bool          // a connection of the pool to next failed: re-dial it
 	isClosed bool
 	wg       sync.WaitGroup
 }
@@ -105,7 +117,9 @@ func (l *links) wire(m *wire.Connect) ([]uint64, error) {
 		next, prev = m.Ring[(i+1)%n], m.Ring[(i+n-1)%n]
 	}
 	l.mu.Lock()
-	keep := n > 1 && l.next == next.ID && !l.isDirty && len(l.out) == l.c.cfg.PoolSize
+	// Survivors whose successor did not change keep their pool: only the links next to a change are
+	// dialled again.
+	keep := n > 1 && l.next == next.ID && !l.outBroke && len(l.out) == l.c.cfg.PoolSize
 	var stale []*outConn
 	if !keep {
 		stale, l.out, l.next = l.out, nil, 0
@@ -126,7 +140,7 @@ func (l *links) wire(m *wire.Connect) ([]uint64, error) {
 	}
 	if n == 1 || keep {
 		l.mu.Lock()
-		l.isDirty = false
+		l.isDirty, l.outBroke = false, false
 		l.mu.Unlock()
 		return nil, nil
 	}
@@ -149,7 +163,7 @@ func (l *links) wire(m *wire.Connect) ([]uint64, error) {
 		}
 		return nil, ErrClosed
 	}
-	l.out, l.next, l.isDirty = pool, next.ID, false
+	l.out, l.next, l.isDirty, l.outBroke = pool, next.ID, false, false
 	return nil, nil
 }
 
@@ -182,6 +196,7 @@ func (l *links) dial(to wire.PeerInfo, index int) (net.Conn, error) {
 		return nil, err
 	}
 	conn.SetDeadline(time.Time{})
+	l.opened.Add(1)
 	return conn, nil
 }
 
@@ -259,6 +274,7 @@ func (l *links) admit(conn net.Conn) {
 		return
 	}
 	conn.SetDeadline(time.Time{})
+	l.accepted.Add(1)
 	l.read(ic)
 }
 
@@ -299,7 +315,7 @@ func (l *links) tombstone(seq uint64) {
 
 // read routes the frames of one incoming connection into the inboxes of their collectives.
 func (l *links) read(ic *inConn) {
-	defer ic.conn.Close()
+	defer l.forget(ic)
 	var hb [wire.DataHeaderSize]byte
 	for {
 		if _, err := io.ReadFull(ic.conn, hb[:]); err != nil {
@@ -327,6 +343,17 @@ func (l *links) read(ic *inConn) {
 	}
 }
 
+// forget closes an incoming connection whose reader stopped and takes it out of its pool, so that
+// new collectives see the gap at once instead of waiting on a connection nobody reads.
+func (l *links) forget(ic *inConn) {
+	ic.conn.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if pool := l.in[ic.from]; ic.index < len(pool) && pool[ic.index] == ic {
+		pool[ic.index] = nil
+	}
+}
+
 // waitInbox returns the inbox of key once its collective has commenced here, or false if the frames
 // are to be dropped (the operation is over, or the links are closing).
 func (l *links) waitInbox(key inboxKey) (*inbox, bool) {
@@ -344,20 +371,58 @@ func (l *links) waitInbox(key inboxKey) (*inbox, bool) {
 	}
 }
 
+// broken closes a failed connection and remembers to ask for a re-wire.
 func (l *links) broken(conn net.Conn) {
 	conn.Close()
 	l.mu.Lock()
 	l.isDirty = true
+	for _, oc := range l.out {
+		if oc.conn == conn {
+			l.outBroke = true
+		}
+	}
 	l.mu.Unlock()
+}
+
+// Progress deadlines: a frame may take at most progressFactor times what the measured send rate
+// predicts, and never less than Config.ProgressTimeout.
+const progressFactor = 8
+
+// deadline returns how long n bytes may take to move before their link counts as silent.
+func (l *links) deadline(n int) time.Duration {
+	floor := l.c.cfg.ProgressTimeout
+	l.rateMu.Lock()
+	rate := l.rate
+	l.rateMu.Unlock()
+	if rate <= 0 {
+		return floor
+	}
+	return max(floor, time.Duration(progressFactor*float64(n)/rate*float64(time.Second)))
+}
+
+// observe folds one send of n bytes that took d into the rate estimate. Small sends say more about
+// latency than bandwidth and are left out.
+func (l *links) observe(n int, d time.Duration) {
+	if n < 64<<10 || d <= 0 {
+		return
+	}
+	r := float64(n) / d.Seconds()
+	l.rateMu.Lock()
+	if l.rate == 0 {
+		l.rate = r
+	} else {
+		l.rate = 0.8*l.rate + 0.2*r
+	}
+	l.rateMu.Unlock()
 }
 
 // stream returns the rings.Stream of collective (tag, seq) on epoch. Its frames are striped over every
 // connection of the pool, so one collective fills a long fat pipe: part p of the schedule travels on
 // connection (seq+p) mod poolsize, on both ends, so concurrent collectives start on different ones.
-func (l *links) stream(tag, seq, epoch uint64, prev uint64) (*stream, error) {
+func (l *links) stream(tag, seq, epoch uint64, prev uint64, h *opHandle) (*stream, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := &stream{l: l, key: inboxKey{tag, seq}, epoch: epoch, aborted: make(chan struct{})}
+	s := &stream{l: l, key: inboxKey{tag, seq}, epoch: epoch, h: h, aborted: h.aborted}
 	if len(l.out) == 0 {
 		l.isDirty = true
 		return nil, fmt.Errorf("%w: no link to the successor", ErrPeerLeft)
@@ -381,6 +446,7 @@ func (l *links) stream(tag, seq, epoch uint64, prev uint64) (*stream, error) {
 
 // release forgets a stream's inbox; late frames of its operation are dropped.
 func (l *links) release(s *stream) {
+	s.h.abort(errReleased) // readers waiting for the stream's receives drop its frames
 	l.mu.Lock()
 	delete(l.inboxes, s.key)
 	l.mu.Unlock()
@@ -389,16 +455,14 @@ func (l *links) release(s *stream) {
 
 // stream implements rings.Stream for one collective.
 type stream struct {
-	l     *links
-	key   inboxKey
-	epoch uint64
-	outs  []*outConn // the pool to the successor
-	ins   []net.Conn // the pool from the predecessor, by index; an entry may be nil (not connected)
-	box   *inbox
-
-	abortOnce sync.Once
-	aborted   chan struct{}
-	cause     error // written once before aborted is closed
+	l       *links
+	key     inboxKey
+	epoch   uint64
+	outs    []*outConn // the pool to the successor
+	ins     []net.Conn // the pool from the predecessor, by index; an entry may be nil (not connected)
+	box     *inbox
+	h       *opHandle
+	aborted chan struct{} // h.aborted
 
 	sentBytes uint64 // owned by the sender goroutine; read after the collective
 	sentNanos uint64 // time blocked in sends
@@ -449,7 +513,7 @@ func (ib *inbox) deliver(conn net.Conn, index int, h wire.DataHeader) error {
 func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 	select {
 	case <-s.aborted:
-		return s.cause
+		return s.h.cause
 	default:
 	}
 	oc := s.outs[(s.key.seq+uint64(id.Part))%uint64(len(s.outs))]
@@ -460,18 +524,26 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 	oc.bufs = append(oc.bufs[:0], oc.hdr[:], payload)
 	bufs := oc.bufs
 	t0 := time.Now()
+	// A frame is written whole or the connection is given up: a write that makes no progress for
+	// its deadline means the link is silent.
+	oc.conn.SetWriteDeadline(t0.Add(s.l.deadline(len(payload))))
 	_, err := bufs.WriteTo(oc.conn)
-	s.sentNanos += uint64(time.Since(t0))
+	took := time.Since(t0)
+	s.sentNanos += uint64(took)
 	s.sentBytes += uint64(len(payload))
 	if err != nil {
 		s.l.broken(oc.conn)
 		select {
 		case <-s.aborted:
-			return s.cause
+			return s.h.cause
 		default:
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%w: send %v: %w after %v", ErrPeerLeft, id, errSilentLink, took.Round(time.Millisecond))
 		}
 		return fmt.Errorf("%w: send %v: %w", ErrPeerLeft, id, err)
 	}
+	s.l.observe(len(payload), took)
 	return nil
 }
 
@@ -480,17 +552,34 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 	if k >= len(s.ins) || s.ins[k] == nil {
 		return fmt.Errorf("%w: receive %v: %w", ErrPeerLeft, id, errNoPredecessor)
 	}
+	limit := s.l.deadline(len(dst))
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
 	req := &recvReq{id: id, dst: dst, done: make(chan error, 1)}
 	select {
 	case s.box.reqs[k] <- req:
 	case <-s.aborted:
-		return s.cause
+		return s.h.cause
+	case <-timer.C:
+		// Nothing arrived on this link for the whole deadline: it is silent.
+		s.l.broken(s.ins[k])
+		return fmt.Errorf("%w: receive %v: %w for %v", ErrPeerLeft, id, errSilentLink, limit)
 	}
-	// The reader owns dst until it answers; Abort closes the connection so that it answers promptly.
-	if err := <-req.done; err != nil {
+	// The reader owns dst until it answers. A frame in progress is finished even when the operation
+	// is aborted (the connection is shared with other tags); only a frame that stalls past the
+	// deadline costs the connection, which makes the reader answer at once.
+	var err error
+	select {
+	case err = <-req.done:
+	case <-timer.C:
+		s.l.broken(s.ins[k])
+		<-req.done
+		err = fmt.Errorf("%w for %v", errSilentLink, limit)
+	}
+	if err != nil {
 		select {
 		case <-s.aborted:
-			return s.cause
+			return s.h.cause
 		default:
 		}
 		return fmt.Errorf("%w: receive %v: %w", ErrPeerLeft, id, err)
@@ -498,21 +587,12 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 	return nil
 }
 
-// Abort stops the stream. Its connections may be mid-frame, so they are closed; the ring is re-wired
-// at the next UpdateTopology.
-func (s *stream) Abort(err error) {
-	s.abortOnce.Do(func() {
-		s.cause = err
-		close(s.aborted)
-		for _, oc := range s.outs {
-			s.l.broken(oc.conn)
-		}
-		for _, conn := range s.ins {
-			if conn != nil {
-				s.l.broken(conn)
-			}
-		}
-	})
-}
+// Abort stops the stream: pending and later Sends and Receives return err. Its connections stay
+// open for the other operations that share them.
+func (s *stream) Abort(err error) { s.h.abort(err) }
 
-var errNoPredecessor = errors.New("no link from the predecessor")
+var (
+	errNoPredecessor = errors.New("no link from the predecessor")
+	errSilentLink    = errors.New("link silent past its progress deadline")
+	errReleased      = errors.New("operation over")
+)

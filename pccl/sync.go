@@ -59,7 +59,7 @@ type SyncResult struct {
 // ReportStep tells the master this peer's training step and whether it is inside the optimizer step;
 // SyncSharedState returns the consistent step to resume from after a failure.
 func (c *Communicator) ReportStep(step uint64, inOptimizer bool) error {
-	return c.send(&wire.StepReport{Step: step, InOptimizer: inOptimizer})
+	return c.submit(request{in: stepCall{&wire.StepReport{Step: step, InOptimizer: inOptimizer}}})
 }
 
 // SyncSharedState makes st identical on every accepted peer. Every accepted peer calls it with a State
@@ -75,8 +75,6 @@ func (c *Communicator) ReportStep(step uint64, inOptimizer bool) error {
 // or ErrClosed; after a failed sync the entries may hold either their old content or verified elected
 // content, never anything else.
 func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncOptions) (SyncResult, error) {
-	c.majorMu.Lock()
-	defer c.majorMu.Unlock()
 	var res SyncResult
 	d := st.Digest(opt.HashWorkers)
 	hashes := map[string]uint64{}
@@ -91,44 +89,38 @@ func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncO
 			leaves[e.Name] = sharedstate.LeafHashes(e.Data, opt.HashWorkers)
 		}
 	}
-	c.mu.Lock()
-	if err := c.idle("sync shared state"); err != nil {
-		c.mu.Unlock()
-		return res, err
-	}
-	c.serving, c.servingHashes, c.servingLeaves, c.syncActive = st, hashes, leaves, true
-	select {
-	case <-c.syncCh:
-	default:
-	}
-	c.mu.Unlock()
+	c.serveMu.Lock()
+	c.serving, c.servingHashes, c.servingLeaves = st, hashes, leaves
+	c.serveMu.Unlock()
 	defer c.stopServing()
 
-	if err := c.send(&wire.VoteSync{Strategy: uint8(opt.Strategy), Digest: sharedstate.EncodeDigest(d)}); err != nil {
-		return res, err
-	}
-	plan, err := c.awaitSync(ctx)
+	call, ch := c.newCall()
+	vote := &wire.VoteSync{Strategy: uint8(opt.Strategy), Digest: sharedstate.EncodeDigest(d)}
+	r, err := c.ask(ctx, "sync shared state", call, ch, syncCall{call: call, vote: vote})
 	if err != nil {
 		return res, err
 	}
-	p := plan.(*wire.SyncPlan)
+	p := r.msg.(*wire.SyncPlan)
 	if p.Code != wire.CodeOK {
 		return res, fmt.Errorf("%w: %s", ErrSync, p.Detail)
 	}
 	res.Revision = p.Revision
 	ferr := c.fetchAll(ctx, st, p.Fetch, opt, &res)
+	if ferr != nil && ctx.Err() != nil {
+		// Given up mid-transfer: the machine reports the failure to the master for us.
+		c.post(cancelCall{call: call, reason: ctx.Err()})
+		return res, fmt.Errorf("pccl: sync shared state: %w: %w", ErrSync, ferr)
+	}
 	done := &wire.SyncDone{OK: ferr == nil}
 	if ferr != nil {
 		done.Detail = ferr.Error()
 	}
-	if err := c.send(done); err != nil {
-		return res, err
-	}
-	msg, err := c.awaitSync(context.WithoutCancel(ctx))
+	call2, ch2 := c.newCall()
+	r, err = c.ask(context.WithoutCancel(ctx), "sync shared state", call2, ch2, syncDoneCall{call: call2, prev: call, done: done})
 	if err != nil {
 		return res, err
 	}
-	fin := msg.(*wire.SyncComplete)
+	fin := r.msg.(*wire.SyncComplete)
 	if ferr != nil {
 		return res, fmt.Errorf("%w: %w", ErrSync, ferr)
 	}
@@ -138,37 +130,6 @@ func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncO
 	st.Revision = fin.Revision
 	res.ResumeStep = fin.ResumeStep
 	return res, nil
-}
-
-// awaitSync waits for the next SyncPlan or SyncComplete. If ctx ends first the communicator keeps
-// answering the master for this sync on its own (it reports failure), so that nobody waits for us.
-func (c *Communicator) awaitSync(ctx context.Context) (wire.Message, error) {
-	select {
-	case m := <-c.syncCh:
-		return m, nil
-	case <-c.done:
-		return nil, c.err()
-	case <-ctx.Done():
-		c.mu.Lock()
-		c.syncActive = false
-		c.mu.Unlock()
-		return nil, fmt.Errorf("pccl: sync shared state: %w", ctx.Err())
-	}
-}
-
-// syncMessage is called by the master reader for SyncPlan and SyncComplete.
-func (c *Communicator) syncMessage(m wire.Message) {
-	c.mu.Lock()
-	active := c.syncActive
-	c.mu.Unlock()
-	if active {
-		replace(c.syncCh, m)
-		return
-	}
-	// Nobody waits (the caller gave up): decline the plan so the others are not held up.
-	if p, ok := m.(*wire.SyncPlan); ok && p.Code == wire.CodeOK {
-		c.send(&wire.SyncDone{OK: false, Detail: "the caller gave up on the sync"})
-	}
 }
 
 // rangeBlocks is the number of hash-tree blocks fetched per request.
@@ -523,17 +484,17 @@ func (c *Communicator) sendRange(conn net.Conn, data []byte, compress bool, enc 
 // fetcher that gave up on us, a slow one) are cut off, and it returns only when none of them touches
 // the state any more, so the application may change it.
 func (c *Communicator) stopServing() {
-	c.mu.Lock()
-	c.serving, c.servingHashes, c.servingLeaves, c.syncActive = nil, nil, nil, false
+	c.serveMu.Lock()
+	c.serving, c.servingHashes, c.servingLeaves = nil, nil, nil
 	for conn := range c.serveConns {
 		conn.SetWriteDeadline(time.Now())
 	}
-	c.mu.Unlock()
+	c.serveMu.Unlock()
 	c.serveWG.Wait()
 }
 
 // servedEntry checks a request against the state served in this sync: the token, and that the
-// entry holds the content the request expects. It returns the entry, or why not. c.mu must be held.
+// entry holds the content the request expects. It returns the entry, or why not. c.serveMu must be held.
 func (c *Communicator) servedEntry(req *wire.StateRequest) (*Entry, string) {
 	switch {
 	case req.Token != c.cfg.Token:
@@ -553,8 +514,8 @@ func (c *Communicator) servedEntry(req *wire.StateRequest) (*Entry, string) {
 
 // stateLeaves returns the leaf hashes of a served entry as they were at the vote, or why not.
 func (c *Communicator) stateLeaves(req *wire.StateRequest) ([]uint64, string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.serveMu.Lock()
+	defer c.serveMu.Unlock()
 	if _, reason := c.servedEntry(req); reason != "" {
 		return nil, reason
 	}
@@ -564,8 +525,8 @@ func (c *Communicator) stateLeaves(req *wire.StateRequest) ([]uint64, string) {
 // stateRange returns the requested bytes of the state we serve, or why not. On success the caller
 // holds a serve lease on conn and must call endServe when it no longer reads the bytes.
 func (c *Communicator) stateRange(conn net.Conn, req *wire.StateRequest) ([]byte, string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.serveMu.Lock()
+	defer c.serveMu.Unlock()
 	e, reason := c.servedEntry(req)
 	if reason != "" {
 		return nil, reason
@@ -582,8 +543,8 @@ func (c *Communicator) stateRange(conn net.Conn, req *wire.StateRequest) ([]byte
 }
 
 func (c *Communicator) endServe(conn net.Conn) {
-	c.mu.Lock()
+	c.serveMu.Lock()
 	delete(c.serveConns, conn)
-	c.mu.Unlock()
+	c.serveMu.Unlock()
 	c.serveWG.Done()
 }

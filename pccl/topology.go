@@ -18,49 +18,11 @@ import (
 // by the master's background search is applied at the next call. It needs no collective of this peer
 // in flight (else ErrBusy); ErrKicked, ErrMasterLost, ErrClosed as usual.
 func (c *Communicator) OptimizeTopology(ctx context.Context) error {
-	c.majorMu.Lock()
-	defer c.majorMu.Unlock()
-	c.mu.Lock()
-	if err := c.idle("optimize topology"); err != nil {
-		c.mu.Unlock()
-		return err
-	}
-	c.topoOutstanding = true
-	select {
-	case <-c.topoCh:
-	default:
-	}
-	c.mu.Unlock()
-	if err := c.send(&wire.VoteOptimize{}); err != nil {
-		return err
-	}
-	var first time.Time
-	var rounds int
-	for {
-		select {
-		case r := <-c.measureCh:
-			if first.IsZero() {
-				first = time.Now()
-			}
-			rate, lat := c.measure(ctx, r)
-			if err := c.send(&wire.MeasureReport{Round: r.Round, To: r.Target.ID, BytesPerSec: rate, LatencyNanos: uint64(lat)}); err != nil {
-				return err
-			}
-			rounds++
-			c.mu.Lock()
-			c.lastOptimize = OptimizeStats{Rounds: rounds, Measure: time.Since(first)}
-			c.mu.Unlock()
-		case <-c.topoCh:
-			return nil
-		case <-c.done:
-			return c.err()
-		case <-ctx.Done():
-			// The master still expects our reports: keep answering them in the background.
-			c.wg.Add(1)
-			go c.finishOptimize()
-			return fmt.Errorf("pccl: optimize topology: %w", ctx.Err())
-		}
-	}
+	// The bandwidth rounds run in the background (see measureAct); if ctx ends first, later rounds
+	// are answered without measuring, so that nobody waits for us.
+	call, ch := c.newCall()
+	_, err := c.ask(ctx, "optimize topology", call, ch, optimizeCall{call: call})
+	return err
 }
 
 // OptimizeStats describes this peer's part in the last OptimizeTopology.
@@ -70,28 +32,7 @@ type OptimizeStats struct {
 }
 
 // LastOptimize returns the stats of the last OptimizeTopology.
-func (c *Communicator) LastOptimize() OptimizeStats {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lastOptimize
-}
-
-// finishOptimize answers the rounds of an OptimizeTopology whose caller gave up, without measuring.
-func (c *Communicator) finishOptimize() {
-	defer c.wg.Done()
-	for {
-		select {
-		case r := <-c.measureCh:
-			if c.send(&wire.MeasureReport{Round: r.Round, To: r.Target.ID}) != nil {
-				return
-			}
-		case <-c.topoCh:
-			return
-		case <-c.done:
-			return
-		}
-	}
-}
+func (c *Communicator) LastOptimize() OptimizeStats { return c.view.Load().optimize }
 
 // measure runs one bandwidth test to r.Target and returns bytes per second (0 if it failed) and the
 // one-way latency (half the smallest round trip).

@@ -11,7 +11,9 @@
 // Kill rounds (--kills, 20): while an AllReduce is in flight on every peer, after a random delay
 // within the expected duration of the call, SIGKILL one peer. abort_ms is the time from the kill
 // until every survivor's call has returned its error; resume_ms until every survivor's next AllReduce
-// has completed and its result checked. Then a replacement is spawned and admitted, and the next
+// has completed and its result checked; redials_per_kill is the median number of data connections the
+// survivors opened between their abort and that completion (only the dead peer's neighbours need
+// new links). Then a replacement is spawned and admitted, and the next
 // round waits for the full group.
 //
 // Stall rounds (--stalls, 5): SIGSTOP one peer mid-call; stall_ms is the time until every survivor's
@@ -71,12 +73,14 @@ type result struct {
 	AbortMsP99      float64   `json:"abort_ms_p99"`
 	ResumeMsP50     float64   `json:"resume_ms_p50"`
 	ResumeMsP99     float64   `json:"resume_ms_p99"`
+	RedialsPerKill  float64   `json:"redials_per_kill"` // median over kills of the data connections survivors opened to recover
 	StallMsP50      float64   `json:"stall_ms_p50"`
 	StallMsP99      float64   `json:"stall_ms_p99"`
 	BuffersRestored bool      `json:"buffers_restored"`
 	ResultsCorrect  bool      `json:"results_correct"`
 	AbortMs         []float64 `json:"abort_ms"`
 	ResumeMs        []float64 `json:"resume_ms"`
+	Redials         []float64 `json:"redials"`
 	AbortFirstMs    []float64 `json:"abort_first_ms"`
 	VictimExitMs    []float64 `json:"victim_exit_ms"`
 	// AbortAfterExitMsP99 is the p99 over kill rounds of (last survivor's return − the moment the
@@ -467,6 +471,11 @@ func (b *bench) killRound(ctx context.Context, i int) (bool, error) {
 		b.res.AbortFirstMs = append(b.res.AbortFirstMs, float64(first-tk)/1e6)
 		b.res.VictimExitMs = append(b.res.VictimExitMs, gone)
 		b.res.ResumeMs = append(b.res.ResumeMs, resume)
+		var redials uint64
+		for _, s := range b.live() {
+			redials += s.done.Links - s.abort.Links
+		}
+		b.res.Redials = append(b.res.Redials, float64(redials))
 		progress("kill %d: %s; victim gone after %.1f ms; survivors aborted after %.1f ms (first %.1f ms), resumed after %.1f ms",
 			i+1, v.proc.Name(), gone, abort, float64(first-tk)/1e6, resume)
 	}
@@ -559,6 +568,7 @@ func (b *bench) summary() result {
 	r.AbortMsP50, r.AbortMsP99 = percentile(r.AbortMs, 50), percentile(r.AbortMs, 99)
 	r.ResumeMsP50, r.ResumeMsP99 = percentile(r.ResumeMs, 50), percentile(r.ResumeMs, 99)
 	r.StallMsP50, r.StallMsP99 = percentile(r.StallMs, 50), percentile(r.StallMs, 99)
+	r.RedialsPerKill = percentile(r.Redials, 50)
 	r.OpSecondsMedian = percentile(b.opSecs, 50)
 	var after []float64
 	for i := range r.AbortMs {

@@ -39,6 +39,7 @@ type peerEvent struct {
 	OK       bool    `json:"ok,omitempty"`       // op_done: every element right
 	Restored bool    `json:"restored,omitempty"` // aborted: the buffer hash equals the one before the call
 	Kind     string  `json:"kind,omitempty"`     // aborted, exit: which sentinel error
+	Links    uint64  `json:"links,omitempty"`    // op_done, aborted: data connections opened so far
 	Detail   string  `json:"detail,omitempty"`
 }
 
@@ -130,7 +131,8 @@ func peerMain() int {
 		t0 := time.Now()
 		err = comm.AllReduce(ctx, b, b, desc)
 		if err == nil {
-			ev := peerEvent{Event: "op_done", Seq: seq, Rank: rank, World: world, Seconds: time.Since(t0).Seconds(), OK: true}
+			ev := peerEvent{Event: "op_done", Seq: seq, Rank: rank, World: world, Seconds: time.Since(t0).Seconds(), OK: true,
+				Links: comm.Stats().LinksOpened}
 			ev.T = time.Now().UnixNano()
 			if m := workload.CheckUniform(buf, world); m != nil {
 				ev.OK, ev.Detail = false, m.Error()
@@ -139,7 +141,8 @@ func peerMain() int {
 			fill = true
 			continue
 		}
-		ev := peerEvent{Event: "aborted", Seq: seq, Rank: rank, World: world, Kind: errorKind(err), Detail: err.Error()}
+		ev := peerEvent{Event: "aborted", Seq: seq, Rank: rank, World: world, Kind: errorKind(err), Detail: err.Error(),
+			Links: comm.Stats().LinksOpened}
 		ev.T = time.Now().UnixNano()
 		ev.Restored = workload.Hash(b) == before
 		cluster.Emit(ev)

@@ -1,0 +1,327 @@
+package pccl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// bubble is a master and peers on one in-memory network inside a synctest bubble: time is the
+// bubble's fake clock, so link latency and bandwidth are exact and nothing depends on the machine's
+// load.
+type bubble struct {
+	t     *testing.T
+	net   *pccl.Network
+	srv   *master.Server
+	stop  context.CancelFunc
+	done  chan error
+	hosts []string
+}
+
+const bubbleMaster = "master:7000"
+
+func newBubble(t *testing.T) *bubble {
+	b := &bubble{t: t, net: pccl.NewNetwork(), done: make(chan error, 1)}
+	ln, err := b.net.Host("master").Listen(bubbleMaster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srv = master.NewServer(master.ServerConfig{Config: master.Config{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stop = cancel
+	go func() { b.done <- b.srv.Serve(ctx, ln) }()
+	return b
+}
+
+// close stops the master; every communicator must be closed before.
+func (b *bubble) close() {
+	b.stop()
+	if err := <-b.done; err != nil {
+		b.t.Errorf("master: %v", err)
+	}
+}
+
+// start connects n peers whose links all have the given latency and bandwidth, and admits them.
+func (b *bubble) start(ctx context.Context, n int, link pccl.LinkConfig) []*pccl.Communicator {
+	b.t.Helper()
+	for i := range n {
+		b.hosts = append(b.hosts, fmt.Sprintf("peer%d", i+1))
+	}
+	for _, from := range b.hosts {
+		for _, to := range b.hosts {
+			if from != to {
+				b.net.SetLink(from, to, link)
+			}
+		}
+	}
+	comms := make([]*pccl.Communicator, n)
+	errs := make([]error, n)
+	connect := func(i int) {
+		comms[i], errs[i] = pccl.Connect(ctx, pccl.Config{Master: bubbleMaster, ListenAddr: b.hosts[i] + ":9000",
+			Transport: b.net.Host(b.hosts[i]), PartBytes: 16 << 10})
+	}
+	connect(0)
+	if errs[0] != nil {
+		b.t.Fatal(errs[0])
+	}
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Go(func() { connect(i) })
+	}
+	for len(b.srv.Snapshot().Peers) < n {
+		time.Sleep(time.Millisecond) // the bubble's clock: other goroutines run meanwhile
+	}
+	if err := comms[0].UpdateTopology(ctx); err != nil {
+		b.t.Fatal(err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			b.t.Fatalf("peer %d: %v", i, err)
+		}
+	}
+	return comms
+}
+
+// inputs returns each peer's buffer for a sum: peer i, element j holds i*1000+j+seed (exact in
+// float32 for the sizes used), and the expected sum.
+func inputs(n, count, seed int) ([][]float32, []float32) {
+	bufs := make([][]float32, n)
+	want := make([]float32, count)
+	for i := range bufs {
+		bufs[i] = make([]float32, count)
+		for j := range bufs[i] {
+			v := float32((i*1000 + j + seed) % 4096)
+			bufs[i][j] = v
+			want[j] += v
+		}
+	}
+	return bufs, want
+}
+
+func checkSum(t *testing.T, who string, got, want []float32) {
+	t.Helper()
+	for j := range want {
+		if got[j] != want[j] {
+			t.Fatalf("%s: element %d is %v, want %v", who, j, got[j], want[j])
+		}
+	}
+}
+
+// TestBubbleCrashAndRetry runs a group of four in a bubble: an AllReduce, a peer crash mid-operation
+// (the survivors get ErrPeerLeft and their buffers back untouched), UpdateTopology, and a correct
+// retry. Only the links next to the crashed peer are dialled again.
+func TestBubbleCrashAndRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := newBubble(t)
+		defer b.close()
+		comms := b.start(ctx, 4, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6})
+		defer closeAll(comms)
+		const count = 1 << 16
+		desc := pccl.Desc{Tag: 3, Count: count, DType: pccl.F32, Op: pccl.Sum}
+
+		bufs, want := inputs(4, count, 0)
+		errs := each(comms, func(i int, c *pccl.Communicator) error {
+			return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), desc)
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d: %v", i, err)
+			}
+			checkSum(t, fmt.Sprintf("peer %d", i), bufs[i], want)
+		}
+
+		// Crash peer 2 while the next AllReduce moves data.
+		const victim = 2
+		before := make([]pccl.Stats, 4)
+		for i, c := range comms {
+			before[i] = c.Stats()
+		}
+		bufs, _ = inputs(4, count, 1)
+		orig, _ := inputs(4, count, 1)
+		var wg sync.WaitGroup
+		for i, c := range comms {
+			wg.Go(func() {
+				errs[i] = c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), desc)
+			})
+		}
+		time.Sleep(2 * time.Millisecond)
+		b.net.Crash(b.hosts[victim])
+		wg.Wait()
+		comms[victim].Close()
+		var survivors []*pccl.Communicator
+		var sbufs [][]float32
+		for i, c := range comms {
+			if i == victim {
+				continue
+			}
+			if !errors.Is(errs[i], pccl.ErrPeerLeft) {
+				t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, errs[i])
+			}
+			checkSum(t, fmt.Sprintf("survivor %d's untouched buffer", i), bufs[i], orig[i])
+			survivors = append(survivors, c)
+			sbufs = append(sbufs, bufs[i])
+		}
+		swant := make([]float32, count)
+		for _, sb := range sbufs {
+			for j, v := range sb {
+				swant[j] += v
+			}
+		}
+		errs = each(survivors, func(i int, c *pccl.Communicator) error {
+			if err := c.UpdateTopology(ctx); err != nil {
+				return err
+			}
+			return c.AllReduce(ctx, pccl.Bytes(sbufs[i]), pccl.Bytes(sbufs[i]), desc)
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("survivor %d retry: %v", i, err)
+			}
+			if w := survivors[i].WorldSize(); w != 3 {
+				t.Fatalf("survivor %d: world size %d after the crash, want 3", i, w)
+			}
+			checkSum(t, fmt.Sprintf("survivor %d retry", i), sbufs[i], swant)
+		}
+		// Only the victim's predecessor had to dial a new successor.
+		var opened uint64
+		for i, c := range comms {
+			if i != victim {
+				opened += c.Stats().LinksOpened - before[i].LinksOpened
+			}
+		}
+		if opened != 1 {
+			t.Fatalf("survivors opened %d links after the crash, want 1 (the victim's predecessor's pool)", opened)
+		}
+	})
+}
+
+// TestBubbleCancelOneOfThreeTags runs three tags at once on three peers and cancels one caller's
+// context mid-operation: that tag fails everywhere, the other two complete with correct results, and
+// the links stay up for them.
+func TestBubbleCancelOneOfThreeTags(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := newBubble(t)
+		defer b.close()
+		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		defer closeAll(comms)
+		const count = 1 << 16
+		opened := make([]uint64, 3)
+		for i, c := range comms {
+			opened[i] = c.Stats().LinksOpened
+		}
+
+		type result struct {
+			bufs [][]float32
+			want []float32
+			errs []error
+		}
+		results := make([]result, 3)
+		cancelCtx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for tag := range 3 {
+			r := &results[tag]
+			r.bufs, r.want = inputs(3, count, 100*tag)
+			r.errs = make([]error, 3)
+			for i, c := range comms {
+				callCtx := ctx
+				if tag == 1 && i == 0 {
+					callCtx = cancelCtx
+				}
+				wg.Go(func() {
+					d := pccl.Desc{Tag: uint64(10 + tag), Count: count, DType: pccl.F32, Op: pccl.Sum}
+					r.errs[i] = c.AllReduce(callCtx, pccl.Bytes(r.bufs[i]), pccl.Bytes(r.bufs[i]), d)
+				})
+			}
+		}
+		// The three collectives share each link; 5 ms in, tag 11 is mid-transfer.
+		time.Sleep(5 * time.Millisecond)
+		cancel()
+		wg.Wait()
+
+		for tag := range 3 {
+			r := results[tag]
+			for i := range comms {
+				who := fmt.Sprintf("tag %d peer %d", 10+tag, i)
+				if tag != 1 {
+					if r.errs[i] != nil {
+						t.Fatalf("%s: %v", who, r.errs[i])
+					}
+					checkSum(t, who, r.bufs[i], r.want)
+					continue
+				}
+				switch {
+				case i == 0 && !errors.Is(r.errs[i], context.Canceled):
+					t.Fatalf("%s: %v, want the caller's context.Canceled", who, r.errs[i])
+				case i != 0 && !errors.Is(r.errs[i], pccl.ErrAborted):
+					t.Fatalf("%s: %v, want ErrAborted", who, r.errs[i])
+				}
+				orig, _ := inputs(3, count, 100*tag)
+				checkSum(t, who+"'s untouched buffer", r.bufs[i], orig[i])
+			}
+		}
+		for i, c := range comms {
+			if n := c.Stats().LinksOpened; n != opened[i] {
+				t.Fatalf("peer %d opened %d links during the operations", i, n-opened[i])
+			}
+		}
+		// The group goes on without re-wiring.
+		bufs, want := inputs(3, count, 7)
+		errs := each(comms, func(i int, c *pccl.Communicator) error {
+			return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), pccl.Desc{Tag: 11, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d after the cancel: %v", i, err)
+			}
+			checkSum(t, fmt.Sprintf("peer %d after the cancel", i), bufs[i], want)
+		}
+	})
+}
+
+// TestBubbleSilentLinkIsReported cuts two neighbours apart mid-operation while both still reach the
+// master: no connection closes and no heartbeat stops, so only the data path's progress deadline can
+// tell. Every caller gets ErrPeerLeft instead of hanging.
+func TestBubbleSilentLinkIsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := newBubble(t)
+		defer b.close()
+		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		defer closeAll(comms)
+		const count = 1 << 16
+		bufs, _ := inputs(3, count, 0)
+		orig, _ := inputs(3, count, 0)
+		desc := pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum}
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for i, c := range comms {
+			wg.Go(func() {
+				errs[i] = c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), desc)
+			})
+		}
+		time.Sleep(3 * time.Millisecond)
+		b.net.Partition(b.hosts[0], b.hosts[1])
+		wg.Wait()
+		for i, err := range errs {
+			if !errors.Is(err, pccl.ErrPeerLeft) {
+				t.Fatalf("peer %d: %v, want ErrPeerLeft", i, err)
+			}
+			checkSum(t, fmt.Sprintf("peer %d's untouched buffer", i), bufs[i], orig[i])
+		}
+		// The default progress floor (10s) decides, well before the master timeout would.
+		if took := time.Since(start); took < 10*time.Second || took > 20*time.Second {
+			t.Fatalf("the silent link was reported after %v of bubble time, want the 10s progress floor", took)
+		}
+	})
+}
