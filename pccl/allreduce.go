@@ -165,7 +165,7 @@ func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h 
 		}
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	code := wire.CodePeerLeft
+	code := codeOf(err)
 	if ctx.Err() != nil {
 		code = wire.CodeAborted
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -322,6 +323,38 @@ func TestBubbleSilentLinkIsReported(t *testing.T) {
 		// The default progress floor (10s) decides, well before the master timeout would.
 		if took := time.Since(start); took < 10*time.Second || took > 20*time.Second {
 			t.Fatalf("the silent link was reported after %v of bubble time, want the 10s progress floor", took)
+		}
+	})
+}
+
+// TestBubbleNonFiniteQuantizedResultIsNotRetryable feeds an infinity into a quantized AllReduce: the
+// owner of the chunk cannot encode its result, and every peer gets ErrLocalFailure, which Retryable
+// rejects, with its buffer untouched, so no retry loop spins on it.
+func TestBubbleNonFiniteQuantizedResultIsNotRetryable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := newBubble(t)
+		defer b.close()
+		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		defer closeAll(comms)
+		const count = 4096
+		bufs, _ := inputs(3, count, 3)
+		bufs[1][count/2] = float32(math.Inf(1))
+		orig, _ := inputs(3, count, 3)
+		orig[1][count/2] = float32(math.Inf(1))
+		d := pccl.Desc{Tag: 5, Count: count, DType: pccl.F32, Op: pccl.Sum, Quant: pccl.MinMaxU8}
+		errs := each(comms, func(i int, c *pccl.Communicator) error {
+			return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), d)
+		})
+		for i, err := range errs {
+			if !errors.Is(err, pccl.ErrLocalFailure) || pccl.Retryable(err) {
+				t.Fatalf("peer %d: %v, want a non-retryable ErrLocalFailure", i, err)
+			}
+			for j := range orig[i] {
+				if math.Float32bits(bufs[i][j]) != math.Float32bits(orig[i][j]) {
+					t.Fatalf("peer %d: element %d changed to %v", i, j, bufs[i][j])
+				}
+			}
 		}
 	})
 }

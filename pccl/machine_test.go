@@ -285,6 +285,8 @@ func codeNamed(t *testing.T, name string) wire.Code {
 		return wire.CodeMismatch
 	case "too-few":
 		return wire.CodeTooFewPeers
+	case "local-failure":
+		return wire.CodeLocalFailure
 	}
 	t.Fatalf("unknown code %q", name)
 	return 0
@@ -303,7 +305,7 @@ func errorKinds(err error) string {
 		{"peer-left", ErrPeerLeft}, {"aborted", ErrAborted}, {"too-few-peers", ErrTooFewPeers},
 		{"kicked", ErrKicked}, {"closed", ErrClosed}, {"mismatch", ErrDescriptorMismatch},
 		{"master-lost", ErrMasterLost}, {"busy", ErrBusy}, {"invalid", ErrInvalid}, {"sync", ErrSync},
-		{"canceled", context.Canceled},
+		{"local-failure", ErrLocalFailure}, {"canceled", context.Canceled},
 	} {
 		if errors.Is(err, k.err) {
 			kinds = append(kinds, k.name)
