@@ -1,6 +1,8 @@
 package pccl
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"time"
@@ -20,6 +22,13 @@ type Config struct {
 	AdvertiseAddr string
 	// Site names the datacenter or region this peer runs in, for the status page and topology.
 	Site string
+	// Group is the peer group this peer joins (a 32-bit id, as in PCCL): shared state and collectives
+	// span one group, and each group has its own ring and epochs under the one master. Default 0.
+	Group uint32
+	// ID is the identity this peer asks for. A peer that keeps its ID across a reconnection is known
+	// again by the master; two live peers cannot hold the same ID. Default 0: a random ID is drawn at
+	// Connect.
+	ID uint64
 	// PoolSize is the number of connections to the ring successor; concurrent collectives spread over
 	// them by sequence number. Default 1 (LAN preset); the WAN preset uses 4.
 	PoolSize int
@@ -50,6 +59,9 @@ func WAN() Config {
 }
 
 func (c Config) withDefaults() Config {
+	if c.ID == 0 {
+		c.ID = randomID()
+	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:0"
 	}
@@ -91,4 +103,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Config.MasterTimeout is %v, must be >= 0", ErrInvalid, c.MasterTimeout)
 	}
 	return nil
+}
+
+// randomID draws a peer identity: 48 random bits, never zero, so that it stays exact wherever it is
+// handled as a float64 (the status page's JavaScript).
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[2:]); err != nil {
+			panic(fmt.Sprintf("pccl: no randomness for a peer id: %v", err))
+		}
+		if id := binary.BigEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
 }
