@@ -62,8 +62,9 @@ func TestRecoverySmall(t *testing.T) {
 	for _, n := range r.StalledPeerExit {
 		outcomes += n
 	}
-	if outcomes != 1 {
-		t.Fatalf("stalled peer outcomes %v", r.StalledPeerExit)
+	// A stall that landed after a call had finished is repeated, and its peer's outcome counts too.
+	if outcomes < r.StallSamples {
+		t.Fatalf("stalled peer outcomes %v for %d stall samples", r.StalledPeerExit, r.StallSamples)
 	}
 	if r.StalledPeerExit["stuck (killed)"] != 0 {
 		t.Fatalf("the stopped peer neither left nor rejoined after SIGCONT: %v", r.StalledPeerExit)
