@@ -72,6 +72,8 @@ type Machine struct {
 	ids   []PeerID // sorted ids of peers, for deterministic iteration
 	conns map[ConnID]PeerID
 
+	silence silenceHeap // peers by last sign of life, for the heartbeat deadline
+
 	groups map[GroupID]*group
 	gids   []GroupID // sorted ids of groups, for deterministic iteration
 
