@@ -207,7 +207,10 @@ func (m *Machine) Snapshot(now time.Time) Snapshot {
 	}
 	for _, gid := range m.gids {
 		g := m.groups[gid]
-		gi := GroupInfo{ID: gid, Epoch: g.epoch, Ring: slices.Clone(g.ring), Bandwidth: m.bandwidthMatrix(g.ring)}
+		gi := GroupInfo{ID: gid, Epoch: g.epoch, Ring: slices.Clone(g.ring)}
+		if len(g.ring) <= MaxMatrixPeers {
+			gi.Bandwidth = m.bandwidthMatrix(g.ring)
+		}
 		for _, tag := range g.tags() {
 			o := g.ops[tag]
 			info := OpInfo{Tag: tag, Seq: o.seq, Count: o.desc.Count, Voted: len(o.voters), Done: len(o.done),

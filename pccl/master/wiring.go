@@ -71,10 +71,7 @@ func (m *Machine) checkTopology(g *group) {
 
 // startRound begins wiring a ring made of g's ring in force plus every registered peer of g.
 func (m *Machine) startRound(g *group) {
-	ring := slices.Clone(g.ring)
-	for _, id := range m.registered(g) {
-		ring = m.placeNewcomer(ring, id)
-	}
+	ring := m.placeNewcomers(slices.Clone(g.ring), m.registered(g))
 	if len(ring) == 0 {
 		return
 	}
