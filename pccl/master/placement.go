@@ -54,6 +54,7 @@ type placer struct {
 	cost    []float64 // cost[i] is the cost of the link ring[i] -> ring[i+1 mod n]
 	hop     []float64 // hop[i] is the hop time of the same link
 	to, fro []float64 // scratch: to[i] is the cost of ring[i] -> newcomer, fro[i] of newcomer -> ring[i]
+	priced  int       // links of the ring that cost less than an unknown link between sites (10*worst)
 }
 
 // linkCost is costMatrix's entry for the link a -> b of peers at sites sa and sb.
@@ -81,7 +82,21 @@ func (pl *placer) links() {
 		b := pl.ring[j]
 		pl.cost[i] = pl.linkCost(a, b, pl.site[i], pl.site[j])
 		pl.hop[i] = pl.linkHop(a, b, pl.cost[i])
+		if pl.cost[i] != pl.unknown() {
+			pl.priced++
+		}
 	}
+}
+
+// unknown is the cost of a link never measured between peers of different or unnamed sites: the
+// highest cost there is.
+func (pl *placer) unknown() float64 { return 10 * pl.worst }
+
+// indifferent reports whether every position of the ring is as good as any other for a newcomer at
+// site: nothing was measured, the newcomer names no site, and every link of the ring is an unknown
+// one, so that every insertion gives the same bottleneck and fill, and placeNewcomer appends.
+func (pl *placer) indifferent(site string) bool {
+	return len(pl.m.bw) == 0 && len(pl.m.lat) == 0 && site == "" && pl.priced == 0
 }
 
 // place inserts id as placeNewcomer does: at the position atsp.InsertCheapest picks under the
@@ -95,6 +110,15 @@ func (pl *placer) place(id PeerID) {
 		if len(pl.ring) == 2 {
 			pl.links()
 		}
+		return
+	}
+	if pl.indifferent(site) {
+		// Append in O(1): the links to and from the newcomer are unknown ones too, so every link of
+		// the ring stays unknown.
+		u, last := pl.unknown(), k-1
+		pl.cost[last], pl.hop[last] = u, pl.linkHop(pl.ring[last], id, u)
+		pl.cost, pl.hop = append(pl.cost, u), append(pl.hop, pl.linkHop(id, pl.ring[0], u))
+		pl.ring, pl.site = append(pl.ring, id), append(pl.site, site)
 		return
 	}
 	pl.to, pl.fro = pl.to[:0], pl.fro[:0]
@@ -169,6 +193,15 @@ func (pl *placer) score(id PeerID, at int) rscore {
 func (pl *placer) insert(id PeerID, site string, at int) {
 	succ := (at + 1) % len(pl.ring)
 	in, out := pl.to[at], pl.fro[succ]
+	if pl.cost[at] != pl.unknown() {
+		pl.priced--
+	}
+	if in != pl.unknown() {
+		pl.priced++
+	}
+	if out != pl.unknown() {
+		pl.priced++
+	}
 	pl.cost[at], pl.hop[at] = in, pl.linkHop(pl.ring[at], id, in)
 	pl.cost = slices.Insert(pl.cost, at+1, out)
 	pl.hop = slices.Insert(pl.hop, at+1, pl.linkHop(id, pl.ring[succ], out))
