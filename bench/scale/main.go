@@ -36,6 +36,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -81,7 +82,7 @@ type options struct {
 	cpuprofile string        // CPU profile file, if any
 }
 
-func parse(args []string, stderr *os.File) (options, error) {
+func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
@@ -112,7 +113,7 @@ func parse(args []string, stderr *os.File) (options, error) {
 	return o, nil
 }
 
-func run(ctx context.Context, args []string, stdout, stderr *os.File) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parse(args, stderr)
 	if err != nil {
 		return err
