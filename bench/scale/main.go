@@ -162,12 +162,12 @@ func sizesUpTo(n int) []int {
 }
 
 // cyclesFor picks the steady-state cycles at n peers: about 300,000 events (a cycle is about ten
-// events per peer), at least 2.
+// events per peer), in whole heartbeat timeouts (window), at least one.
 func cyclesFor(n, fixed int) int {
 	if fixed > 0 {
 		return fixed
 	}
-	return max(2, 30000/n)
+	return max(1, (30000/n+window/2)/window) * window
 }
 
 func simulated(ctx context.Context, o options, progress func(string, ...any)) (simulatedResult, error) {

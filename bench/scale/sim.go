@@ -73,12 +73,21 @@ type cluster struct {
 	tally  tally
 	costs  map[string]*cost
 	rev    uint64 // shared-state revision of the last sync
-	digest []byte // every peer's state digest
-	hb     time.Duration
+
+	connectBytes int64  // bytes of the Connect frames the master sent
+	connectEpoch uint64 // epoch of the Connect last encoded, and its frame's size
+	connectSize  int64
+	digest       []byte // every peer's state digest
+	hb           time.Duration
 }
 
 // heartbeatInterval is the simulated peers' heartbeat interval (the LAN preset).
 const heartbeatInterval = 250 * time.Millisecond
+
+// window is the number of cycles (a heartbeat interval each) in one heartbeat timeout of the LAN
+// preset (6). The silence heap re-examines each peer about once per timeout, so a measurement over a
+// whole number of windows takes in that work evenly.
+var window = int(master.LAN().HeartbeatTimeout / master.LAN().HeartbeatInterval)
 
 func newCluster() *cluster {
 	cfg := master.LAN()
@@ -141,6 +150,11 @@ func (c *cluster) deliver(a master.Action) {
 		case *wire.Connect:
 			p.epoch, p.linked = msg.Epoch, false
 			c.tally.connects++
+			if msg.Epoch != c.connectEpoch {
+				// Every Connect of a round is the same ring: encode one.
+				c.connectEpoch, c.connectSize = msg.Epoch, int64(len(wire.AppendFrame(nil, msg)))
+			}
+			c.connectBytes += c.connectSize
 		case *wire.Topology:
 			p.accepted = true
 			c.tally.topologies++
@@ -342,8 +356,11 @@ type simResult struct {
 	DeathRecoverUs float64 `json:"death_recover_us"`  // the same through the re-wired ring
 	SyncUs         float64 `json:"sync_us"`           // one shared-state sync
 	StatusPageUs   float64 `json:"status_page_us"`    // the status page and status.json
-	StatusBytes    int     `json:"status_bytes"`
-	Checks         checks  `json:"checks"`
+	// RewireBytes is the size of the Connect frames of the wiring round after the death: every member
+	// gets the whole ring, so it grows with the square of the ring.
+	RewireBytes int64  `json:"rewire_connect_bytes"`
+	StatusBytes int    `json:"status_bytes"`
+	Checks      checks `json:"checks"`
 }
 
 type kindCost struct {
@@ -392,7 +409,12 @@ func runSimulated(n, cycles int, progress func(string, ...any)) (simResult, erro
 	r.Checks.AllAccepted = c.accepted() == n && len(c.m.Snapshot(c.now).Ring) == n
 	progress("n=%d: %d peers accepted in %.1f ms of CPU time in Step", n, c.accepted(), r.AdmitAllUs/1e3)
 
-	// The steady state, measured apart from the operations.
+	// The steady state, measured apart from the operations. One heartbeat timeout's worth of cycles
+	// runs first, off the record: every peer joined at the same instant, so the first expiry of the
+	// heartbeat deadlines comes in one burst, which the steady state never sees again.
+	for i := range window {
+		c.cycle(uint64(i%4 + 1))
+	}
 	before := c.tally
 	before.outcomes = map[wire.Code]int{wire.CodeOK: c.tally.outcomes[wire.CodeOK]}
 	c.costs = map[string]*cost{}
@@ -438,8 +460,9 @@ func runSimulated(n, cycles int, progress func(string, ...any)) (simResult, erro
 	recover.add(c.batch("done", c.each(true, func(p *simPeer) wire.Message {
 		return &wire.Done{Tag: 9, Seq: p.seq, Code: wire.CodePeerLeft, Detail: "neighbour gone"}
 	})))
-	changedBefore := c.tally.changed
+	changedBefore, bytesBefore := c.tally.changed, c.connectBytes
 	recover.add(c.updateTopology())
+	r.RewireBytes = c.connectBytes - bytesBefore
 	r.DeathRecoverUs = us(recover)
 	ring := c.m.Snapshot(c.now).Ring
 	r.Checks.DeathAborted = aborted == n
