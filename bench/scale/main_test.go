@@ -22,7 +22,7 @@ import (
 func TestSimulatedProtocol(t *testing.T) {
 	const n = 50
 	c := newCluster()
-	c.join("hello", n)
+	c.join("hello", n, false)
 	c.link("links_ready")
 	c.updateTopology()
 	s := c.m.Snapshot(c.now)

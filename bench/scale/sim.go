@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http/httptest"
 	"runtime"
 	"slices"
@@ -77,8 +78,10 @@ type cluster struct {
 	connectBytes int64  // bytes of the Connect frames the master sent
 	connectEpoch uint64 // epoch of the Connect last encoded, and its frame's size
 	connectSize  int64
-	digest       []byte // every peer's state digest
-	hb           time.Duration
+
+	rng    *rand.Rand // ids chosen by peers
+	digest []byte     // every peer's state digest
+	hb     time.Duration
 }
 
 // heartbeatInterval is the simulated peers' heartbeat interval (the LAN preset).
@@ -100,6 +103,7 @@ func newCluster() *cluster {
 		costs:  map[string]*cost{},
 		digest: sharedstate.EncodeDigest(d),
 		hb:     cfg.HeartbeatInterval,
+		rng:    rand.New(rand.NewPCG(1, 2)),
 	}
 }
 
@@ -202,14 +206,20 @@ func (c *cluster) each(accepted bool, msg func(p *simPeer) wire.Message) []maste
 	return ins
 }
 
-// join connects k new peers, each with a Hello, in one batch of kind.
-func (c *cluster) join(kind string, k int) cost {
+// join connects k new peers, each with a Hello, in one batch of kind. With chosen, each chooses a
+// random 64-bit id, as peers that keep their id across reconnections should; otherwise the master
+// assigns the connection number.
+func (c *cluster) join(kind string, k int, chosen bool) cost {
 	ins := make([]master.Input, 0, k)
 	for range k {
 		p := &simPeer{conn: master.ConnID(len(c.peers) + 1)}
 		c.peers = append(c.peers, p)
 		c.byConn[p.conn] = p
-		ins = append(ins, master.Received{Conn: p.conn, Msg: &wire.Hello{Addr: fmt.Sprintf("10.0.%d.%d:7000", p.conn/256, p.conn%256)}})
+		h := &wire.Hello{Addr: fmt.Sprintf("10.0.%d.%d:7000", p.conn/256, p.conn%256)}
+		if chosen {
+			h.Peer = c.rng.Uint64() | 1<<63
+		}
+		ins = append(ins, master.Received{Conn: p.conn, Msg: h})
 	}
 	return c.batch(kind, ins)
 }
@@ -348,14 +358,15 @@ type simResult struct {
 	// PerKind is the cost per event of each kind of input of the steady state.
 	PerKind map[string]kindCost `json:"per_kind"`
 	// Operations are whole protocol operations at this size, in microseconds of CPU time in Step.
-	AdmitAllUs     float64 `json:"admit_all_us"`      // wiring in every peer but the first at once
-	AdmitPerPeerNs float64 `json:"admit_per_peer_ns"` // the same per admitted peer
-	CollectiveUs   float64 `json:"collective_us"`     // one AllReduce over every peer: votes and Dones
-	JoinUs         float64 `json:"join_us"`           // one newcomer: Hello, UpdateTopology, wiring round
-	DeathAbortUs   float64 `json:"death_abort_us"`    // one peer dies mid-collective: the abort
-	DeathRecoverUs float64 `json:"death_recover_us"`  // the same through the re-wired ring
-	SyncUs         float64 `json:"sync_us"`           // one shared-state sync
-	StatusPageUs   float64 `json:"status_page_us"`    // the status page and status.json
+	HelloNs        float64 `json:"hello_ns_per_event"` // a Hello of the bootstrap, the master assigning ids
+	AdmitAllUs     float64 `json:"admit_all_us"`       // wiring in every peer but the first at once
+	AdmitPerPeerNs float64 `json:"admit_per_peer_ns"`  // the same per admitted peer
+	CollectiveUs   float64 `json:"collective_us"`      // one AllReduce over every peer: votes and Dones
+	JoinUs         float64 `json:"join_us"`            // one newcomer choosing a random id: Hello, UpdateTopology, wiring round
+	DeathAbortUs   float64 `json:"death_abort_us"`     // one peer dies mid-collective: the abort
+	DeathRecoverUs float64 `json:"death_recover_us"`   // the same through the re-wired ring
+	SyncUs         float64 `json:"sync_us"`            // one shared-state sync
+	StatusPageUs   float64 `json:"status_page_us"`     // the status page and status.json
 	// RewireBytes is the size of the Connect frames of the wiring round after the death: every member
 	// gets the whole ring, so it grows with the square of the ring.
 	RewireBytes int64  `json:"rewire_connect_bytes"`
@@ -399,7 +410,8 @@ func runSimulated(n, cycles int, progress func(string, ...any)) (simResult, erro
 	us := func(k cost) float64 { return float64(k.Nanos) / 1e3 }
 
 	// Bootstrap: the first Hello is wired alone; the accepted peer's UpdateTopology admits the rest.
-	c.join("hello", n)
+	hello := c.join("hello", n, false)
+	r.HelloNs = hello.perEvent()
 	c.link("links_ready")
 	admit := c.updateTopology()
 	r.AdmitAllUs = us(admit)
@@ -443,7 +455,7 @@ func runSimulated(n, cycles int, progress func(string, ...any)) (simResult, erro
 	r.SyncUs = us(c.sync())
 
 	topoBefore := c.tally.changed
-	join := c.join("hello", 1)
+	join := c.join("hello", 1, true)
 	join.add(c.updateTopology())
 	r.JoinUs = us(join)
 	r.Checks.NewcomerJoined = c.accepted() == n+1 && c.tally.changed-topoBefore == n+1
