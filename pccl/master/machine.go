@@ -65,6 +65,13 @@ func (Note) isAction() {}
 //
 // Membership (the peer table, heartbeats, kicks) is global; everything else lives in the group each
 // peer joined (see group). The package documentation describes the message flow and the states.
+//
+// An input costs O(1) amortized in the number of peers n, not a scan of them: votes are counted, the
+// members of a wiring round, a sync and a collective are indexed, and the heartbeat deadlines sit in
+// a heap. What answers every peer costs O(n): the vote that completes a round, a departure (its
+// aborts), a wiring round; so does placing a newcomer in the ring (O(1) while nothing was measured
+// and the newcomer names no site). A Hello or a departure also moves up to 8n bytes to keep the
+// sorted id lists. bench/scale measures these costs from 100 to 10,000 peers.
 type Machine struct {
 	cfg   Config
 	now   time.Time
