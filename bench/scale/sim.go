@@ -28,8 +28,9 @@ type simPeer struct {
 
 // tally counts what the master sent, for the protocol checks.
 type tally struct {
-	welcomes, connects, topologies, changed, commences, pending, syncPlans, syncCompletes, acks, kicks int
-	outcomes                                                                                           map[wire.Code]int
+	welcomes, connects, topologies, changed, commences int
+	pending, syncPlans, syncCompletes, acks, kicks     int
+	outcomes                                           map[wire.Code]int
 }
 
 // cost is the measured cost of a kind of input: how many were stepped, the CPU time and the wall time
