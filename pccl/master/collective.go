@@ -16,6 +16,8 @@ type op struct {
 	seq      uint64          // 0 until it commenced
 	epoch    uint64
 	members  []PeerID        // participants once it commenced, ring order
+	ring     []PeerID        // the ring it commenced on; unlike members, kept whole when one leaves
+	pos      map[PeerID]int  // index in ring of each member still present
 	done     map[PeerID]bool // participants that reported Done
 	told     map[PeerID]bool // participants that received their Outcome
 	failed   bool
@@ -44,8 +46,9 @@ func (m *Machine) abortAll(g *group, gone PeerID, detail string) {
 			m.dropVoting(g, o)
 			continue
 		}
-		if i := slices.Index(o.members, gone); i >= 0 {
-			o.members = slices.Delete(o.members, i, i+1)
+		if o.isMember(gone) {
+			o.members = slices.DeleteFunc(o.members, func(id PeerID) bool { return id == gone })
+			delete(o.pos, gone)
 			delete(o.done, gone)
 			delete(o.told, gone)
 		}
@@ -73,7 +76,7 @@ func (m *Machine) fail(g *group, o *op, code wire.Code, detail string) {
 		m.counters.OpsAborted++
 		m.gnote(g, "aborted", 0, "tag %d seq %d: %s: %s", o.tag, o.seq, code, detail)
 	}
-	for _, id := range m.opPeers(o) {
+	for _, id := range m.opPeers(g, o) {
 		if !o.told[id] {
 			o.told[id] = true
 			m.send(id, &wire.Outcome{Tag: o.tag, Seq: o.seq, Code: code, Detail: detail})
@@ -81,13 +84,14 @@ func (m *Machine) fail(g *group, o *op, code wire.Code, detail string) {
 	}
 }
 
-// opPeers returns who is in o: the voters before it commenced, the members after.
-func (m *Machine) opPeers(o *op) []PeerID {
+// opPeers returns who is in o, an op of g: the voters before it commenced (sorted; every voter is an
+// accepted peer of g), the members after.
+func (m *Machine) opPeers(g *group, o *op) []PeerID {
 	if o.seq != 0 {
 		return o.members
 	}
-	var ids []PeerID
-	for _, id := range m.ids {
+	ids := make([]PeerID, 0, len(o.voters))
+	for _, id := range m.accepted(g) {
 		if o.voters[id] {
 			ids = append(ids, id)
 		}
@@ -95,10 +99,28 @@ func (m *Machine) opPeers(o *op) []PeerID {
 	return ids
 }
 
+// isMember reports whether id takes part in o, which commenced, and is still present.
+func (o *op) isMember(id PeerID) bool {
+	_, ok := o.pos[id]
+	return ok
+}
+
+// successor returns the member that follows id in o's ring, skipping members that left, or 0 when id
+// is the last one present.
+func (o *op) successor(id PeerID) PeerID {
+	i, n := o.pos[id], len(o.ring)
+	for k := 1; k < n; k++ {
+		if q := o.ring[(i+k)%n]; o.isMember(q) {
+			return q
+		}
+	}
+	return 0
+}
+
 // busy reports whether p takes part in a commenced collective it has not finished.
 func (m *Machine) busy(p *peer) bool {
 	for _, o := range p.group.ops {
-		if o.seq != 0 && slices.Contains(o.members, p.id) && !o.done[p.id] {
+		if o.seq != 0 && o.isMember(p.id) && !o.done[p.id] {
 			return true
 		}
 	}
@@ -128,7 +150,7 @@ func (m *Machine) initiate(p *peer, v *wire.Initiate) {
 		g.ops[v.Tag] = o
 	}
 	switch {
-	case o.seq != 0 && slices.Contains(o.members, p.id) && !o.done[p.id]:
+	case o.seq != 0 && o.isMember(p.id) && !o.done[p.id]:
 		m.kick(p.id, fmt.Sprintf("collective on tag %d started while the previous one on it is running", v.Tag))
 		return
 	case o.seq != 0 || o.voters[p.id]:
@@ -161,10 +183,10 @@ func (m *Machine) checkOp(g *group, o *op) {
 		return
 	}
 	if o.seq == 0 {
-		for _, id := range m.accepted(g) {
-			if !o.voters[id] {
-				return
-			}
+		// Every voter is an accepted peer of g (a voter that leaves is struck off), so counting the
+		// votes tells whether all have voted.
+		if len(o.voters) < len(m.accepted(g)) {
+			return
 		}
 		if len(o.voters) == 0 {
 			delete(g.ops, o.tag)
@@ -177,16 +199,19 @@ func (m *Machine) checkOp(g *group, o *op) {
 		}
 		g.seq++
 		o.seq, o.epoch = g.seq, g.epoch
+		o.ring = slices.Clone(g.ring)
 		o.members = slices.Clone(g.ring)
+		o.pos = make(map[PeerID]int, len(o.ring))
+		for i, id := range o.ring {
+			o.pos[id] = i
+		}
 		for _, id := range o.members {
 			m.send(id, &wire.Commence{Tag: o.tag, Seq: o.seq, Epoch: o.epoch})
 		}
 		return
 	}
-	for _, id := range o.members {
-		if !o.done[id] {
-			return
-		}
+	if len(o.done) < len(o.members) {
+		return // done counts members only, and each once
 	}
 	if !o.failed {
 		m.counters.OpsDone++
@@ -217,19 +242,19 @@ func (m *Machine) done(p *peer, d *wire.Done) {
 			}
 			m.checkOp(g, o)
 			return
-		case o.seq != 0 && slices.Contains(o.members, p.id) && !o.done[p.id]:
+		case o.seq != 0 && o.isMember(p.id) && !o.done[p.id]:
 			d = &wire.Done{Tag: d.Tag, Seq: o.seq, Code: wire.CodeAborted, Detail: d.Detail}
 		default:
 			return
 		}
 	}
-	if o == nil || o.seq != d.Seq || !slices.Contains(o.members, p.id) || o.done[p.id] {
+	if o == nil || o.seq != d.Seq || !o.isMember(p.id) || o.done[p.id] {
 		m.kick(p.id, fmt.Sprintf("Done for tag %d seq %d, which this peer is not running", d.Tag, d.Seq))
 		return
 	}
 	o.done[p.id] = true
 	if d.Code == wire.CodeOK {
-		m.observeLink(p.id, o.members, d.LinkBytes, d.LinkNanos)
+		m.observeLink(p.id, o.successor(p.id), d.LinkBytes, d.LinkNanos)
 	}
 	if d.Code != wire.CodeOK && !o.failed {
 		// A local failure (e.g. a non-finite quantized result) is passed on as it is, since a retry

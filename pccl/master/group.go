@@ -23,6 +23,15 @@ type group struct {
 	ringDirty bool     // a ring member left since the ring was wired
 	wiring    *round   // the wiring round in progress, or nil
 
+	acc []PeerID // accepted peers, sorted by id
+	reg []PeerID // registered peers, sorted by id
+
+	// Votes cast in the current round of each group-wide vote, so that a vote costs O(1) to count
+	// instead of a scan of the group.
+	topoVotes    int // accepted peers with voteTopo set
+	pendingVotes int // accepted peers with votePending set
+	syncVotes    int // accepted peers with a voteSync
+
 	seq uint64         // last collective sequence number handed out
 	ops map[uint64]*op // collectives by tag
 
@@ -59,21 +68,39 @@ func (m *Machine) bump(g *group) uint64 {
 	return g.epoch
 }
 
-// accepted returns the ids of g's accepted peers, sorted.
-func (m *Machine) accepted(g *group) []PeerID { return m.inState(g, Accepted) }
+// accepted returns the ids of g's accepted peers, sorted. The slice is g's own: callers read it and
+// must not keep it across a change of membership.
+func (m *Machine) accepted(g *group) []PeerID { return g.acc }
 
-// registered returns the ids of g's registered peers, sorted.
-func (m *Machine) registered(g *group) []PeerID { return m.inState(g, Registered) }
+// registered returns the ids of g's registered peers, sorted, under the same rule as accepted.
+func (m *Machine) registered(g *group) []PeerID { return g.reg }
 
-// inState returns the ids of g's peers in state st, sorted.
-func (m *Machine) inState(g *group, st PeerState) []PeerID {
-	var ids []PeerID
-	for _, id := range m.ids {
-		if p := m.peers[id]; p.group == g && p.state == st {
-			ids = append(ids, id)
-		}
+// insertSorted returns ids with id inserted in order.
+func insertSorted(ids []PeerID, id PeerID) []PeerID {
+	i, _ := slices.BinarySearch(ids, id)
+	return slices.Insert(ids, i, id)
+}
+
+// deleteSorted returns ids without id.
+func deleteSorted(ids []PeerID, id PeerID) []PeerID {
+	if i, ok := slices.BinarySearch(ids, id); ok {
+		return slices.Delete(ids, i, i+1)
 	}
 	return ids
+}
+
+// admit moves g's registered peers that a wiring round accepted into g.acc.
+func (g *group) admit(ids []PeerID) {
+	if len(ids) == 0 {
+		return
+	}
+	in := make(map[PeerID]bool, len(ids))
+	for _, id := range ids {
+		in[id] = true
+	}
+	g.reg = slices.DeleteFunc(g.reg, func(id PeerID) bool { return in[id] })
+	g.acc = append(g.acc, ids...)
+	slices.Sort(g.acc)
 }
 
 func (g *group) tags() []uint64 {

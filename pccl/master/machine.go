@@ -65,12 +65,21 @@ func (Note) isAction() {}
 //
 // Membership (the peer table, heartbeats, kicks) is global; everything else lives in the group each
 // peer joined (see group). The package documentation describes the message flow and the states.
+//
+// An input costs O(1) amortized in the number of peers n, not a scan of them: votes are counted, the
+// members of a wiring round, a sync and a collective are indexed, and the heartbeat deadlines sit in
+// a heap. What answers every peer costs O(n): the vote that completes a round, a departure (its
+// aborts), a wiring round; so does placing a newcomer in the ring (O(1) while nothing was measured
+// and the newcomer names no site). A Hello or a departure also moves up to 8n bytes to keep the
+// sorted id lists. bench/scale measures these costs from 100 to 10,000 peers.
 type Machine struct {
 	cfg   Config
 	now   time.Time
 	peers map[PeerID]*peer
 	ids   []PeerID // sorted ids of peers, for deterministic iteration
 	conns map[ConnID]PeerID
+
+	silence silenceHeap // peers by last sign of life, for the heartbeat deadline
 
 	groups map[GroupID]*group
 	gids   []GroupID // sorted ids of groups, for deterministic iteration
@@ -205,7 +214,10 @@ func (m *Machine) Snapshot(now time.Time) Snapshot {
 	}
 	for _, gid := range m.gids {
 		g := m.groups[gid]
-		gi := GroupInfo{ID: gid, Epoch: g.epoch, Ring: slices.Clone(g.ring), Bandwidth: m.bandwidthMatrix(g.ring)}
+		gi := GroupInfo{ID: gid, Epoch: g.epoch, Ring: slices.Clone(g.ring)}
+		if len(g.ring) <= MaxMatrixPeers {
+			gi.Bandwidth = m.bandwidthMatrix(g.ring)
+		}
 		for _, tag := range g.tags() {
 			o := g.ops[tag]
 			info := OpInfo{Tag: tag, Seq: o.seq, Count: o.desc.Count, Voted: len(o.voters), Done: len(o.done),

@@ -55,10 +55,12 @@ func (m *Machine) join(c ConnID, h *wire.Hello) {
 		id = m.assignID(c)
 	}
 	g := m.group(h.Group)
-	m.peers[id] = &peer{id: id, conn: c, group: g, hello: *h, state: Registered, joined: m.now, lastSeen: m.now}
+	p := &peer{id: id, conn: c, group: g, hello: *h, state: Registered, joined: m.now, lastSeen: m.now}
+	m.peers[id] = p
 	m.conns[c] = id
-	i, _ := slices.BinarySearch(m.ids, id)
-	m.ids = slices.Insert(m.ids, i, id)
+	m.ids = insertSorted(m.ids, id)
+	g.reg = insertSorted(g.reg, id)
+	m.watch(p)
 	m.counters.Joined++
 	m.gnote(g, "joined", id, "addr %s site %q", h.Addr, h.Site)
 	m.send(id, &wire.Welcome{
@@ -103,8 +105,20 @@ func (m *Machine) remove(id PeerID, kind, reason string) {
 	g := p.group
 	delete(m.peers, id)
 	delete(m.conns, p.conn)
-	if i, ok := slices.BinarySearch(m.ids, id); ok {
-		m.ids = slices.Delete(m.ids, i, i+1)
+	m.ids = deleteSorted(m.ids, id)
+	if p.state == Accepted {
+		g.acc = deleteSorted(g.acc, id)
+	} else {
+		g.reg = deleteSorted(g.reg, id)
+	}
+	if p.voteTopo {
+		g.topoVotes--
+	}
+	if p.votePending {
+		g.pendingVotes--
+	}
+	if p.voteSync != nil {
+		g.syncVotes--
 	}
 	m.counters.Left++
 	m.gnote(g, kind, id, "%s", reason)
@@ -118,8 +132,9 @@ func (m *Machine) remove(id PeerID, kind, reason string) {
 	if p.state == Accepted {
 		m.abortAll(g, id, fmt.Sprintf("peer %d left: %s", id, reason))
 	}
-	if g.wiring != nil && slices.Contains(g.wiring.ring, id) {
+	if g.wiring != nil && g.wiring.member[id] {
 		g.wiring.ring = slices.DeleteFunc(slices.Clone(g.wiring.ring), func(x PeerID) bool { return x == id })
+		delete(g.wiring.member, id)
 		m.restartRound(g)
 	}
 	m.checkTopology(g)

@@ -43,9 +43,14 @@ type GroupInfo struct {
 	Ring  []PeerID // ring order in force
 	Ops   []OpInfo // sorted by tag
 	// Bandwidth[i][j] is the measured bandwidth in bytes/s from Ring[i] to Ring[j] (0 = unknown); nil
-	// while nothing was measured.
+	// while nothing was measured, or when the ring has more than MaxMatrixPeers peers.
 	Bandwidth [][]float64
 }
+
+// MaxMatrixPeers is the largest ring whose bandwidth matrix a Snapshot carries: the matrix grows with
+// the square of the ring (a ring of 10,000 peers would need 800 MB), and a heat map of more cells than
+// this is no longer readable.
+const MaxMatrixPeers = 256
 
 // OpInfo describes one collective in a Snapshot.
 type OpInfo struct {

@@ -14,7 +14,8 @@ import (
 type syncRound struct {
 	plan    sharedstate.Plan
 	members []PeerID
-	done    map[PeerID]bool
+	member  map[PeerID]bool // the peers of members
+	done    map[PeerID]bool // members that reported SyncDone
 	failed  bool
 	detail  string
 }
@@ -30,7 +31,7 @@ func (m *Machine) voteSync(p *peer, v *wire.VoteSync) {
 	case p.voteSync != nil:
 		m.kick(p.id, "second SyncSharedState vote in one round")
 		return
-	case g.sync != nil && slices.Contains(g.sync.members, p.id):
+	case g.sync != nil && g.sync.member[p.id]:
 		m.kick(p.id, "SyncSharedState vote while the previous sync is running")
 		return
 	case m.busy(p):
@@ -46,6 +47,7 @@ func (m *Machine) voteSync(p *peer, v *wire.VoteSync) {
 		return
 	}
 	p.voteSync, p.digest = v, d
+	g.syncVotes++
 	m.checkSync(g)
 }
 
@@ -55,20 +57,16 @@ func (m *Machine) checkSync(g *group) {
 		return
 	}
 	acc := m.accepted(g)
-	if len(acc) == 0 {
+	if len(acc) == 0 || g.syncVotes < len(acc) {
 		return
 	}
 	cands := make([]sharedstate.Candidate, 0, len(acc))
 	for _, id := range acc {
 		p := m.peers[id]
-		if p.voteSync == nil {
-			return
-		}
 		cands = append(cands, sharedstate.Candidate{Peer: peerKey(id), Strategy: sharedstate.Strategy(p.voteSync.Strategy), Digest: p.digest})
+		p.voteSync = nil
 	}
-	for _, id := range acc {
-		m.peers[id].voteSync = nil
-	}
+	g.syncVotes = 0
 	plan, err := sharedstate.Elect(cands, g.prior)
 	if err != nil {
 		m.gnote(g, "sync", 0, "election failed: %v", err)
@@ -84,13 +82,14 @@ func (m *Machine) checkSync(g *group) {
 		m.gnote(g, "sync", id, "rejected: %v", r.Err)
 		m.send(id, &wire.SyncPlan{Revision: plan.Revision, Code: wire.CodeRejected, Detail: r.Err.Error()})
 	}
-	round := &syncRound{plan: plan, done: map[PeerID]bool{}}
+	round := &syncRound{plan: plan, member: map[PeerID]bool{}, done: map[PeerID]bool{}}
 	var fetched, outliers int
 	for _, id := range acc {
 		if rejected[id] {
 			continue
 		}
 		round.members = append(round.members, id)
+		round.member[id] = true
 		msg := &wire.SyncPlan{Revision: plan.Revision, Code: wire.CodeOK}
 		for _, f := range plan.Fetch[peerKey(id)] {
 			item := wire.FetchItem{Name: f.Name, Hash: f.Hash, Bytes: uint64(f.Bytes)}
@@ -116,7 +115,7 @@ func (m *Machine) checkSync(g *group) {
 func (m *Machine) syncDone(p *peer, v *wire.SyncDone) {
 	g := p.group
 	s := g.sync
-	if s == nil || !slices.Contains(s.members, p.id) || s.done[p.id] {
+	if s == nil || !s.member[p.id] || s.done[p.id] {
 		m.kick(p.id, "SyncDone outside a sync")
 		return
 	}
@@ -133,10 +132,8 @@ func (m *Machine) checkSyncDone(g *group) {
 	if s == nil {
 		return
 	}
-	for _, id := range s.members {
-		if !s.done[id] {
-			return
-		}
+	if len(s.done) < len(s.members) {
+		return // done counts members only, and each once
 	}
 	g.sync = nil
 	if len(s.members) == 0 {
@@ -165,8 +162,9 @@ func (m *Machine) checkSyncDone(g *group) {
 // leaveSync removes a gone peer from g's sync in progress or from the votes.
 func (m *Machine) leaveSync(g *group, id PeerID) {
 	if s := g.sync; s != nil {
-		if i := slices.Index(s.members, id); i >= 0 {
-			s.members = slices.Delete(s.members, i, i+1)
+		if s.member[id] {
+			s.members = slices.DeleteFunc(s.members, func(x PeerID) bool { return x == id })
+			delete(s.member, id)
 			delete(s.done, id)
 		}
 		m.checkSyncDone(g)

@@ -338,16 +338,13 @@ func (m *Machine) improved(r Improved) {
 	}
 }
 
-// observeLink folds a collective's timing of the link from p to its successor into the estimates.
-func (m *Machine) observeLink(p PeerID, members []PeerID, bytes, nanos uint64) {
-	if bytes < 1<<20 || nanos == 0 || len(members) < 2 {
+// observeLink folds a collective's timing of the link from p to its successor next (0: none) into the
+// estimates.
+func (m *Machine) observeLink(p, next PeerID, bytes, nanos uint64) {
+	if bytes < 1<<20 || nanos == 0 || next == 0 {
 		return
 	}
-	i := slices.Index(members, p)
-	if i < 0 {
-		return
-	}
-	e := edge{p, members[(i+1)%len(members)]}
+	e := edge{p, next}
 	rate := float64(bytes) / (float64(nanos) / 1e9)
 	if old := m.bw[e]; old > 0 {
 		rate = (1-ewmaWeight)*old + ewmaWeight*rate

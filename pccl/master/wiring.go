@@ -12,6 +12,7 @@ import (
 type round struct {
 	epoch    uint64
 	ring     []PeerID
+	member   map[PeerID]bool // the peers of ring
 	reported map[PeerID]*wire.LinksReady
 }
 
@@ -24,13 +25,13 @@ func (m *Machine) voteTopology(p *peer, v *wire.VoteTopology) {
 	case p.voteTopo:
 		m.kick(p.id, "second UpdateTopology vote in one round")
 		return
-	case g.wiring != nil && slices.Contains(g.wiring.ring, p.id):
+	case g.wiring != nil && g.wiring.member[p.id]:
 		m.kick(p.id, "UpdateTopology vote while wiring the ring")
 		return
 	case m.busy(p):
 		m.kick(p.id, "UpdateTopology vote while a collective of this peer is running")
 		return
-	case g.sync != nil && slices.Contains(g.sync.members, p.id):
+	case g.sync != nil && g.sync.member[p.id]:
 		m.kick(p.id, "UpdateTopology vote while a shared-state sync of this peer is running")
 		return
 	case g.opt != nil && slices.Contains(g.opt.members, p.id):
@@ -38,6 +39,7 @@ func (m *Machine) voteTopology(p *peer, v *wire.VoteTopology) {
 		return
 	}
 	p.voteTopo = true
+	g.topoVotes++
 	p.rewire = p.rewire || v.Rewire
 	m.checkTopology(g)
 }
@@ -48,23 +50,21 @@ func (m *Machine) checkTopology(g *group) {
 		return
 	}
 	acc := m.accepted(g)
-	if len(acc) == 0 {
+	if len(acc) == 0 || g.topoVotes < len(acc) {
 		return
 	}
 	rewire := false
 	for _, id := range acc {
 		p := m.peers[id]
-		if !p.voteTopo {
-			return
-		}
 		rewire = rewire || p.rewire
+		p.voteTopo, p.rewire = false, false
 	}
-	for _, id := range acc {
-		m.peers[id].voteTopo, m.peers[id].rewire = false, false
-	}
+	g.topoVotes = 0
 	if len(m.registered(g)) == 0 && !g.ringDirty && !rewire {
+		// One copy of the ring, shared by every message: receivers only read it.
+		ring := slices.Clone(g.ring)
 		for _, id := range acc {
-			m.send(id, &wire.Topology{Epoch: g.epoch, Changed: false, Ring: slices.Clone(g.ring)})
+			m.send(id, &wire.Topology{Epoch: g.epoch, Changed: false, Ring: ring})
 		}
 		return
 	}
@@ -73,10 +73,7 @@ func (m *Machine) checkTopology(g *group) {
 
 // startRound begins wiring a ring made of g's ring in force plus every registered peer of g.
 func (m *Machine) startRound(g *group) {
-	ring := slices.Clone(g.ring)
-	for _, id := range m.registered(g) {
-		ring = m.placeNewcomer(ring, id)
-	}
+	ring := m.placeNewcomers(slices.Clone(g.ring), m.registered(g))
 	if len(ring) == 0 {
 		return
 	}
@@ -93,7 +90,11 @@ func (m *Machine) restartRound(g *group) {
 	}
 	r.epoch = m.bump(g)
 	m.counters.Rounds++
-	r.reported = map[PeerID]*wire.LinksReady{}
+	r.reported = make(map[PeerID]*wire.LinksReady, len(r.ring))
+	r.member = make(map[PeerID]bool, len(r.ring))
+	for _, id := range r.ring {
+		r.member[id] = true
+	}
 	infos := make([]wire.PeerInfo, len(r.ring))
 	for i, id := range r.ring {
 		p := m.peers[id]
@@ -107,7 +108,7 @@ func (m *Machine) restartRound(g *group) {
 func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 	g := p.group
 	r := g.wiring
-	if r == nil || l.Epoch != r.epoch || !slices.Contains(r.ring, p.id) {
+	if r == nil || l.Epoch != r.epoch || !r.member[p.id] {
 		return // a report for a round that was restarted or ended: harmless
 	}
 	if r.reported[p.id] != nil {
@@ -115,10 +116,8 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 		return
 	}
 	r.reported[p.id] = l
-	for _, id := range r.ring {
-		if r.reported[id] == nil {
-			return
-		}
+	if len(r.reported) < len(r.ring) {
+		return // only members report, and each once
 	}
 	// Everyone reported. Remove whoever cannot be reached, newcomers first, and try again.
 	var victims []PeerID
@@ -149,6 +148,9 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 		// Take them all out of the round first, so that the retry costs one epoch however many go.
 		r.ring = slices.DeleteFunc(slices.Clone(r.ring), func(x PeerID) bool { return slices.Contains(victims, x) })
 		for _, v := range victims {
+			delete(r.member, v)
+		}
+		for _, v := range victims {
 			m.kick(v, "unreachable from its ring neighbour")
 		}
 		if g.wiring == r {
@@ -159,18 +161,22 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 	g.wiring = nil
 	g.ring = r.ring
 	g.ringDirty = false
-	for _, id := range r.ring {
+	var admitted []PeerID
+	for rank, id := range r.ring {
 		q := m.peers[id]
 		if q.state == Registered {
 			q.state = Accepted
+			admitted = append(admitted, id)
 			m.counters.Accepted++
-			m.gnote(g, "accepted", id, "epoch %d, rank %d of %d", r.epoch, slices.Index(r.ring, id), len(r.ring))
+			m.gnote(g, "accepted", id, "epoch %d, rank %d of %d", r.epoch, rank, len(r.ring))
 		}
 	}
+	g.admit(admitted)
 	m.gnote(g, "ring", 0, "epoch %d: ring %v", r.epoch, r.ring)
 	m.checkOptimize(g)
+	ring := slices.Clone(r.ring) // shared by every message, as in checkTopology
 	for _, id := range r.ring {
-		m.send(id, &wire.Topology{Epoch: r.epoch, Changed: true, Ring: slices.Clone(r.ring)})
+		m.send(id, &wire.Topology{Epoch: r.epoch, Changed: true, Ring: ring})
 	}
 	// Votes cast while the ring was being wired (pending queries) may now be complete.
 	m.checkPending(g)
@@ -186,6 +192,7 @@ func (m *Machine) votePending(p *peer) {
 		return
 	}
 	p.votePending = true
+	p.group.pendingVotes++
 	m.checkPending(p.group)
 }
 
@@ -193,14 +200,10 @@ func (m *Machine) votePending(p *peer) {
 // answer: whether g has registered peers waiting to be accepted.
 func (m *Machine) checkPending(g *group) {
 	acc := m.accepted(g)
-	if len(acc) == 0 {
+	if len(acc) == 0 || g.pendingVotes < len(acc) {
 		return
 	}
-	for _, id := range acc {
-		if !m.peers[id].votePending {
-			return
-		}
-	}
+	g.pendingVotes = 0
 	answer := len(m.registered(g)) > 0
 	for _, id := range acc {
 		m.peers[id].votePending = false

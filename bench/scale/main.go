@@ -1,0 +1,212 @@
+// Command scale measures how Concord's master behaves as the number of peers grows.
+//
+//	go run ./bench/scale --simulated 10000
+//
+// Simulated mode drives the master with simulated peers, without peer processes:
+//
+//   - In process, through the state machine (master.Machine), at 100, 1,000 and 10,000 peers (the
+//     sizes up to --simulated, and --simulated itself): every peer joins, is wired in, then the steady
+//     state runs for --cycles rounds: a heartbeat interval (every peer's heartbeat, four ticks), an
+//     ArePeersPending vote, a collective (Initiate and Done, with a link timing), an UpdateTopology
+//     with nothing to do, a step report and a shared-state sync. Only the time spent inside Step is
+//     measured (the simulated peers react between batches, off the clock), with the heap allocations
+//     made meanwhile. Then the operations: a collective, a sync, a newcomer's admission, a peer's death
+//     mid-collective through the re-wired ring, and the rendering of the status page.
+//   - Over real sockets on loopback, through the server, with as many control connections as the
+//     file-descriptor limit allows, up to --sockets (2,000): every connection joins and is wired in,
+//     then collectives and heartbeats run over TCP. The result says how far it got and why it
+//     stopped.
+//
+// The result's event_cost_ratio is the steady-state cost per event at the largest size over that at
+// the smallest; a master whose per-event cost does not grow with the number of peers keeps it near 1.
+// It is compared to the limit of 2. Every run also checks the protocol's outcomes (every peer
+// accepted, every collective completed with every peer's Done, a death aborted and re-wired): a run
+// whose outcomes are wrong fails.
+//
+// Progress goes to stderr; the JSON result is the last line on stdout. Timings taken on a loaded
+// machine are noisy; the ratio is more robust than the absolute figures.
+//
+// The recovery mode over real peer processes (--peers 4,8,16,...) shares this command; it is not
+// built yet.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// targetEventCostRatio is the limit event_cost_ratio is compared to.
+const targetEventCostRatio = 2.0
+
+// simSizes are the sizes measured in process, up to --simulated.
+var simSizes = []int{100, 1000, 10000}
+
+// simulatedResult is the JSON result of the simulated mode.
+type simulatedResult struct {
+	Mode           string      `json:"mode"`
+	Note           string      `json:"note"`
+	Sizes          []simResult `json:"in_process"`
+	EventCostRatio float64     `json:"event_cost_ratio"`
+	RatioOf        string      `json:"event_cost_ratio_of"`
+	RatioLimit     float64     `json:"event_cost_ratio_limit"`
+	RatioOK        bool        `json:"event_cost_ratio_ok"`
+	WallRatio      float64     `json:"wall_event_cost_ratio"` // the same in wall time, which counts the waits for a CPU
+	AllocRatio     float64     `json:"alloc_per_event_ratio"`
+	Loopback       *loopResult `json:"loopback,omitempty"`
+}
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command line.
+type options struct {
+	peers      []int         // recovery mode: peer counts
+	simulated  int           // simulated mode: the largest number of simulated peers
+	cycles     int           // steady-state cycles per size; 0 picks about 300,000 events per size
+	sockets    int           // loopback connections at most; 0 skips the loopback part
+	timeout    time.Duration // bound on the whole run
+	cpuprofile string        // CPU profile file, if any
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	peers := fs.String("peers", "", "recovery mode: comma-separated numbers of peer processes (not built yet)")
+	fs.IntVar(&o.simulated, "simulated", 0, "simulated mode: the largest number of simulated peers (measured at 100, 1,000, 10,000 up to it)")
+	fs.IntVar(&o.cycles, "cycles", 0, "steady-state cycles per size (0: about 300,000 events per size)")
+	fs.IntVar(&o.sockets, "sockets", 2000, "simulated mode: the most control connections over loopback (0: skip)")
+	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if *peers != "" {
+		for _, f := range strings.Split(*peers, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 2 {
+				return o, fmt.Errorf("--peers %q: want numbers of at least 2 separated by commas", *peers)
+			}
+			o.peers = append(o.peers, n)
+		}
+	}
+	if o.simulated < 0 || o.cycles < 0 || o.sockets < 0 {
+		return o, errors.New("--simulated, --cycles and --sockets must not be negative")
+	}
+	if o.simulated == 0 && len(o.peers) == 0 {
+		return o, errors.New("nothing to do: give --simulated N or --peers LIST")
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	progress := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if len(o.peers) > 0 {
+		return errors.New("--peers: the recovery mode over real peer processes is not built yet")
+	}
+	res, err := simulated(ctx, o, progress)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, string(b))
+	return nil
+}
+
+// sizesUpTo returns the sizes of simSizes up to n, and n itself.
+func sizesUpTo(n int) []int {
+	var sizes []int
+	for _, s := range simSizes {
+		if s <= n {
+			sizes = append(sizes, s)
+		}
+	}
+	if !slices.Contains(sizes, n) {
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
+
+// cyclesFor picks the steady-state cycles at n peers: about 300,000 events (a cycle is about ten
+// events per peer), in whole heartbeat timeouts (window), at least one.
+func cyclesFor(n, fixed int) int {
+	if fixed > 0 {
+		return fixed
+	}
+	return max(1, (30000/n+window/2)/window) * window
+}
+
+func simulated(ctx context.Context, o options, progress func(string, ...any)) (simulatedResult, error) {
+	res := simulatedResult{Mode: "simulated", RatioLimit: targetEventCostRatio,
+		Note: "timings under load: the machine was shared with other work; compare ratios, not absolute figures"}
+	// Warm up (code paths, the heap, the CPU's caches) off the record, so that the smallest size is not
+	// the one that pays for it.
+	if _, err := runSimulated(min(100, o.simulated), 2, nil); err != nil {
+		return res, fmt.Errorf("warm-up: %w", err)
+	}
+	for _, n := range sizesUpTo(o.simulated) {
+		if err := ctx.Err(); err != nil {
+			return res, fmt.Errorf("simulated n=%d: %w", n, err)
+		}
+		r, err := runSimulated(n, cyclesFor(n, o.cycles), progress)
+		if err != nil {
+			return res, err
+		}
+		res.Sizes = append(res.Sizes, r)
+	}
+	first, last := res.Sizes[0], res.Sizes[len(res.Sizes)-1]
+	res.RatioOf = fmt.Sprintf("ns_per_event (process CPU time in Step, the garbage collector included) at %d peers over at %d peers", last.Peers, first.Peers)
+	if first.NsPer > 0 {
+		res.EventCostRatio = last.NsPer / first.NsPer
+	}
+	if first.WallNsPer > 0 {
+		res.WallRatio = last.WallNsPer / first.WallNsPer
+	}
+	if first.AllocsPer > 0 {
+		res.AllocRatio = last.AllocsPer / first.AllocsPer
+	}
+	res.RatioOK = res.EventCostRatio <= targetEventCostRatio
+	progress("event_cost_ratio %.2f (limit %.1f)", res.EventCostRatio, targetEventCostRatio)
+	if o.sockets > 0 {
+		l, err := runLoopback(ctx, o.sockets, progress)
+		if err != nil {
+			return res, fmt.Errorf("loopback: %w", err)
+		}
+		res.Loopback = &l
+	}
+	return res, nil
+}

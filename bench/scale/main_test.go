@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/concord-ccl/concord/internal/wire"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// TestSimulatedProtocol drives the master with 50 simulated peers and checks the protocol's outcomes,
+// not timings: every peer accepted into one ring, every collective completed with every peer's Done
+// counted and an Outcome ok for each, a death mid-collective aborted for every survivor and repaired
+// by one wiring round, and a silent peer declared gone by the heartbeat deadline.
+func TestSimulatedProtocol(t *testing.T) {
+	const n = 50
+	c := newCluster()
+	c.join("hello", n, false)
+	c.link("links_ready")
+	c.updateTopology()
+	s := c.m.Snapshot(c.now)
+	if len(s.Ring) != n || len(s.Peers) != n {
+		t.Fatalf("after the admission: ring of %d, %d peers; want %d and %d", len(s.Ring), len(s.Peers), n, n)
+	}
+	for _, p := range s.Peers {
+		if p.State != master.Accepted {
+			t.Fatalf("peer %d is %v, want accepted", p.ID, p.State)
+		}
+	}
+	for _, p := range c.peers {
+		if !p.accepted || p.id != master.PeerID(p.conn) {
+			t.Fatalf("connection %d: accepted %v id %d, want accepted under id %d", p.conn, p.accepted, p.id, p.conn)
+		}
+	}
+
+	for i := range 3 {
+		c.cycle(uint64(i + 1))
+	}
+	s = c.m.Snapshot(c.now)
+	if c.tally.outcomes[wire.CodeOK] != 3*n || c.tally.commences != 3*n || s.Counters.OpsDone != 3 || len(s.Ops) != 0 {
+		t.Fatalf("3 collectives of %d peers: %d Outcome ok, %d Commence, OpsDone %d, %d ops left; want %d, %d, 3, 0",
+			n, c.tally.outcomes[wire.CodeOK], c.tally.commences, s.Counters.OpsDone, len(s.Ops), 3*n, 3*n)
+	}
+	if c.tally.pending != 3*n || c.tally.syncCompletes != 3*n || s.Counters.Syncs != 3 {
+		t.Fatalf("3 cycles: %d Pending, %d SyncComplete, Syncs %d; want %d, %d, 3", c.tally.pending, c.tally.syncCompletes, s.Counters.Syncs, 3*n, 3*n)
+	}
+	if c.tally.acks != 3*n || c.tally.kicks != 0 {
+		t.Fatalf("3 heartbeat rounds: %d acks, %d kicks; want %d and none", c.tally.acks, c.tally.kicks, 3*n)
+	}
+
+	// Death mid-collective.
+	c.batch("initiate", c.each(true, func(*simPeer) wire.Message { return &wire.Initiate{Tag: 9, Desc: wire.Desc{Count: 8}} }))
+	victim := c.peers[n/2]
+	epoch := c.m.Snapshot(c.now).Epoch
+	c.kill("death", victim)
+	if got := c.tally.outcomes[wire.CodePeerLeft]; got != n-1 {
+		t.Fatalf("death: %d survivors told CodePeerLeft, want %d", got, n-1)
+	}
+	c.batch("done", c.each(true, func(p *simPeer) wire.Message {
+		return &wire.Done{Tag: 9, Seq: p.seq, Code: wire.CodePeerLeft}
+	}))
+	changed := c.tally.changed
+	c.updateTopology()
+	s = c.m.Snapshot(c.now)
+	if c.tally.changed-changed != n-1 || len(s.Ring) != n-1 || slices.Contains(s.Ring, victim.id) {
+		t.Fatalf("after the death: %d changed Topology, ring %v; want %d and no peer %d", c.tally.changed-changed, s.Ring, n-1, victim.id)
+	}
+	if s.Epoch != epoch+1 || s.Counters.OpsAborted != 1 || len(s.Ops) != 0 {
+		t.Fatalf("after the death: epoch %d (was %d), OpsAborted %d, %d ops left; want one epoch more, 1, 0", s.Epoch, epoch, s.Counters.OpsAborted, len(s.Ops))
+	}
+	ok := c.tally.outcomes[wire.CodeOK]
+	c.collective(1)
+	if got := c.tally.outcomes[wire.CodeOK] - ok; got != n-1 {
+		t.Fatalf("collective on the repaired ring: %d Outcome ok, want %d", got, n-1)
+	}
+
+	// A peer goes silent: the others' heartbeats keep them, the silent one is kicked by a tick.
+	silent := c.live()[0]
+	timeouts := c.m.Snapshot(c.now).Counters.Timeouts
+	for range 8 {
+		c.now = c.now.Add(heartbeatInterval)
+		var ins []master.Input
+		for _, p := range c.live() {
+			if p != silent {
+				ins = append(ins, master.Received{Conn: p.conn, Msg: &wire.Heartbeat{Seq: 1}})
+			}
+		}
+		ins = append(ins, master.Tick{})
+		c.batch("heartbeat", ins)
+	}
+	s = c.m.Snapshot(c.now)
+	if !silent.gone || s.Counters.Timeouts != timeouts+1 || len(s.Peers) != n-2 {
+		t.Fatalf("silent peer: gone %v, Timeouts %d (was %d), %d peers; want gone, one more, %d", silent.gone, s.Counters.Timeouts, timeouts, len(s.Peers), n-2)
+	}
+}
+
+// TestRunSimulatedChecks runs the measurement at a small size and checks that every protocol check
+// passed and every figure was filled in.
+func TestRunSimulatedChecks(t *testing.T) {
+	r, err := runSimulated(50, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Checks.ok() {
+		t.Fatalf("checks %+v", r.Checks)
+	}
+	if r.Events == 0 || r.NsPer <= 0 || len(r.PerKind) != len(steadyKinds) {
+		t.Fatalf("events %d ns/event %v kinds %d, want events, a cost and %d kinds", r.Events, r.NsPer, len(r.PerKind), len(steadyKinds))
+	}
+}
+
+// TestRunPrintsJSON checks the command line: the last line on stdout is the JSON result with the
+// ratio and its limit.
+func TestRunPrintsJSON(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"--simulated", "60", "--cycles", "2", "--sockets", "0"}, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var res simulatedResult
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Sizes) != 1 || res.Sizes[0].Peers != 60 || res.RatioLimit != targetEventCostRatio || res.EventCostRatio != 1 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestParse(t *testing.T) {
+	var stderr bytes.Buffer
+	o, err := parse([]string{"--peers", "4,8, 16", "--simulated", "100"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.peers, []int{4, 8, 16}) || o.simulated != 100 {
+		t.Fatalf("options %+v", o)
+	}
+	for _, bad := range [][]string{{}, {"--peers", "4,x"}, {"--peers", "1"}, {"--simulated", "-1"}} {
+		if _, err := parse(bad, &stderr); err == nil {
+			t.Errorf("parse(%q) accepted", bad)
+		}
+	}
+	if got := sizesUpTo(10000); !slices.Equal(got, []int{100, 1000, 10000}) {
+		t.Errorf("sizesUpTo(10000) = %v", got)
+	}
+	if got := sizesUpTo(2500); !slices.Equal(got, []int{100, 1000, 2500}) {
+		t.Errorf("sizesUpTo(2500) = %v", got)
+	}
+}
+
+// TestLoopback serves a few simulated peers over loopback through the real server and checks that
+// every stage completed, and that nothing is left running.
+func TestLoopback(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := loopbackSize(ctx, 12, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Peers != 12 || s.AdmitMs <= 0 || s.CollectiveMs <= 0 || s.HeartbeatMs <= 0 || s.EventsPerSec <= 0 {
+		t.Fatalf("result %+v", s)
+	}
+}
