@@ -128,7 +128,8 @@ func QuantizedLen(dt DType, q Quant, n int) int {
 // with lo and hi the smallest and largest element, the step is s = (hi-lo)/L (L = 255 or 65535), the
 // difference and quotient taken in float64 and rounded once to the computing type; if that rounds to
 // zero although hi > lo, s is the smallest positive value of the type. Element v is stored as the code
-// round((v-lo)/s), computed in float64, rounded to nearest with ties to even and clamped to [0, L];
+// round((v-lo)*(1/s)), computed in float64 (the reciprocal rounded once; (v-lo)/s if 1/s overflows),
+// rounded to nearest with ties to even and clamped to [0, L];
 // every code is 0 when s is 0. Dequantize(Quantize(v)) differs from v by at most s/2 plus rounding (see
 // QuantErrorBound).
 //
@@ -262,18 +263,37 @@ func encode[T float](x []T, q Quant, enc []byte) error {
 		return nil
 	}
 	flo, fstep := float64(lo), float64(step)
+	inv := 1 / fstep
 	if q.codeBytes() == 1 {
 		codes = codes[:len(x)]
 		for i, v := range x {
-			codes[i] = uint8(min(math.RoundToEven((float64(v)-flo)/fstep), levels))
+			codes[i] = uint8(codeOf(float64(v), flo, inv, fstep, levels))
 		}
 		return nil
 	}
 	codes = codes[:2*len(x)]
 	for i, v := range x {
-		binary.LittleEndian.PutUint16(codes[2*i:], uint16(min(math.RoundToEven((float64(v)-flo)/fstep), levels)))
+		binary.LittleEndian.PutUint16(codes[2*i:], uint16(codeOf(float64(v), flo, inv, fstep, levels)))
 	}
 	return nil
+}
+
+// codeOf returns the code of v: round((v-lo)*inv) clamped to levels, with inv = 1/step; when the step
+// is so small (a float64 subnormal) that inv overflows, it divides by step instead.
+func codeOf(v, lo, inv, step, levels float64) float64 {
+	t := (v - lo) * inv
+	if inv > math.MaxFloat64 {
+		t = (v - lo) / step
+	}
+	return min(roundCode(t), levels)
+}
+
+// roundCode rounds t, with 0 <= t < 2^51, to the nearest integer, ties to even: adding 2^52 leaves no
+// fraction bits, so the addition itself rounds, and the subtraction is exact. Go never reassociates
+// floating-point arithmetic, so the two operations stay as written.
+func roundCode(t float64) float64 {
+	const shift = 1 << 52
+	return (t + shift) - shift
 }
 
 // decode sets x[i] = T(T(code)*step) + lo. The conversion of the product rounds it before the

@@ -63,7 +63,11 @@ func refEncode(dt DType, q Quant, v []float64) (refEncoded, error) {
 	e := refEncoded{lo: lo, step: step, codes: make([]float64, len(v))}
 	for i, x := range v {
 		if step > 0 {
-			e.codes[i] = min(math.RoundToEven((x-lo)/step), L)
+			t := (x - lo) * (1 / step)
+			if math.IsInf(1/step, 0) {
+				t = (x - lo) / step
+			}
+			e.codes[i] = min(math.RoundToEven(t), L)
 		}
 	}
 	return e, nil
@@ -407,8 +411,20 @@ func TestQuantizeMatchesReference(t *testing.T) {
 			for trial := range 40 {
 				n := rng.IntN(300)
 				x := moderateElements(rng, dt, n)
-				if trial%4 == 1 {
+				switch trial % 4 {
+				case 1:
 					x = offsetElements(rng, dt, n)
+				case 3:
+					// Ranges of subnormals, where the step rounds to zero or its reciprocal
+					// overflows.
+					x = make([]byte, n*dt.Size())
+					for i := range n {
+						v := math.Ldexp(float64(rng.IntN(5)), -1074)
+						if dt != F64 {
+							v = math.Ldexp(float64(rng.IntN(5)), -149)
+						}
+						storeBits(dt, x, i, refFromFloat(dt, v))
+					}
 				}
 				enc := make([]byte, QuantizedLen(dt, q, n))
 				if err := Quantize(dt, q, enc, x); err != nil {
@@ -703,3 +719,88 @@ func FuzzDequantize(f *testing.F) {
 		}
 	})
 }
+
+// TestBothPhasesAllocationsDoNotGrowWithParts checks that the encoded pipeline allocates per call, not
+// per part.
+func TestBothPhasesAllocationsDoNotGrowWithParts(t *testing.T) {
+	var pool BufferPool
+	for _, dt := range []DType{F16, F32} {
+		allocs := func(partBytes int) float64 {
+			in := [][]byte{make([]byte, 4096), make([]byte, 4096)}
+			opt := Options{PartBytes: partBytes, Pool: &pool, Quant: MinMaxU8Both}
+			return testing.AllocsPerRun(20, func() {
+				streams := newRing(2)
+				done := make(chan error, 1)
+				go func() {
+					done <- AllReduce(context.Background(), streams[1], 1, 2, in[1], in[1], dt, Sum, opt, nil)
+				}()
+				if err := AllReduce(context.Background(), streams[0], 0, 2, in[0], in[0], dt, Sum, opt, nil); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+		few, many := allocs(4096), allocs(4*dt.Size())
+		if many > few+16 {
+			t.Fatalf("%v: %v allocations with many parts per chunk, %v with 1: allocation per part", dt, many, few)
+		}
+	}
+}
+
+// TestHierarchicalPlanBothPhases quantizes every phase of the hierarchical plan (reduce-scatter in the
+// site, all-reduce across sites, all-gather in the site) and checks that every peer ends with the
+// same bits, close to the exact average.
+func TestHierarchicalPlanBothPhases(t *testing.T) {
+	rng := rand.New(rand.NewPCG(67, 68))
+	h := hierarchy{2, 3}
+	world := h.world()
+	for _, dt := range floatDTypes {
+		const count = 61
+		inputs := make([][]byte, world)
+		for g := range world {
+			inputs[g] = moderateElements(rng, dt, count)
+		}
+		site, cross := h.rings(memRing)
+		out := make([][]byte, world)
+		errs := onEveryRank(world, func(g int) error {
+			p := h.plan(g, site, cross, dt, Avg, count, 8, MinMaxU16Both)
+			for i := range p.Phases {
+				p.Phases[i].Quant = MinMaxU16Both
+			}
+			out[g] = bytes.Clone(inputs[g])
+			return p.Execute(context.Background(), out[g], out[g], nil)
+		})
+		for g := range world {
+			if errs[g] != nil {
+				t.Fatalf("%v: rank %d: %v", dt, g, errs[g])
+			}
+			if !bytes.Equal(out[g], out[0]) {
+				t.Fatalf("%v: rank %d differs from rank 0", dt, g)
+			}
+		}
+		for k := range count {
+			xs := make([]float64, world)
+			for g := range world {
+				xs[g] = refToFloat(dt, loadBits(dt, inputs[g], k))
+			}
+			exact, got := exactResult(Avg, xs), refToFloat(dt, loadBits(dt, out[0], k))
+			// Loose: a few u16 steps of the partial ranges, and the roundings of the site's partial
+			// sums to the element type.
+			var x float64
+			for _, v := range xs {
+				x += math.Abs(v)
+			}
+			uo := map[DType]float64{F16: math.Ldexp(1, -11), BF16: math.Ldexp(1, -8)}[dt]
+			tol := (3*uo + 2e-3) * x
+			if math.Abs(got-exact) > tol {
+				t.Fatalf("%v element %d = %v, exact %v", dt, k, got, exact)
+			}
+		}
+	}
+}
+
+// BenchmarkAllReduceRingQuantizedBoth is BenchmarkAllReduceRing with both phases encoded as
+// MinMaxU8Both.
+func BenchmarkAllReduceRingQuantizedBoth(b *testing.B) { benchmarkRing(b, MinMaxU8Both) }
