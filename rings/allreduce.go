@@ -28,12 +28,16 @@ type Options struct {
 	PartBytes int
 	// Pool supplies the staging buffers. Nil means a pool shared by the whole package.
 	Pool *BufferPool
-	// Quant encodes the all-gather: each chunk's owner quantizes every part of its final value once,
+	// Quant encodes frames on the wire. The zero value, NoQuant, sends full precision. Every MinMax
+	// encoding encodes the all-gather: each chunk's owner quantizes every part of its final value once,
 	// adopts the dequantized value itself, and every other peer forwards the encoded bytes verbatim and
-	// decodes them the same way, so results stay bit-identical. The reduce-scatter always runs at full
-	// precision, and ReduceScatter rejects a Quant other than NoQuant. The zero value, NoQuant, sends
-	// full precision; MinMax encodings need F32 or F64 and fail the operation with ErrNonFinite if a
-	// final value is NaN or infinite.
+	// decodes them the same way, so results stay bit-identical. MinMaxU8 and MinMaxU16 run the
+	// reduce-scatter at full precision (ReduceScatter rejects them); MinMaxU8Both and MinMaxU16Both
+	// also encode every reduce-scatter hop, whose receiver decodes and folds in its own contribution at
+	// full precision, and support Sum, Avg, Min and Max only (other ops yield ErrInvalid). MinMax
+	// encodings need F16, BF16, F32 or F64, and fail the operation with ErrNonFinite if a value to be
+	// encoded (a partial or final reduction) is NaN or infinite. The package documentation states
+	// the error bound.
 	Quant Quant
 	// Divisor is how AllReduce and ReduceScatter finalize each chunk. The zero value, DivideByWorld,
 	// divides Avg by the ring's world size; a hierarchical Avg passes NoFinalize inside a site and the
@@ -116,7 +120,8 @@ func AllReduce(ctx context.Context, s Stream, rank, world int, send, recv []byte
 // its reduction over every peer of the ring, finalized as opt.Divisor says, bit-identical to what
 // AllReduce would hold there before its all-gather; the other chunks hold partial reductions of no
 // further use. The arguments and Options are those of AllReduce (every peer passes the same ones), and
-// opt.Quant must be NoQuant.
+// opt.Quant must be NoQuant or a both-phase encoding (MinMaxU8Both, MinMaxU16Both), which encodes every
+// hop; the owned chunk's final value is then not encoded (there is no all-gather).
 //
 // On failure (an I/O error, ctx done) ReduceScatter aborts s and returns an error wrapping ErrAborted
 // and the cause; buf then holds unspecified bytes. A Plan keeps the caller's buffers intact instead.
@@ -151,7 +156,7 @@ func runAlone(ctx context.Context, ph Phase, buf []byte, dt DType, op Op, opt Op
 	if err := checkOp(dt, op); err != nil {
 		return err
 	}
-	if err := ph.check(len(buf), dt); err != nil {
+	if err := ph.check(len(buf), dt, op); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -45,8 +45,10 @@ type Phase struct {
 	// Divisor is the finalization of a reduce-scatter or all-reduce phase (see Options.Divisor); an
 	// all-gather phase needs DivideByWorld.
 	Divisor Divisor
-	// Quant encodes the all-gather of an all-gather or all-reduce phase (see Options.Quant); a
-	// reduce-scatter phase needs NoQuant.
+	// Quant encodes the phase's frames (see Options.Quant): the all-gather of an all-gather or
+	// all-reduce phase, and with a both-phase encoding (MinMaxU8Both, MinMaxU16Both) the reduce-scatter
+	// of a reduce-scatter or all-reduce phase too. A reduce-scatter phase needs NoQuant or a
+	// both-phase encoding.
 	Quant Quant
 }
 
@@ -153,7 +155,7 @@ func (p Plan) check(send, recv []byte) error {
 		return fmt.Errorf("%w: send has %d bytes, recv has %d", ErrInvalid, len(send), len(recv))
 	}
 	for i, ph := range p.Phases {
-		if err := ph.check(len(send), p.DType); err != nil {
+		if err := ph.check(len(send), p.DType, p.Op); err != nil {
 			if len(p.Phases) == 1 {
 				return err
 			}
@@ -173,8 +175,8 @@ func checkOp(dt DType, op Op) error {
 	return nil
 }
 
-// check validates ph over a staging buffer of n bytes of dt (already valid).
-func (ph Phase) check(n int, dt DType) error {
+// check validates ph over a staging buffer of n bytes of dt, reduced with op (both already valid).
+func (ph Phase) check(n int, dt DType, op Op) error {
 	size := dt.Size()
 	switch {
 	case !ph.Kind.Valid():
@@ -197,10 +199,12 @@ func (ph Phase) check(n int, dt DType) error {
 		return fmt.Errorf("%w: an all-gather does not finalize; divisor is %d", ErrInvalid, ph.Divisor)
 	case !ph.Quant.Valid():
 		return fmt.Errorf("%w: quantization %v", ErrInvalid, ph.Quant)
-	case ph.Kind == KindReduceScatter && ph.Quant != NoQuant:
-		return fmt.Errorf("%w: a reduce-scatter runs at full precision; quantization is %v", ErrInvalid, ph.Quant)
+	case ph.Kind == KindReduceScatter && ph.Quant != NoQuant && !ph.Quant.BothPhases():
+		return fmt.Errorf("%w: %v encodes only an all-gather; a reduce-scatter needs NoQuant or a both-phase encoding", ErrInvalid, ph.Quant)
 	case !ph.Quant.Supports(dt):
 		return fmt.Errorf("%w: quantization %v does not support %v", ErrInvalid, ph.Quant, dt)
+	case ph.Kind != KindAllGather && !ph.Quant.SupportsOp(op):
+		return fmt.Errorf("%w: quantization %v does not support %v", ErrInvalid, ph.Quant, op)
 	}
 	return nil
 }

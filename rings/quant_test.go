@@ -19,7 +19,7 @@ func TestQuantNames(t *testing.T) {
 	if _, err := ParseQuant("fp8"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("ParseQuant(fp8) error %v", err)
 	}
-	if Quant(3).Valid() || MinMaxU8.Supports(I32) || MinMaxU16.Supports(BF16) || !MinMaxU8.Supports(F64) || !NoQuant.Supports(U8) {
+	if Quant(5).Valid() || MinMaxU8.Supports(I32) || !MinMaxU16.Supports(BF16) || !MinMaxU8.Supports(F64) || !NoQuant.Supports(U8) {
 		t.Error("unexpected Valid/Supports")
 	}
 }

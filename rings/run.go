@@ -36,13 +36,20 @@ type run struct {
 	first   int    // first step taken
 	last    int    // last step taken
 
-	// With quantization, the all-gather moves encoded parts through qwork (qlen bytes in all): part p
-	// of chunk c occupies qpart(c, p). Each region is written once (by the owner's encoding or by a
-	// receive) before the sender reads it, ordered by the same notice on ready.
+	// With quantization, the all-gather (and with a both-phase encoding the reduce-scatter) moves
+	// encoded parts through qwork (qlen bytes in all): part p of chunk c occupies qpart(c, p). A region
+	// is written (by an encoding or by a receive) before the sender reads it, ordered by the same notice
+	// on ready; a region the reduce-scatter sent is received into again by the all-gather only after
+	// release. racc (receiver) and sacc (sender) hold one part in the computing type (accSize bytes per
+	// element): the reduce-scatter folds there, and F16 and BF16 are widened there to be encoded.
 	quant    Quant
+	gather   bool // the phase includes the all-gather
+	scatterQ bool // the reduce-scatter hops are encoded too (a both-phase encoding)
 	qwork    []byte
 	qlen     int
 	partBase []int // partBase[c]: number of parts in chunks before c
+	racc     []byte
+	sacc     []byte
 
 	// With a Retainer, an all-reduce's all-gather overwrites regions its reduce-scatter sent. sent gets
 	// one notice per reduce-scatter frame whose Send returned, so that the receiver can wait for the
@@ -66,6 +73,12 @@ func runPhase(ctx context.Context, ph Phase, src, work []byte, inPlace bool, dt 
 	if r.quant != NoQuant {
 		r.qwork = pool.Get(r.qlen)
 		defer pool.Put(r.qwork)
+		// Chunk 0 is the largest (Partition), so a part of it is the largest part.
+		n := min(r.pe, r.chunks[0].Len) * accSize(dt)
+		r.racc = pool.Get(n)
+		defer pool.Put(r.racc)
+		r.sacc = pool.Get(n)
+		defer pool.Put(r.sacc)
 	}
 	if r.world == 1 {
 		if err := r.single(); err != nil {
@@ -104,11 +117,13 @@ func newRun(ph Phase, src, work []byte, inPlace bool, dt DType, op Op, pe int) *
 	r := &run{
 		s: ph.Stream, rank: ph.Rank, world: world, src: src, work: work, inPlace: inPlace, dt: dt, op: op,
 		size: size, pe: pe,
-		chunks: Partition(len(work)/size, world),
-		first:  0,
-		last:   2*world - 3,
-		quant:  ph.Quant,
-		quit:   make(chan struct{}),
+		chunks:   Partition(len(work)/size, world),
+		first:    0,
+		last:     2*world - 3,
+		quant:    ph.Quant,
+		gather:   ph.Kind != KindReduceScatter,
+		scatterQ: ph.Quant.BothPhases() && ph.Kind != KindAllGather,
+		quit:     make(chan struct{}),
 	}
 	r.ret, _ = ph.Stream.(Retainer)
 	switch ph.Kind {
@@ -158,11 +173,14 @@ func newRun(ph Phase, src, work []byte, inPlace bool, dt DType, op Op, pe int) *
 }
 
 // sendChunk returns the chunk this rank sends at step.
-func (r *run) sendChunk(step int) int {
-	if step < r.world-1 {
-		return mod(r.rank-step, r.world)
+func (r *run) sendChunk(step int) int { return sendChunk(r.rank, r.world, step) }
+
+// sendChunk returns the chunk rank sends at step in a ring of world peers.
+func sendChunk(rank, world, step int) int {
+	if step < world-1 {
+		return mod(rank-step, world)
 	}
-	return mod(r.rank+1-(step-(r.world-1)), r.world)
+	return mod(rank+1-(step-(world-1)), world)
 }
 
 // recvChunk returns the chunk this rank receives at step.
@@ -195,11 +213,12 @@ func (r *run) qpart(c, p int) []byte {
 }
 
 // adopt encodes the final value of part p of owned chunk c into qwork and replaces the value in work by
-// its decoded form, the value every other peer will decode.
-func (r *run) adopt(c, p int) error {
+// its decoded form, the value every other peer will decode. scratch is the calling goroutine's racc or
+// sacc.
+func (r *run) adopt(c, p int, scratch []byte) error {
 	lo, hi := r.part(c, p)
 	q := r.qpart(c, p)
-	if err := Quantize(r.dt, r.quant, q, r.work[lo:hi]); err != nil {
+	if err := encodePlain(r.dt, r.quant, q, r.work[lo:hi], scratch); err != nil {
 		return fmt.Errorf("chunk %d part %d: %w", c, p, err)
 	}
 	Dequantize(r.dt, r.quant, r.work[lo:hi], q)
@@ -215,9 +234,9 @@ func (r *run) single() error {
 	if r.div > 0 {
 		Finalize(r.dt, r.op, r.work, r.div)
 	}
-	if r.quant != NoQuant {
+	if r.quant != NoQuant && r.gather {
 		for p := range r.parts(0) {
-			if err := r.adopt(0, p); err != nil {
+			if err := r.adopt(0, p, r.racc); err != nil {
 				return err
 			}
 		}
@@ -312,14 +331,24 @@ func (r *run) sendLoop() error {
 			}
 			lo, hi := r.part(c, p)
 			payload := src[lo:hi]
-			if r.quant != NoQuant && step >= r.world-1 {
+			switch {
+			case r.quant != NoQuant && step >= r.world-1:
 				if step == r.first {
 					// An all-gather alone: this rank's owned chunk, encoded here.
-					if err := r.adopt(c, p); err != nil {
+					if err := r.adopt(c, p, r.sacc); err != nil {
 						return err
 					}
 				}
 				payload = r.qpart(c, p)
+			case r.scatterQ:
+				payload = r.qpart(c, p)
+				if step == 0 {
+					// The first hop carries this rank's own contribution, encoded here; later hops
+					// send what the receiver encoded.
+					if err := encodePlain(r.dt, r.quant, payload, r.src[lo:hi], r.sacc); err != nil {
+						return fmt.Errorf("chunk %d part %d: %w", c, p, err)
+					}
+				}
 			}
 			id := ChunkID{Step: uint32(step), Part: uint32(p)}
 			if err := r.s.Send(id, payload); err != nil {
@@ -349,9 +378,11 @@ func (r *run) sendLoop() error {
 // sender sent during the reduce-scatter. The final value of a part can only arrive after every peer
 // folded in its contribution, which includes the partial value this rank sent for that part, so by
 // causality our Send of that part is over before the final value arrives; with a Retainer, release
-// also waits for its acknowledgement. With quantization the encoded parts live in qwork, where every
-// region is written exactly once. A reduce-scatter step never receives a chunk sent earlier in the
-// same phase, and an all-gather alone receives each chunk before sending it.
+// also waits for its acknowledgement. With quantization the all-gather receives into qwork, which a
+// both-phase reduce-scatter sent from; the same argument (and release) covers those regions. A
+// reduce-scatter step never receives a chunk sent earlier in the same phase (with a both-phase
+// encoding it receives a chunk's region, folds it and encodes into it before the sender sends it at
+// the next step), and an all-gather alone receives each chunk before sending it.
 func (r *run) recvLoop() error {
 	for step := r.first; step <= r.last; step++ {
 		c := r.recvChunk(step)
@@ -360,6 +391,19 @@ func (r *run) recvLoop() error {
 			dst := r.work[lo:hi]
 			id := ChunkID{Step: uint32(step), Part: uint32(p)}
 			switch {
+			case step < r.world-1 && r.scatterQ:
+				if err := r.s.Recv(id, r.qpart(c, p)); err != nil {
+					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
+				}
+				var err error
+				if r.dt == F64 {
+					err = foldEncoded(r, View[float64](r.racc), step, c, p)
+				} else {
+					err = foldEncoded(r, View[float32](r.racc), step, c, p)
+				}
+				if err != nil {
+					return err
+				}
 			case step < r.world-1:
 				if err := r.reduce(id, dst, r.src[lo:hi]); err != nil {
 					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
@@ -369,18 +413,19 @@ func (r *run) recvLoop() error {
 						Finalize(r.dt, r.op, dst, r.div)
 					}
 					if r.quant != NoQuant {
-						if err := r.adopt(c, p); err != nil {
+						if err := r.adopt(c, p, r.racc); err != nil {
 							return err
 						}
 					}
 				}
 			case r.quant != NoQuant:
+				// With a both-phase encoding the reduce-scatter sent this chunk's part from q.
+				if err := r.release(step, p); err != nil {
+					return err
+				}
 				q := r.qpart(c, p)
 				if err := r.s.Recv(id, q); err != nil {
 					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
-				}
-				if err := r.release(step, p); err != nil {
-					return err
 				}
 				Dequantize(r.dt, r.quant, dst, q)
 			default:
@@ -395,6 +440,36 @@ func (r *run) recvLoop() error {
 				r.ready <- struct{}{}
 			}
 		}
+	}
+	return nil
+}
+
+// foldEncoded folds the encoded partial reduction of part p of chunk c, just received into its qwork
+// region, with the local contribution, in the computing type T (acc is racc). At every hop but the last
+// it encodes the result into the same region, which the sender sends at the next step. At the last it
+// finalizes (the divide of Avg, in T), stores the result in work as elements of the phase's type and,
+// when the all-gather follows, adopts its encoded form.
+func foldEncoded[T float](r *run, acc []T, step, c, p int) error {
+	lo, hi := r.part(c, p)
+	q := r.qpart(c, p)
+	acc = acc[:(hi-lo)/r.size]
+	widen(r.dt, acc, r.src[lo:hi])
+	decodeFold(acc, r.op, r.quant, q)
+	if step < r.world-2 {
+		if err := encode(acc, r.quant, q); err != nil {
+			return fmt.Errorf("chunk %d part %d: %w", c, p, err)
+		}
+		return nil
+	}
+	if r.div > 0 && r.op == Avg {
+		d := T(r.div)
+		for i := range acc {
+			acc[i] /= d
+		}
+	}
+	narrow(r.dt, r.work[lo:hi], acc)
+	if r.gather {
+		return r.adopt(c, p, r.racc)
 	}
 	return nil
 }
