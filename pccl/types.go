@@ -38,14 +38,18 @@ const (
 	Max  = rings.Max
 )
 
-// Quant selects an encoding of the all-gather phase.
+// Quant selects how a collective's frames are encoded on the wire (see the rings package for the
+// error bound).
 type Quant = rings.Quant
 
-// Quantizations.
+// Quantizations. MinMaxU8 and MinMaxU16 encode the all-gather only; the Both variants also encode
+// every reduce-scatter hop, accumulating in full precision, and support Sum, Avg, Min and Max.
 const (
-	NoQuant   = rings.NoQuant
-	MinMaxU8  = rings.MinMaxU8
-	MinMaxU16 = rings.MinMaxU16
+	NoQuant       = rings.NoQuant
+	MinMaxU8      = rings.MinMaxU8
+	MinMaxU16     = rings.MinMaxU16
+	MinMaxU8Both  = rings.MinMaxU8Both
+	MinMaxU16Both = rings.MinMaxU16Both
 )
 
 // Bytes returns the bytes of a typed slice without copying, to pass as a collective buffer.
@@ -68,6 +72,8 @@ func (d Desc) validate(send, recv []byte) error {
 		return fmt.Errorf("%w: op %v", ErrInvalid, d.Op)
 	case !d.Quant.Valid() || !d.Quant.Supports(d.DType):
 		return fmt.Errorf("%w: quantization %v with dtype %v", ErrInvalid, d.Quant, d.DType)
+	case !d.Quant.SupportsOp(d.Op):
+		return fmt.Errorf("%w: quantization %v with op %v", ErrInvalid, d.Quant, d.Op)
 	case d.Count < 0:
 		return fmt.Errorf("%w: count %d", ErrInvalid, d.Count)
 	case len(send) != d.Count*d.DType.Size():
