@@ -22,6 +22,8 @@ type op struct {
 	code     wire.Code
 	detail   string
 	next     []nextVote // votes that arrived for the next operation on this tag
+
+	links map[PeerID][]wire.LinkTiming // link timings from the members' Done, for diagnosis
 }
 
 type nextVote struct {
@@ -71,6 +73,7 @@ func (m *Machine) fail(g *group, o *op, code wire.Code, detail string) {
 	o.failed, o.code, o.detail = true, code, detail
 	if o.seq != 0 {
 		m.counters.OpsAborted++
+		m.diagAborted(g)
 		m.gnote(g, "aborted", 0, "tag %d seq %d: %s: %s", o.tag, o.seq, code, detail)
 	}
 	for _, id := range m.opPeers(o) {
@@ -196,6 +199,9 @@ func (m *Machine) checkOp(g *group, o *op) {
 		}
 	}
 	delete(g.ops, o.tag)
+	if !o.failed {
+		m.diagnose(g, o)
+	}
 	for _, v := range o.next {
 		if q := m.peers[v.peer]; q != nil {
 			m.initiate(q, v.msg)
@@ -230,6 +236,7 @@ func (m *Machine) done(p *peer, d *wire.Done) {
 	o.done[p.id] = true
 	if d.Code == wire.CodeOK {
 		m.observeLink(p.id, o.members, d.LinkBytes, d.LinkNanos)
+		m.diagReport(o, p.id, d)
 	}
 	if d.Code != wire.CodeOK && !o.failed {
 		code := d.Code

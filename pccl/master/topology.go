@@ -208,7 +208,7 @@ func (m *Machine) costMatrix(nodes []PeerID) [][]float64 {
 			switch bw := m.bw[edge{a, b}]; {
 			case i == j:
 			case bw > 0:
-				cost[i][j] = 1 / bw
+				cost[i][j] = m.linkPenalty(a, b) / bw
 			default:
 				cost[i][j] = 10 * worst
 				if m.peers[a] != nil && m.peers[b] != nil && m.peers[a].hello.Site != "" &&
