@@ -30,7 +30,8 @@ type Config struct {
 	// WaitFraction is the least fraction of its span a peer must have waited on its predecessors to
 	// count as waiting in the waiting chain. Zero means 0.25.
 	WaitFraction float64
-	// MinBytes is the least bytes a link must carry in an operation to be sampled. Zero means 1.
+	// MinBytes is the least bytes a link must carry in an operation to be sampled: below it, latency
+	// rather than bandwidth sets the figures. Zero means 64 KiB.
 	MinBytes uint64
 }
 
@@ -57,7 +58,7 @@ func (c Config) withDefaults() Config {
 		c.WaitFraction = 0.25
 	}
 	if c.MinBytes == 0 {
-		c.MinBytes = 1
+		c.MinBytes = 64 << 10
 	}
 	return c
 }
@@ -255,6 +256,12 @@ func (d *Detector) Observe(op Op) []Event {
 	for _, r := range op.Reports {
 		d.sample(r, inWait)
 	}
+	// Links of earlier rings age out, so the matrix stays as large as what the group still uses.
+	for l, c := range d.cells {
+		if c.last+uint64(d.cfg.Stale) < d.op {
+			delete(d.cells, l)
+		}
+	}
 	return d.judge(d.classify(op.Ring))
 }
 
@@ -316,12 +323,15 @@ type figures struct {
 	medStall, medLate  float64
 	maxWait            float64
 	hotCells, explains map[Link]bool
+	hotOut             map[uint64][]uint64 // the targets of each peer's hot cells, sorted
+	outKnown, inKnown  map[uint64]int      // fresh cells out of and into each peer
 }
 
 func (d *Detector) figures(ring []uint64) *figures {
 	k := d.cfg.Recent
 	f := &figures{ring: ring, pos: map[uint64]int{}, busy: map[uint64]float64{}, wait: map[uint64]float64{},
-		late: map[uint64]float64{}, stall: map[Link]float64{}, hotCells: map[Link]bool{}, explains: map[Link]bool{}}
+		late: map[uint64]float64{}, stall: map[Link]float64{}, hotCells: map[Link]bool{}, explains: map[Link]bool{},
+		outKnown: map[uint64]int{}, inKnown: map[uint64]int{}}
 	var spans, busys, lates, stalls []float64
 	for i, id := range ring {
 		f.pos[id] = i
@@ -346,6 +356,8 @@ func (d *Detector) figures(ring []uint64) *figures {
 			continue
 		}
 		f.stall[l] = c.stall.recent(k)
+		f.outKnown[l.From]++
+		f.inKnown[l.To]++
 		stalls = append(stalls, f.stall[l])
 	}
 	f.medSpan, f.medBusy, f.medLate, f.medStall = median(spans), median(busys), median(lates), median(stalls)
@@ -391,8 +403,8 @@ func (d *Detector) walkBack(f *figures, start uint64) (origin uint64, chain []ui
 
 // heldBy returns the peer that does not wait and into which x's link out is a hot cell, if any.
 func (d *Detector) heldBy(f *figures, x uint64) (uint64, bool) {
-	for _, y := range f.ring {
-		if y != x && f.hotCells[Link{x, y}] && !d.waiting(f, y) {
+	for _, y := range f.hotOut[x] {
+		if y != x && !d.waiting(f, y) {
 			return y, true
 		}
 	}
@@ -406,18 +418,23 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 		return out
 	}
 	f := d.figures(ring)
+	f.hotOut = map[uint64][]uint64{}
 	for l, v := range f.stall {
 		if d.hot(v, f.medStall, f.medSpan) {
 			f.hotCells[l] = true
+			f.hotOut[l.From] = append(f.hotOut[l.From], l.To)
 		}
 	}
+	for _, to := range f.hotOut {
+		slices.Sort(to)
+	}
 
-	// The waiting chains, walked back from every waiting peer, most waiting first.
-	waiters := slices.Clone(ring)
-	slices.SortStableFunc(waiters, func(a, b uint64) int { return cmp.Compare(f.wait[b], f.wait[a]) })
+	// The waiting chains, walked back from the downstream end of every run of waiting peers (a
+	// waiting peer whose successor does not wait), so that each peer is walked over about once.
 	chains := map[uint64][]uint64{}
-	for _, q := range waiters {
-		if !d.waiting(f, q) {
+	n := len(ring)
+	for i, q := range ring {
+		if !d.waiting(f, q) || d.waiting(f, ring[(i+1)%n]) {
 			continue
 		}
 		if o, chain, ok := d.walkBack(f, q); ok && len(chain) > len(chains[o]) {
@@ -438,8 +455,8 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 			conf *= 0.8
 		}
 		ev := Event{Kind: SlowCompute, Peer: o, Chain: chain, Ratio: ratio, Confidence: conf}
-		ev.Evidence = fmt.Sprintf("peer %d busy outside communication %.1f× the group median; %d peer(s) wait on it (chain %v)",
-			o, ratio, len(chain), chain)
+		ev.Evidence = fmt.Sprintf("peer %d busy outside communication %.1f× the group median; %d peer(s) wait on it (chain %s)",
+			o, ratio, len(chain), chainText(chain))
 		if lf := f.late[o] - f.medLate; lf >= 0.1 {
 			ev.Evidence += fmt.Sprintf("; it starts its sends %.0f%% of the operation late", 100*lf)
 		}
@@ -520,25 +537,14 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 }
 
 // rowHot counts the hot cells out of id.
-func (d *Detector) rowHot(f *figures, id uint64) int {
-	n := 0
-	for l := range f.hotCells {
-		if l.From == id {
-			n++
-		}
-	}
-	return n
-}
+func (d *Detector) rowHot(f *figures, id uint64) int { return len(f.hotOut[id]) }
 
 // known counts the fresh cells out of id (out) or into it.
 func (d *Detector) known(f *figures, id uint64, out bool) int {
-	n := 0
-	for l := range f.stall {
-		if (out && l.From == id) || (!out && l.To == id) {
-			n++
-		}
+	if out {
+		return f.outKnown[id]
 	}
-	return n
+	return f.inKnown[id]
 }
 
 // cellRatio is the median stall of cells over the group median.
@@ -741,6 +747,15 @@ func median(v []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// chainText writes a waiting chain, its first peers only when it is long.
+func chainText(chain []uint64) string {
+	const show = 8
+	if len(chain) <= show {
+		return fmt.Sprint(chain)
+	}
+	return strings.TrimSuffix(fmt.Sprint(chain[:show]), "]") + " …]"
 }
 
 func compareLinks(a, b Link) int {

@@ -387,6 +387,32 @@ func TestDelayAndCells(t *testing.T) {
 	}
 }
 
+// TestLargeRing checks the classifier on a ring of 512 peers: a clean run stays quiet and a sleeper
+// is found within three operations, with everyone else in its waiting chain.
+func TestLargeRing(t *testing.T) {
+	ring := make([]uint64, 512)
+	for i := range ring {
+		ring[i] = uint64(1000 + i)
+	}
+	d := New(Config{})
+	evs := slices.Concat(run(t, d, newSynth(ring, false, 8), 20, 3, &fault{kind: SlowCompute, peer: 1100, extra: 2})...)
+	if len(evs) != 1 || evs[0].Key() != "slow-compute 1100" || len(evs[0].Chain) < len(ring)-2 {
+		t.Fatalf("events %+v", evs)
+	}
+	if !strings.Contains(evs[0].Evidence, "(chain [1101 1102 1103 1104 1105 1106 1107 1108 …])") {
+		t.Errorf("evidence %q", evs[0].Evidence)
+	}
+}
+
+func TestChainText(t *testing.T) {
+	if got := chainText([]uint64{4, 5}); got != "[4 5]" {
+		t.Errorf("short chain %q", got)
+	}
+	if got := chainText([]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}); got != "[1 2 3 4 5 6 7 8 …]" {
+		t.Errorf("long chain %q", got)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	if err := (Config{}).Validate(); err != nil {
 		t.Fatal(err)
