@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/concord-ccl/concord/internal/wire"
 )
@@ -24,6 +25,7 @@ type op struct {
 	next     []nextVote // votes that arrived for the next operation on this tag
 
 	links map[PeerID][]wire.LinkTiming // link timings from the members' Done, for diagnosis
+	voted map[PeerID]time.Time         // when each vote was counted, for diagnosis
 }
 
 type nextVote struct {
@@ -143,6 +145,7 @@ func (m *Machine) initiate(p *peer, v *wire.Initiate) {
 		return
 	}
 	o.voters[p.id] = true
+	m.diagVote(o, p.id)
 	if o.failed {
 		o.told[p.id] = true
 		m.send(p.id, &wire.Outcome{Tag: o.tag, Code: o.code, Detail: o.detail})

@@ -87,6 +87,15 @@ func (m *Machine) diagReport(o *op, p PeerID, d *wire.Done) {
 	o.links[p] = d.Links
 }
 
+// diagVote notes when p's vote for o was counted. A vote queued behind the previous operation on
+// the tag counts when that one retires, which can only make its peer look earlier, never later.
+func (m *Machine) diagVote(o *op, p PeerID) {
+	if o.voted == nil {
+		o.voted = map[PeerID]time.Time{}
+	}
+	o.voted[p] = m.now
+}
+
 // diagAborted notes that a commenced collective of g was aborted: g is recovering until one
 // completes.
 func (m *Machine) diagAborted(g *group) {
@@ -110,12 +119,21 @@ func (m *Machine) diagnose(g *group, o *op) {
 		return
 	}
 	op := diagnosis.Op{Ring: slices.Clone(o.members)}
+	var first time.Time
+	for _, id := range o.members {
+		if t, ok := o.voted[id]; ok && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
+	}
 	for _, id := range o.members {
 		ls := o.links[id]
 		if len(ls) == 0 {
 			continue
 		}
 		r := diagnosis.Report{Peer: id}
+		if t, ok := o.voted[id]; ok {
+			r.Vote = t.Sub(first)
+		}
 		for _, l := range ls {
 			r.Links = append(r.Links, diagnosis.Timing{Peer: l.Peer, Out: l.Dir == wire.LinkOut, Bytes: l.Bytes,
 				Start: time.Duration(l.Start), End: time.Duration(l.End), Wait: time.Duration(l.Wait)})

@@ -18,8 +18,9 @@ type Config struct {
 	// Floor is the least excess over the median, as a fraction of the median span per byte, for a
 	// figure to be hot; it keeps noise on figures close to zero quiet. Zero means 0.1.
 	Floor float64
-	// Confirm is how many consecutive operations a syndrome must hold before it is raised. Zero
-	// means 2.
+	// Confirm is how many consecutive operations a syndrome must hold before it is raised. A
+	// syndrome holds in an operation only when its culprit's figure stood out in each of the last
+	// Recent operations, so Confirm 1 already needs Recent slow operations in a row. Zero means 1.
 	Confirm int
 	// Release is how many consecutive operations a syndrome must be absent before it is cleared.
 	// Zero means 3.
@@ -46,7 +47,7 @@ func (c Config) withDefaults() Config {
 		c.Floor = 0.1
 	}
 	if c.Confirm == 0 {
-		c.Confirm = 2
+		c.Confirm = 1
 	}
 	if c.Release == 0 {
 		c.Release = 3
@@ -95,6 +96,9 @@ type Timing struct {
 type Report struct {
 	Peer  uint64
 	Links []Timing
+	// Vote is how long after the first member's vote this peer's vote for the operation reached the
+	// master (0 for the first): the others waited that long for it before the operation could start.
+	Vote time.Duration
 }
 
 // Op is one completed collective of a group: its ring in order and the members' reports (a member
@@ -170,12 +174,19 @@ func (e Event) Key() string {
 
 // Detector keeps one group's delay matrix and syndromes. It is not safe for concurrent use.
 type Detector struct {
-	cfg   Config
-	op    uint64 // operations observed
-	cells map[Link]*cell
-	peers map[uint64]*peerStat
-	synd  map[string]*syndrome
+	cfg    Config
+	op     uint64 // operations observed
+	jitter window // per operation: the median absolute deviation of the members' votes, seconds
+	cells  map[Link]*cell
+	peers  map[uint64]*peerStat
+	synd   map[string]*syndrome
 }
+
+// voteSpreads is how many typical deviations of the votes (the median over recent operations of
+// the median absolute deviation of an operation's votes) a vote must trail the median one to count
+// as late. The deviation of a handful of votes is small; ten of them keep a chance straggler of
+// three operations in a row out of sight.
+const voteSpreads = 10
 
 // maxWindow is how many samples of each figure are kept.
 const maxWindow = 8
@@ -210,6 +221,22 @@ func (w *window) recent(k int) float64 {
 	return median(s)
 }
 
+// median returns the median of every sample held (0 without samples).
+func (w *window) median() float64 { return median(w.v[:w.n]) }
+
+// least returns the smallest of the latest k samples, or NaN while fewer than k are held: a figure
+// that must hold in every recent operation.
+func (w *window) least(k int) float64 {
+	if w.n < k || k == 0 {
+		return math.NaN()
+	}
+	v := w.v[(w.i-1+maxWindow)%maxWindow]
+	for j := 1; j < k; j++ {
+		v = min(v, w.v[(w.i-1-j+maxWindow)%maxWindow])
+	}
+	return v
+}
+
 // cell is one directed link of the matrix.
 type cell struct {
 	transfer window // seconds per byte from first to last byte, at the sender
@@ -224,6 +251,8 @@ type peerStat struct {
 	wait window // fraction of its span it waited on links in
 	late window // fraction of its span before its first byte out
 	span window // seconds per byte from begin to its last byte
+	secs window // seconds from begin to its last byte
+	vote window // seconds its vote came after the operation's median vote
 	last uint64
 }
 
@@ -253,8 +282,22 @@ func (d *Detector) Observe(op Op) []Event {
 			}
 		}
 	}
+	// Votes are judged against the operation's median vote and its spread, so that the jitter of
+	// the training step sets the bar.
+	votes := make([]float64, len(op.Reports))
+	for i, r := range op.Reports {
+		votes[i] = max(r.Vote, 0).Seconds()
+	}
+	medVote := median(votes)
+	dev := make([]float64, len(votes))
+	for i, v := range votes {
+		dev[i] = math.Abs(v - medVote)
+	}
+	if len(votes) > 0 {
+		d.jitter.add(median(dev))
+	}
 	for _, r := range op.Reports {
-		d.sample(r, inWait)
+		d.sample(r, inWait, max(r.Vote, 0).Seconds()-medVote)
 	}
 	// Links of earlier rings age out, so the matrix stays as large as what the group still uses.
 	for l, c := range d.cells {
@@ -265,8 +308,8 @@ func (d *Detector) Observe(op Op) []Event {
 	return d.judge(d.classify(op.Ring))
 }
 
-// sample adds one report's figures.
-func (d *Detector) sample(r Report, inWait map[Link]time.Duration) {
+// sample adds one report's figures; vote is how many seconds its vote came after the median one.
+func (d *Detector) sample(r Report, inWait map[Link]time.Duration, vote float64) {
 	var bytesOut, bytesIn uint64
 	var span, wait, stall time.Duration
 	late := time.Duration(-1)
@@ -310,6 +353,8 @@ func (d *Detector) sample(r Report, inWait map[Link]time.Duration) {
 	p.wait.add(min(wait.Seconds()/span.Seconds(), 1))
 	p.late.add(min(late.Seconds()/span.Seconds(), 1))
 	p.span.add(span.Seconds() / float64(bytes))
+	p.secs.add(span.Seconds())
+	p.vote.add(vote)
 	p.last = d.op
 }
 
@@ -318,7 +363,12 @@ type figures struct {
 	ring               []uint64
 	pos                map[uint64]int
 	busy, wait, late   map[uint64]float64
-	stall              map[Link]float64 // fresh cells only
+	busyLeast          map[uint64]float64 // the least busy figure of the last Recent operations
+	stallLeast         map[Link]float64   // the least stall of the last Recent operations
+	vote               map[uint64]float64 // the least recent lag behind the median vote, seconds
+	stall              map[Link]float64   // fresh cells only
+	medSecs            float64            // median span of an operation, seconds
+	jitter             float64            // typical spread of the votes, seconds
 	medSpan, medBusy   float64
 	medStall, medLate  float64
 	maxWait            float64
@@ -330,9 +380,9 @@ type figures struct {
 func (d *Detector) figures(ring []uint64) *figures {
 	k := d.cfg.Recent
 	f := &figures{ring: ring, pos: map[uint64]int{}, busy: map[uint64]float64{}, wait: map[uint64]float64{},
-		late: map[uint64]float64{}, stall: map[Link]float64{}, hotCells: map[Link]bool{}, explains: map[Link]bool{},
+		late: map[uint64]float64{}, vote: map[uint64]float64{}, busyLeast: map[uint64]float64{}, stallLeast: map[Link]float64{}, stall: map[Link]float64{}, hotCells: map[Link]bool{}, explains: map[Link]bool{},
 		outKnown: map[uint64]int{}, inKnown: map[uint64]int{}}
-	var spans, busys, lates, stalls []float64
+	var spans, busys, lates, stalls, secs []float64
 	for i, id := range ring {
 		f.pos[id] = i
 		p := d.peers[id]
@@ -340,6 +390,11 @@ func (d *Detector) figures(ring []uint64) *figures {
 			continue
 		}
 		f.busy[id], f.wait[id], f.late[id] = p.busy.recent(k), p.wait.recent(k), p.late.recent(k)
+		f.busyLeast[id] = p.busy.least(k)
+		if v := p.vote.least(k); !math.IsNaN(v) {
+			f.vote[id] = v
+		}
+		secs = append(secs, p.secs.recent(k))
 		spans = append(spans, p.span.recent(k))
 		busys = append(busys, f.busy[id])
 		lates = append(lates, f.late[id])
@@ -356,15 +411,17 @@ func (d *Detector) figures(ring []uint64) *figures {
 			continue
 		}
 		f.stall[l] = c.stall.recent(k)
+		f.stallLeast[l] = c.stall.least(k)
 		f.outKnown[l.From]++
 		f.inKnown[l.To]++
 		stalls = append(stalls, f.stall[l])
 	}
 	f.medSpan, f.medBusy, f.medLate, f.medStall = median(spans), median(busys), median(lates), median(stalls)
+	f.medSecs, f.jitter = median(secs), d.jitter.median()
 	return f
 }
 
-// hot reports whether v stands out of the group whose median is med.
+// hot reports whether v stands out of the group whose median is med (false for NaN).
 func (d *Detector) hot(v, med, medSpan float64) bool {
 	return v >= d.cfg.Raise*med && v-med >= d.cfg.Floor*medSpan && v > 0
 }
@@ -419,7 +476,7 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 	}
 	f := d.figures(ring)
 	f.hotOut = map[uint64][]uint64{}
-	for l, v := range f.stall {
+	for l, v := range f.stallLeast {
 		if d.hot(v, f.medStall, f.medSpan) {
 			f.hotCells[l] = true
 			f.hotOut[l.From] = append(f.hotOut[l.From], l.To)
@@ -445,11 +502,11 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 	// A chain's origin that is busy on its own far beyond the median, while its links out are not
 	// slow, is slow outside communication. The link into it is explained by it.
 	for o, chain := range chains {
-		b, ok := f.busy[o]
+		b, ok := f.busyLeast[o]
 		if !ok || !d.hot(b, f.medBusy, f.medSpan) || d.rowHot(f, o) > 0 {
 			continue
 		}
-		ratio := b / f.medBusy
+		ratio := f.busy[o] / f.medBusy
 		conf := confidence(ratio)
 		if 2*len(chain) < len(ring) {
 			conf *= 0.8
@@ -466,6 +523,31 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 			}
 		}
 		out[ev.Key()] = ev
+	}
+
+	// A peer whose vote comes last, far behind the others, is slow outside communication too: the
+	// others wait for it at the vote, before the ring starts, so its lateness never reaches the
+	// link timings. In each of the last Recent operations its vote must come after the median one
+	// by Floor times the median operation and voteSpreads times the typical deviation of the votes,
+	// so that the ordinary jitter of the training step stays quiet.
+	for _, id := range ring {
+		excess, ok := f.vote[id]
+		if !ok || f.medSecs <= 0 || excess < d.cfg.Floor*f.medSecs || excess < voteSpreads*f.jitter {
+			continue
+		}
+		key := fmt.Sprintf("%s %d", SlowCompute, id)
+		if _, dup := out[key]; dup {
+			continue
+		}
+		var chain []uint64
+		for j := 1; j < n; j++ {
+			chain = append(chain, ring[(f.pos[id]+j)%n])
+		}
+		ratio := (f.medSecs + excess) / f.medSecs
+		ev := Event{Kind: SlowCompute, Peer: id, Chain: chain, Ratio: ratio, Confidence: confidence(ratio)}
+		ev.Evidence = fmt.Sprintf("peer %d votes %s after the median peer, so every operation takes the others %.1f× its length; %d peer(s) wait on it at the vote",
+			id, time.Duration(excess*1e9).Round(time.Microsecond), ratio, len(chain))
+		out[key] = ev
 	}
 
 	// Rows and columns: most of a peer's recent links out (in) are hot, and at least two.

@@ -18,8 +18,8 @@
 // Per directed link the Detector keeps the recent samples of three figures: the transfer time per
 // byte (last byte minus first byte, at the sender), the stall per byte (how long the link held its
 // sender back) and the wait (how long the receiver starved on it). Per peer it keeps its busy time
-// per byte, its wait fraction and its late start. Estimates are the median of the last Recent
-// samples, so one noisy operation moves nothing.
+// per byte, its wait fraction, its late start and how far its vote trailed the operation's median
+// vote. Estimates are the median of the last Recent samples, so one noisy operation moves nothing.
 //
 // # Syndromes
 //
@@ -33,6 +33,9 @@
 //     against the ring's direction, ends at a peer that does not wait, whose own busy time is far
 //     beyond the median while its link out is not slow. The link into it may look slow then (its
 //     predecessor could not hand it data while it was busy); that is explained and not reported.
+//     A peer late before it even votes holds everyone at the vote instead, and the ring runs clean:
+//     it is found as the member whose vote trails the median one, in each recent operation, by
+//     far more than the votes' usual spread.
 //
 // A single ring shows one link out and one link in per peer, so a slow sender or receiver looks
 // like a slow link until a second link of its row or column is observed (an operation that reports
@@ -42,10 +45,12 @@
 //
 // # Hysteresis
 //
-// A syndrome is raised once it held in Confirm consecutive operations (with Recent = 3 and Confirm
-// = 2, at the third operation of a clean fault at the latest) and cleared once it was absent in
-// Release consecutive ones, or at once when its links are no longer observed (the ring moved away
-// from them) or a broader syndrome explains it (a slow link turning out to be a slow sender). A cell
-// is hot only when it exceeds Raise times the group median and its excess is at least Floor times
-// the median span per byte, so noise on near-zero stalls raises nothing.
+// A culprit's figure counts only when it stood out in each of the last Recent operations, against
+// the group median of the recent medians: a cell is hot when its least stall of the last Recent
+// operations exceeds Raise times the group median and its excess is at least Floor times the median
+// span per byte, so one or two noisy operations, and noise on near-zero stalls, raise nothing. A
+// syndrome is raised once it held in Confirm consecutive operations (with Recent = 3 and Confirm =
+// 1, at the third operation of a clean fault) and cleared once it was absent in Release consecutive
+// ones, or at once when its links are no longer observed (the ring moved away from them) or a
+// broader syndrome explains it (a slow link turning out to be a slow sender).
 package diagnosis
