@@ -379,9 +379,10 @@ type figures struct {
 
 func (d *Detector) figures(ring []uint64) *figures {
 	k := d.cfg.Recent
-	f := &figures{ring: ring, pos: map[uint64]int{}, busy: map[uint64]float64{}, wait: map[uint64]float64{},
-		late: map[uint64]float64{}, vote: map[uint64]float64{}, busyLeast: map[uint64]float64{}, stallLeast: map[Link]float64{}, stall: map[Link]float64{}, hotCells: map[Link]bool{}, explains: map[Link]bool{},
-		outKnown: map[uint64]int{}, inKnown: map[uint64]int{}}
+	f := &figures{ring: ring, pos: map[uint64]int{},
+		busy: map[uint64]float64{}, wait: map[uint64]float64{}, late: map[uint64]float64{}, vote: map[uint64]float64{},
+		busyLeast: map[uint64]float64{}, stallLeast: map[Link]float64{}, stall: map[Link]float64{},
+		hotCells: map[Link]bool{}, explains: map[Link]bool{}, outKnown: map[uint64]int{}, inKnown: map[uint64]int{}}
 	var spans, busys, lates, stalls, secs []float64
 	for i, id := range ring {
 		f.pos[id] = i

@@ -109,9 +109,10 @@ func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
 		opsDone:     d("concord_ops_completed_total", "Collectives completed since the master started."),
 		opsAborted:  d("concord_ops_aborted_total", "Collectives aborted since the master started."),
 
-		linkBandwidth: d("concord_link_bandwidth_bytes_per_second", "Estimated bandwidth of the directed link from peer to peer, from bandwidth tests and real collectives.", "group", "from", "to"),
+		linkBandwidth: d("concord_link_bandwidth_bytes_per_second",
+			"Estimated bandwidth of each link of the ring in force, from bandwidth tests and real collectives.", "group", "from", "to"),
 		linkDelay: d("concord_link_delay_seconds_per_mebibyte",
-			"Delay matrix: recent time the directed link held its sender back per MiB (a slow link, sender or receiver stands out).", "group", "from", "to"),
+			"Delay matrix on the links of the ring in force: recent time the link held its sender back per MiB (a slow link, sender or receiver stands out).", "group", "from", "to"),
 		peerStep:         d("concord_peer_training_step", "Training step the peer reported last.", "group", "peer"),
 		syndromesActive:  d("concord_syndromes_active", "Slow links and slow peers diagnosed and not cleared, by syndrome.", "group", "kind"),
 		syndromesRaised:  d("concord_syndromes_raised_total", "Syndromes raised since the master started, by syndrome.", "group", "kind"),
@@ -182,15 +183,16 @@ func (c *metricsCollector) collectDiagnosis(ch chan<- prometheus.Metric, s maste
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	for _, g := range s.Groups {
 		gid := u(uint64(g.ID))
+		// Only the ring's own links: the matrices may hold every pair, which would be n² series.
+		n := len(g.Ring)
 		for _, m := range []struct {
 			d *prometheus.Desc
 			v [][]float64
 		}{{c.linkBandwidth, g.Bandwidth}, {c.linkDelay, g.Delay}} {
-			for i, row := range m.v {
-				for j, v := range row {
-					if i < len(g.Ring) && j < len(g.Ring) && known(v) {
-						gauge(m.d, v, gid, u(g.Ring[i]), u(g.Ring[j]))
-					}
+			for i := range min(len(m.v), n) {
+				j := (i + 1) % n
+				if n > 1 && j < len(m.v[i]) && known(m.v[i][j]) {
+					gauge(m.d, m.v[i][j], gid, u(g.Ring[i]), u(g.Ring[j]))
 				}
 			}
 		}
