@@ -169,6 +169,14 @@ func (m *Machine) diagnose(g *group, o *op) {
 	}
 }
 
+// diagProbe feeds a bandwidth test of OptimizeTopology into g's diagnosis: tests cover every link,
+// so they tell a slow sender or receiver from a slow link of the ring.
+func (m *Machine) diagProbe(g *group, from, to PeerID, bytesPerSec float64) {
+	if to != 0 && m.peers[to] != nil && m.peers[to].group == g {
+		m.diag(g).det.ObserveProbe(from, to, bytesPerSec)
+	}
+}
+
 // diagForget drops a departed peer from g's delay matrix and penalties.
 func (m *Machine) diagForget(g *group, id PeerID) {
 	if g.diag == nil {

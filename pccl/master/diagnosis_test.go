@@ -77,6 +77,7 @@ func (r *diagRig) step(in Input) []Send {
 // by sleeper before it starts (a peer slow outside communication), or by voter before it votes.
 type timing struct {
 	slow    [2]PeerID
+	sender  PeerID // every link out of it is slow
 	sleeper PeerID
 	voter   PeerID
 	extra   time.Duration
@@ -95,7 +96,7 @@ func (r *diagRig) links(ring []PeerID, i int, f timing) []wire.LinkTiming {
 	id, succ, pred := ring[i], ring[(i+1)%n], ring[(i+n-1)%n]
 	busy, stall, late := j(d0*60/100), j(d0*15/100), j(d0/100)
 	switch {
-	case f.slow == [2]PeerID{id, succ}:
+	case f.slow == [2]PeerID{id, succ}, f.sender == id:
 		stall += f.extra
 	case f.sleeper == id:
 		busy += f.extra
@@ -240,6 +241,46 @@ func TestDiagnoseSlowLinkReroutes(t *testing.T) {
 }
 
 func linkName(l [2]PeerID) string { return fmt.Sprintf("%d→%d", l[0], l[1]) }
+
+// TestDiagnoseSenderFromBandwidthTests checks a slow sender on a plain ring: the ring shows it as
+// its one slow link; the bandwidth tests of the next OptimizeTopology find all its links out slow,
+// and the next collective names the sender and clears the link.
+func TestDiagnoseSenderFromBandwidthTests(t *testing.T) {
+	r := newDiagRig(t, Config{MinPeers: 2}, 6)
+	ring := r.m.Snapshot(r.now).Ring
+	sender := ring[1]
+	for range 5 {
+		r.collective(timing{})
+	}
+	r.take()
+	for range 3 {
+		r.collective(timing{sender: sender, extra: 60 * time.Millisecond})
+	}
+	if evs := diagEvents(r.take()); len(evs) != 1 || evs[0].Kind != "slow-link" || evs[0].Peer != sender {
+		t.Fatalf("on the ring: %+v", evs)
+	}
+	for _, id := range ring {
+		r.step(Received{id, &wire.VoteOptimize{}})
+	}
+	for round := uint32(1); round < 6; round++ {
+		for i, id := range ring {
+			bw := 1e9
+			if id == sender {
+				bw = 2e8
+			}
+			r.step(Received{id, &wire.MeasureReport{Round: round, To: ring[(i+int(round))%6], BytesPerSec: bw}})
+		}
+	}
+	r.collective(timing{sender: sender, extra: 60 * time.Millisecond})
+	var got []string
+	for _, e := range diagEvents(r.take()) {
+		got = append(got, e.Kind+" "+e.Detail[:strings.Index(e.Detail, " (")])
+	}
+	want := []string{fmt.Sprintf("slow-sender slow-sender %d", sender), fmt.Sprintf("cleared slow-link %d→%d", sender, ring[2])}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the bandwidth tests: %q, want %q", got, want)
+	}
+}
 
 // TestDiagnoseEviction checks the eviction policy: off by default, a peer that sleeps before every
 // operation is only noted; with EvictAfter 4 it is kicked once its syndrome held four operations

@@ -176,6 +176,7 @@ func (m *Machine) measureReport(p *peer, r *wire.MeasureReport) {
 		return
 	}
 	o.reported[p.id] = true
+	m.diagProbe(g, p.id, r.To, r.BytesPerSec)
 	if r.BytesPerSec > 0 && !math.IsInf(r.BytesPerSec, 0) && !math.IsNaN(r.BytesPerSec) {
 		m.bw[edge{p.id, r.To}] = r.BytesPerSec
 		m.lat[edge{p.id, r.To}] = time.Duration(r.LatencyNanos)

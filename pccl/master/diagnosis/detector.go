@@ -178,6 +178,7 @@ type Detector struct {
 	op     uint64 // operations observed
 	jitter window // per operation: the median absolute deviation of the members' votes, seconds
 	cells  map[Link]*cell
+	probes map[Link]probe // bandwidth tests, by link
 	peers  map[uint64]*peerStat
 	synd   map[string]*syndrome
 }
@@ -237,6 +238,12 @@ func (w *window) least(k int) float64 {
 	return v
 }
 
+// probe is a bandwidth test of one link.
+type probe struct {
+	cost float64 // seconds per byte
+	op   uint64  // operations observed when it was taken
+}
+
 // cell is one directed link of the matrix.
 type cell struct {
 	transfer window // seconds per byte from first to last byte, at the sender
@@ -266,8 +273,23 @@ type syndrome struct {
 
 // New returns a Detector with an empty matrix.
 func New(cfg Config) *Detector {
-	return &Detector{cfg: cfg.withDefaults(), cells: map[Link]*cell{}, peers: map[uint64]*peerStat{},
+	return &Detector{cfg: cfg.withDefaults(), cells: map[Link]*cell{}, probes: map[Link]probe{}, peers: map[uint64]*peerStat{},
 		synd: map[string]*syndrome{}}
+}
+
+// ObserveProbe records a bandwidth test of the link from one peer to another (bytes per second;
+// zero or less: the test failed, which counts as a very slow link). Tests cover every link, not
+// only the ring's, so they tell a slow sender or receiver from a slow link on a ring where each
+// peer has one link out and one in; they count until Stale operations later.
+func (d *Detector) ObserveProbe(from, to uint64, bytesPerSec float64) {
+	if math.IsNaN(bytesPerSec) || from == to {
+		return
+	}
+	cost := math.Inf(1)
+	if bytesPerSec > 0 && !math.IsInf(bytesPerSec, 0) {
+		cost = 1 / bytesPerSec
+	}
+	d.probes[Link{from, to}] = probe{cost: cost, op: d.op}
 }
 
 // Observe folds one operation into the matrix and returns the syndromes it raised or cleared, in a
@@ -299,10 +321,16 @@ func (d *Detector) Observe(op Op) []Event {
 	for _, r := range op.Reports {
 		d.sample(r, inWait, max(r.Vote, 0).Seconds()-medVote)
 	}
-	// Links of earlier rings age out, so the matrix stays as large as what the group still uses.
+	// Links of earlier rings and old bandwidth tests age out, so the matrix stays as large as what
+	// the group still uses.
 	for l, c := range d.cells {
 		if c.last+uint64(d.cfg.Stale) < d.op {
 			delete(d.cells, l)
+		}
+	}
+	for l, p := range d.probes {
+		if p.op+uint64(d.cfg.Stale) < d.op {
+			delete(d.probes, l)
 		}
 	}
 	return d.judge(d.classify(op.Ring))
@@ -585,6 +613,45 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 		}
 	}
 
+	// A hot ring cell whose sender's (receiver's) bandwidth tests are mostly slow too is the
+	// sender (receiver), even where the ring shows no second link of its row (column).
+	probeRow, probeCol, medProbe := d.probeLines(f)
+	for _, l := range sortedLinks(f.hotCells) {
+		if f.explains[l] {
+			continue
+		}
+		for _, side := range []struct {
+			kind  Kind
+			peer  uint64
+			tests []Link
+			what  string
+		}{
+			{SlowSender, l.From, probeRow[l.From], "links out"},
+			{SlowReceiver, l.To, probeCol[l.To], "links in"},
+		} {
+			var slow []Link
+			for _, t := range side.tests {
+				if d.probes[t].cost >= d.cfg.Raise*medProbe {
+					slow = append(slow, t)
+				}
+			}
+			if len(slow) < 2 || 2*len(slow) < len(side.tests) {
+				continue
+			}
+			ratio := f.stall[l] / f.medStall
+			ev := Event{Kind: side.kind, Peer: side.peer, Cells: []Link{l}, Ratio: ratio,
+				Confidence: confidence(ratio) * float64(len(slow)) / float64(len(side.tests))}
+			ev.Evidence = fmt.Sprintf("link %s holds its sender back %.1f× the group median, and bandwidth tests found %d of peer %d's %d tested %s slow (%s)",
+				l, ratio, len(slow), side.peer, len(side.tests), side.what, joinLinks(slow))
+			if o, ok := out[ev.Key()]; ok {
+				ev.Cells = append(o.Cells, l)
+			}
+			f.explains[l] = true
+			out[ev.Key()] = ev
+			break
+		}
+	}
+
 	// What is left is single slow links.
 	for l := range f.hotCells {
 		if f.explains[l] {
@@ -598,6 +665,11 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 		row, col := d.known(f, l.From, true)-1, d.known(f, l.To, false)-1
 		ev := Event{Kind: SlowLink, Peer: l.From, Link: l, Cells: []Link{l}, Ratio: ratio}
 		ev.Evidence = fmt.Sprintf("link %s holds its sender back %.1f× the group median", l, ratio)
+		if len(probeRow[l.From]) >= 2 && len(probeCol[l.To]) >= 2 {
+			// The bandwidth tests of both peers' other links were normal.
+			row, col = max(row, 1), max(col, 1)
+			ev.Evidence += "; bandwidth tests of the other links of both peers are normal"
+		}
 		switch {
 		case row > 0 && col > 0:
 			ev.Evidence += fmt.Sprintf("; the other %d recent link(s) out of %d and %d into %d are normal", row, l.From, col, l.To)
@@ -617,6 +689,39 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 		out[ev.Key()] = ev
 	}
 	return out
+}
+
+// probeLines returns the fresh bandwidth tests between ring members by sender and by receiver
+// (sorted), and the median cost of them all.
+func (d *Detector) probeLines(f *figures) (row, col map[uint64][]Link, med float64) {
+	row, col = map[uint64][]Link{}, map[uint64][]Link{}
+	var costs []float64
+	for l, p := range d.probes {
+		_, a := f.pos[l.From]
+		_, b := f.pos[l.To]
+		if !a || !b || p.op+uint64(d.cfg.Stale) < d.op {
+			continue
+		}
+		row[l.From] = append(row[l.From], l)
+		col[l.To] = append(col[l.To], l)
+		costs = append(costs, p.cost)
+	}
+	for _, ls := range row {
+		sortLinks(ls)
+	}
+	for _, ls := range col {
+		sortLinks(ls)
+	}
+	return row, col, median(costs)
+}
+
+func sortedLinks(m map[Link]bool) []Link {
+	ls := make([]Link, 0, len(m))
+	for l := range m {
+		ls = append(ls, l)
+	}
+	sortLinks(ls)
+	return ls
 }
 
 // rowHot counts the hot cells out of id.
@@ -750,6 +855,11 @@ func (d *Detector) Forget(peer uint64) {
 	for l := range d.cells {
 		if l.From == peer || l.To == peer {
 			delete(d.cells, l)
+		}
+	}
+	for l := range d.probes {
+		if l.From == peer || l.To == peer {
+			delete(d.probes, l)
 		}
 	}
 	for key, s := range d.synd {

@@ -263,6 +263,78 @@ func TestSenderFoundAfterRewire(t *testing.T) {
 	}
 }
 
+// probeAll feeds bandwidth tests of every link of ring: 1 GB/s with noise, a quarter of it out of
+// slowFrom or into slowTo (0: none).
+func probeAll(d *Detector, s *synth, slowFrom, slowTo uint64) {
+	for _, a := range s.ring {
+		for _, b := range s.ring {
+			if a == b {
+				continue
+			}
+			bw := s.jitter(1e9)
+			if a == slowFrom || b == slowTo {
+				bw /= 4
+			}
+			d.ObserveProbe(a, b, bw)
+		}
+	}
+}
+
+// TestProbesResolveRing checks that the bandwidth tests of OptimizeTopology tell a slow sender or
+// receiver from a slow link on a plain ring: the ring's one hot cell is first a slow link, and the
+// next operation after the tests names the peer (or confirms the link).
+func TestProbesResolveRing(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		f                fault
+		slowFrom, slowTo uint64
+		want             []string
+	}{
+		{"slow sender", fault{kind: SlowSender, peer: 1, extra: 3}, 1, 0,
+			[]string{"slow-sender 1", "cleared slow-link 1→8: cleared: explained by slow-sender 1"}},
+		{"slow receiver", fault{kind: SlowReceiver, peer: 8, extra: 3}, 0, 8,
+			[]string{"slow-receiver 8", "cleared slow-link 1→8: cleared: explained by slow-receiver 8"}},
+		{"slow link", fault{kind: SlowLink, link: Link{1, 8}, extra: 3}, 0, 0, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := New(Config{})
+			s := newSynth(ring8, false, 12)
+			got := slices.Concat(run(t, d, s, 10, 3, &c.f)...)
+			if len(got) != 1 || got[0].Key() != "slow-link 1→8" {
+				t.Fatalf("before the tests: %+v", got)
+			}
+			probeAll(d, s, c.slowFrom, c.slowTo)
+			if c.slowFrom == 0 && c.slowTo == 0 {
+				d.ObserveProbe(1, 8, 2.5e8) // the slow link tests slow too
+			}
+			var keys []string
+			for _, e := range d.Observe(s.op(&c.f)) {
+				k := e.Key()
+				if e.Cleared {
+					k = "cleared " + k + ": " + e.Evidence
+				}
+				keys = append(keys, k)
+			}
+			if !slices.Equal(keys, c.want) {
+				t.Fatalf("after the tests: %q, want %q", keys, c.want)
+			}
+			act := d.Active()
+			if len(act) != 1 {
+				t.Fatalf("active %+v", act)
+			}
+			if c.want == nil {
+				if !strings.Contains(act[0].Evidence, "bandwidth tests of the other links of both peers are normal") || act[0].Confidence < 0.9 {
+					t.Errorf("slow link after the tests: %+v", act[0])
+				}
+				return
+			}
+			if !strings.Contains(act[0].Evidence, "bandwidth tests found 7 of peer") || act[0].Cells[0] != (Link{1, 8}) {
+				t.Errorf("evidence %+v", act[0])
+			}
+		})
+	}
+}
+
 func TestCleanRunsRaiseNothing(t *testing.T) {
 	for seed := uint64(1); seed <= 10; seed++ {
 		for _, bidir := range []bool{false, true} {

@@ -38,10 +38,12 @@
 //     far more than the votes' usual spread.
 //
 // A single ring shows one link out and one link in per peer, so a slow sender or receiver looks
-// like a slow link until a second link of its row or column is observed (an operation that reports
-// several links per peer, such as a bidirectional ring, or the ring after the next re-wiring). A
-// slow link whose row and column hold no other recent cell is reported with a lower confidence and
-// says so in its evidence.
+// like a slow link until a second link of its row or column is observed: in an operation that
+// reports several links per peer (a bidirectional ring), in the ring after the next re-wiring, or in
+// the bandwidth tests of OptimizeTopology, which measure every link (ObserveProbe): a hot ring cell
+// whose sender's tested links out (receiver's links in) are mostly slow is that sender (receiver).
+// A slow link whose row and column hold no other recent cell or test is reported with a lower
+// confidence and says so in its evidence.
 //
 // # Hysteresis
 //
