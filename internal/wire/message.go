@@ -216,6 +216,10 @@ type Initiate struct {
 // slow peers: at most MaxLinkTimings entries, one per link and direction the operation used (in a
 // ring: the link to the successor and the link from the predecessor). It is a bounded summary of
 // the whole operation, never one entry per chunk. A peer that does not time its links sends none.
+//
+// Encoding: tag u64 | seq u64 | code u8 | detail string | link bytes u64 | link nanos u64 | link
+// count u32 (at most MaxLinkTimings) | per link: peer u64 | dir u8 | bytes u64 | start u64 | end u64
+// | wait u64 (41 bytes each).
 type Done struct {
 	Tag       uint64
 	Seq       uint64
