@@ -218,6 +218,16 @@ type DiagnosisStats struct {
 	LastRecovery    time.Duration     // the latest of those times
 }
 
+// LinkDelay is one directed link of a group's delay matrix in a Snapshot: the recent (median)
+// estimates from the link timings of the group's collectives.
+type LinkDelay struct {
+	From, To PeerID
+	Transfer float64 // seconds per byte from the first to the last byte, at the sender
+	Stall    float64 // seconds per byte the link held its sender back
+	Wait     float64 // seconds per collective the receiver starved on it
+	Age      uint64  // collectives since it was last observed
+}
+
 // Syndrome is an active syndrome in a Snapshot.
 type Syndrome struct {
 	Kind       string // "slow-link", "slow-sender", "slow-receiver" or "slow-compute"
@@ -235,6 +245,10 @@ func (m *Machine) diagSnapshot(g *group, gi *GroupInfo) {
 		return
 	}
 	gi.Delay = g.diag.det.Delay(g.ring)
+	for _, c := range g.diag.det.Cells() {
+		gi.Links = append(gi.Links, LinkDelay{From: c.Link.From, To: c.Link.To, Transfer: c.Transfer, Stall: c.Stall,
+			Wait: c.Wait, Age: c.Age})
+	}
 	for _, ev := range g.diag.det.Active() {
 		gi.Syndromes = append(gi.Syndromes, Syndrome{Kind: ev.Kind.String(), Peer: ev.Peer, From: ev.Link.From, To: ev.Link.To,
 			Confidence: ev.Confidence, Ratio: ev.Ratio, Ops: ev.Ops, Evidence: ev.Evidence})

@@ -195,6 +195,19 @@ func TestDiagnoseSlowLinkReroutes(t *testing.T) {
 	if s.Groups[0].Diagnosis.Raised["slow-link"] != 1 {
 		t.Errorf("stats %+v", s.Groups[0].Diagnosis)
 	}
+	if links := s.Groups[0].Links; len(links) != 8 {
+		t.Errorf("%d link estimates, want 8", len(links))
+	} else {
+		for _, l := range links {
+			i := slices.Index(ring, l.From)
+			if ring[(i+1)%8] != l.To || l.Age != 0 || !(l.Transfer > 0) || !(l.Stall > 0) || l.Wait < 0 {
+				t.Errorf("link estimate %+v", l)
+			}
+			if hot := [2]PeerID{l.From, l.To} == slow; hot != (l.Stall*(1<<20) == s.Delay[2][3]) {
+				t.Errorf("link %+v against delay %v", l, s.Delay[2][3])
+			}
+		}
+	}
 	if len(s.Delay) != 8 || s.Delay[2][3] <= 0 || s.Delay[3][2] != 0 {
 		t.Fatalf("delay matrix %v", s.Delay)
 	}

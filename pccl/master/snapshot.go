@@ -54,6 +54,8 @@ type GroupInfo struct {
 	// held its sender back per MiB (0 = not observed recently); nil while no collective reported link
 	// timings.
 	Delay [][]float64
+	// Links are the delay matrix's recent estimates per directed link, sorted by link.
+	Links []LinkDelay
 	// Syndromes are the slow links and slow peers diagnosed and not cleared, sorted.
 	Syndromes []Syndrome
 	// Diagnosis holds the group's diagnosis totals.

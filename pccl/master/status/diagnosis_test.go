@@ -27,6 +27,7 @@ func diagSnapshot() master.Snapshot {
 		{Kind: "slow-compute", Peer: 2, Confidence: 0.75, Ratio: 4, Ops: 6, Evidence: "peer 2 busy outside communication"},
 		{Kind: "slow-link", Peer: 5, From: 5, To: 1, Confidence: 0.62, Ratio: 21.4, Ops: 3, Evidence: `link 5→1 <b>slow</b>`},
 	}
+	g.Links = []master.LinkDelay{{From: 5, To: 1, Transfer: 1e-9, Stall: 9e-3 / (1 << 20), Wait: 0.25, Age: 0}}
 	g.Diagnosis = master.DiagnosisStats{Raised: map[string]uint64{"slow-link": 2, "slow-compute": 1}, Cleared: 1,
 		Evicted: 1, Recoveries: 2, RecoverySeconds: 3.5, LastRecovery: 1500 * time.Millisecond}
 	s.Events = append(s.Events, master.Event{Time: statusT0, Kind: "slow-link", Peer: 5, Detail: "slow-link 5→1 (confidence 0.62)"})
@@ -95,6 +96,9 @@ func TestStatusDiagnosisJSON(t *testing.T) {
 	want := []statusSyndromeJSON{
 		{Kind: "slow-compute", Peer: 2, Confidence: 0.75, Ratio: 4, Ops: 6, Evidence: "peer 2 busy outside communication"},
 		{Kind: "slow-link", Peer: 5, From: 5, To: 1, Confidence: 0.62, Ratio: 21.4, Ops: 3, Evidence: `link 5→1 <b>slow</b>`},
+	}
+	if wantLinks := []statusLinkJSON{{From: 5, To: 1, Transfer: 1e-9, Stall: 9e-3 / (1 << 20), Wait: 0.25}}; !reflect.DeepEqual(g.Links, wantLinks) {
+		t.Errorf("links %+v, want %+v", g.Links, wantLinks)
 	}
 	if !reflect.DeepEqual(g.Syndromes, want) {
 		t.Errorf("syndromes %+v, want %+v", g.Syndromes, want)

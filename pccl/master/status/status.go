@@ -257,8 +257,19 @@ type statusGroupJSON struct {
 	Ops   []statusOpJSON `json:"ops"`
 	// Delay is the group's delay matrix in ring order (seconds per MiB), null while there is none.
 	Delay     [][]float64          `json:"delay"`
+	Links     []statusLinkJSON     `json:"links"`
 	Syndromes []statusSyndromeJSON `json:"syndromes"`
 	Diagnosis statusDiagJSON       `json:"diagnosis"`
+}
+
+// statusLinkJSON is one link's estimates of the delay matrix.
+type statusLinkJSON struct {
+	From     uint64  `json:"from"`
+	To       uint64  `json:"to"`
+	Transfer float64 `json:"transfer_seconds_per_byte"`
+	Stall    float64 `json:"stall_seconds_per_byte"`
+	Wait     float64 `json:"wait_seconds"`
+	Age      uint64  `json:"age_ops"`
 }
 
 type statusSyndromeJSON struct {
@@ -352,7 +363,7 @@ func newStatusJSON(s master.Snapshot) statusJSON {
 	for _, g := range s.Groups {
 		gj := statusGroupJSON{ID: g.ID, Epoch: g.Epoch, Ring: append(make([]uint64, 0, len(g.Ring)), g.Ring...),
 			Ops: make([]statusOpJSON, 0, len(g.Ops)), Delay: finiteMatrix(g.Delay),
-			Syndromes: make([]statusSyndromeJSON, 0, len(g.Syndromes)),
+			Syndromes: make([]statusSyndromeJSON, 0, len(g.Syndromes)), Links: make([]statusLinkJSON, 0, len(g.Links)),
 			Diagnosis: statusDiagJSON{Raised: map[string]uint64{}, Cleared: g.Diagnosis.Cleared, Evicted: g.Diagnosis.Evicted,
 				Recoveries: g.Diagnosis.Recoveries, RecoverySeconds: g.Diagnosis.RecoverySeconds,
 				LastRecovery: g.Diagnosis.LastRecovery.Seconds()}}
@@ -361,6 +372,10 @@ func newStatusJSON(s master.Snapshot) statusJSON {
 		}
 		for k, v := range g.Diagnosis.Raised {
 			gj.Diagnosis.Raised[k] = v
+		}
+		for _, l := range g.Links {
+			gj.Links = append(gj.Links, statusLinkJSON{From: l.From, To: l.To, Transfer: finite(l.Transfer), Stall: finite(l.Stall),
+				Wait: finite(l.Wait), Age: l.Age})
 		}
 		for _, sy := range g.Syndromes {
 			gj.Syndromes = append(gj.Syndromes, statusSyndromeJSON{Kind: sy.Kind, Peer: sy.Peer, From: sy.From, To: sy.To,

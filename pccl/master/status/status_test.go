@@ -282,8 +282,8 @@ func TestStatusJSON(t *testing.T) {
 		},
 		Groups: []statusGroupJSON{
 			{ID: 0, Epoch: 7, Ring: []uint64{2, 5, 1}, Ops: []statusOpJSON{{Tag: 4, Seq: 11, Count: 4096, Done: 1, Peers: 3}},
-				Syndromes: []statusSyndromeJSON{}, Diagnosis: statusDiagJSON{Raised: map[string]uint64{}}},
-			{ID: 1, Epoch: 3<<32 | 2, Ring: []uint64{}, Ops: []statusOpJSON{}, Syndromes: []statusSyndromeJSON{},
+				Syndromes: []statusSyndromeJSON{}, Links: []statusLinkJSON{}, Diagnosis: statusDiagJSON{Raised: map[string]uint64{}}},
+			{ID: 1, Epoch: 3<<32 | 2, Ring: []uint64{}, Ops: []statusOpJSON{}, Syndromes: []statusSyndromeJSON{}, Links: []statusLinkJSON{},
 				Diagnosis: statusDiagJSON{Raised: map[string]uint64{}}},
 		},
 	}
