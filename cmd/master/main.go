@@ -40,7 +40,10 @@ func app() *cli.App {
 			"peers call UpdateTopology, aborts every collective of a peer that dies or hangs (heartbeat\n" +
 			"timeout), elects the shared state and orders the ring from measured bandwidth. Peers that name\n" +
 			"a group in their Hello form rings, epochs and collectives of their own. Each start draws a new\n" +
-			"incarnation number, so epochs never repeat across restarts. A status page,\n" +
+			"incarnation number, so epochs never repeat across restarts. From the link timings peers send\n" +
+			"after every collective it keeps a delay matrix per group and diagnoses slow links, senders,\n" +
+			"receivers and peers slow outside communication; slow links cost more in the next ring solve,\n" +
+			"and chronic stragglers can be evicted (--evict-stragglers-after). A status page,\n" +
 			"/status.json and Prometheus /metrics are served on --http. Stop it with SIGINT or SIGTERM.\n" +
 			"Every flag can also be set through the environment variable shown next to it.",
 		Flags: []cli.Flag{
@@ -62,6 +65,13 @@ func app() *cli.App {
 				Usage: "time budget of one bandwidth test in OptimizeTopology", DefaultText: "500ms"},
 			&cli.DurationFlag{Name: "solve-budget", EnvVars: []string{"CONCORD_SOLVE_BUDGET"},
 				Usage: "time budget of the quick ring solve; a background search goes on", DefaultText: "200ms"},
+			&cli.Float64Flag{Name: "slow-link-penalty", EnvVars: []string{"CONCORD_SLOW_LINK_PENALTY"},
+				Usage: "factor by which a link diagnosed slow costs more in the ring solve, so the next OptimizeTopology avoids it", DefaultText: "10"},
+			&cli.DurationFlag{Name: "slow-link-hold", EnvVars: []string{"CONCORD_SLOW_LINK_HOLD"},
+				Usage: "how long a slow link keeps its penalty after it was last diagnosed", DefaultText: "10m"},
+			&cli.IntFlag{Name: "evict-stragglers-after", EnvVars: []string{"CONCORD_EVICT_STRAGGLERS_AFTER"},
+				Usage:       "kick a peer diagnosed as a slow sender, receiver or computer for this many collectives of its group; 0 never evicts",
+				DefaultText: "0 (off)"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"CONCORD_LOG_FORMAT"},
 				Usage: "log format: text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"CONCORD_LOG_LEVEL"},
@@ -95,6 +105,9 @@ func run(cc *cli.Context) error {
 	}
 	cfg.MeasureDuration = cc.Duration("measure-duration")
 	cfg.SolveBudget = cc.Duration("solve-budget")
+	cfg.Diagnosis.Penalty = cc.Float64("slow-link-penalty")
+	cfg.Diagnosis.PenaltyHold = cc.Duration("slow-link-hold")
+	cfg.Diagnosis.EvictAfter = cc.Int("evict-stragglers-after")
 	if err := cfg.Validate(); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}

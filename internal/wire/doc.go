@@ -37,7 +37,7 @@
 //	      <------------------------- Pending (answer)
 //	Initiate (tag, descriptor) ---->
 //	      <------------------------- Commence (tag, seq, epoch)   or Outcome (mismatch, ...)
-//	Done (tag, seq, aborted) ------>
+//	Done (tag, seq, code, link timings) ->
 //	      <------------------------- Outcome (tag, seq, ok | abort code)  exactly one per op
 //	Heartbeat --------------------->
 //	      <------------------------- HeartbeatAck

@@ -73,8 +73,10 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeInitiate:
 		m = &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant")}}
 	case TypeDone:
-		m = &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: d.code(), Detail: d.str("detail"),
+		v := &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: d.code(), Detail: d.str("detail"),
 			LinkBytes: d.u64("link bytes"), LinkNanos: d.u64("link nanos")}
+		v.Links = d.linkTimings()
+		m = v
 	case TypeHeartbeat:
 		m = &Heartbeat{Seq: d.u64("seq")}
 	case TypeBye:
@@ -209,6 +211,15 @@ type Initiate struct {
 // LinkBytes and LinkNanos time the peer's link to its successor during the operation: the bytes it
 // sent and the nanoseconds its sends were blocked. The master keeps its bandwidth estimates fresh
 // from them.
+//
+// Links is the operation's timing summary per link, for the master's diagnosis of slow links and
+// slow peers: at most MaxLinkTimings entries, one per link and direction the operation used (in a
+// ring: the link to the successor and the link from the predecessor). It is a bounded summary of
+// the whole operation, never one entry per chunk. A peer that does not time its links sends none.
+//
+// Encoding: tag u64 | seq u64 | code u8 | detail string | link bytes u64 | link nanos u64 | link
+// count u32 (at most MaxLinkTimings) | per link: peer u64 | dir u8 | bytes u64 | start u64 | end u64
+// | wait u64 (41 bytes each).
 type Done struct {
 	Tag       uint64
 	Seq       uint64
@@ -216,6 +227,37 @@ type Done struct {
 	Detail    string
 	LinkBytes uint64
 	LinkNanos uint64
+	Links     []LinkTiming
+}
+
+// MaxLinkTimings bounds Done.Links; the decoder refuses more.
+const MaxLinkTimings = 8
+
+// LinkDir says which way a LinkTiming's bytes went.
+type LinkDir uint8
+
+// Link directions.
+const (
+	LinkOut LinkDir = iota // from the reporting peer to LinkTiming.Peer
+	LinkIn                 // from LinkTiming.Peer to the reporting peer
+)
+
+// LinkTiming is what one link did during one operation, seen from the reporting peer. Start, End and
+// Wait are nanoseconds; Start and End are offsets from the moment the peer began the operation (it
+// received Commence), so no clocks need to agree.
+//
+// Wait is the time the peer spent stalled on this link and on nothing else: for LinkOut, the time a
+// step of the operation could not go on because the send to Peer had not completed while the
+// step's other work had; for LinkIn, the time it could not go on because the bytes from Peer had
+// not arrived. A peer's stalls therefore never overlap, and its span minus its waits is the time it
+// was busy on its own (computing, copying, or late to start).
+type LinkTiming struct {
+	Peer  uint64  // the peer at the other end of the link
+	Dir   LinkDir // LinkOut or LinkIn
+	Bytes uint64  // payload bytes carried
+	Start uint64  // offset of the first byte sent or received
+	End   uint64  // offset of the last byte sent or received
+	Wait  uint64  // stalled on this link
 }
 
 // Heartbeat tells the master the peer is alive.
@@ -388,7 +430,47 @@ func (m *Done) Append(b []byte) []byte {
 	b = append(b, byte(m.Code))
 	b = appendString(b, m.Detail)
 	b = appendU64(b, m.LinkBytes)
-	return appendU64(b, m.LinkNanos)
+	b = appendU64(b, m.LinkNanos)
+	return appendLinkTimings(b, m.Links)
+}
+
+// appendLinkTimings appends a list of link timings: count u32, then per entry peer u64 | dir u8 |
+// bytes u64 | start u64 | end u64 | wait u64 (41 bytes).
+func appendLinkTimings(b []byte, ls []LinkTiming) []byte {
+	b = appendU32(b, uint32(len(ls)))
+	for _, l := range ls {
+		b = appendU64(b, l.Peer)
+		b = append(b, byte(l.Dir))
+		b = appendU64(b, l.Bytes)
+		b = appendU64(b, l.Start)
+		b = appendU64(b, l.End)
+		b = appendU64(b, l.Wait)
+	}
+	return b
+}
+
+// linkTimingSize is the encoded size of one LinkTiming.
+const linkTimingSize = 41
+
+// linkTimings reads what appendLinkTimings wrote. It refuses more than MaxLinkTimings entries, an
+// unknown direction, and an entry that ends before it starts.
+func (d *decoder) linkTimings() []LinkTiming {
+	n := d.count(linkTimingSize, "link timings")
+	if n > MaxLinkTimings {
+		d.fail("link timings")
+		return nil
+	}
+	var ls []LinkTiming
+	for range n {
+		l := LinkTiming{Peer: d.u64("link peer"), Dir: LinkDir(d.u8("link dir")), Bytes: d.u64("link bytes"),
+			Start: d.u64("link start"), End: d.u64("link end"), Wait: d.u64("link wait")}
+		if l.Dir > LinkIn || l.End < l.Start {
+			d.fail("link timing")
+			return nil
+		}
+		ls = append(ls, l)
+	}
+	return ls
 }
 
 func (m *Heartbeat) Append(b []byte) []byte { return appendU64(b, m.Seq) }

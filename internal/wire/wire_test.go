@@ -18,6 +18,10 @@ func sampleMessages() []Message {
 		&VotePending{},
 		&Initiate{Tag: 12, Desc: Desc{Count: 1 << 40, DType: 3, Op: 2, Quant: 1}},
 		&Done{Tag: 12, Seq: 99, Code: CodePeerLeft, Detail: "peer 3: eof", LinkBytes: 1 << 20, LinkNanos: 5e6},
+		&Done{Tag: 12, Seq: 100, LinkBytes: 1 << 20, LinkNanos: 5e6, Links: []LinkTiming{
+			{Peer: 4, Dir: LinkOut, Bytes: 1 << 20, Start: 1e5, End: 9e6, Wait: 2e6},
+			{Peer: 2, Dir: LinkIn, Bytes: 1 << 20, Start: 2e5, End: 9.5e6, Wait: 1e6},
+		}},
 		&Heartbeat{Seq: 5},
 		&Bye{},
 		&Welcome{Peer: 17, HeartbeatInterval: 250e6, HeartbeatTimeout: 1500e6, Incarnation: 0x9e3779b9},
@@ -83,11 +87,43 @@ func TestDecodeRejects(t *testing.T) {
 		{"huge string", TypeKick, []byte{0xff, 0xff, 0xff, 0xff}},
 		{"hello without peer and group", TypeHello, make([]byte, 20)},
 		{"welcome without incarnation", TypeWelcome, make([]byte, 24)},
+		{"done without link timings", TypeDone, make([]byte, 8+8+1+4+8+8)},
+		{"done with too many link timings", TypeDone, doneWithTimings(MaxLinkTimings+1, LinkTiming{Peer: 1, Bytes: 1})},
+		{"link timing of unknown direction", TypeDone, doneWithTimings(1, LinkTiming{Peer: 1, Dir: 2})},
+		{"link timing ending before it starts", TypeDone, doneWithTimings(1, LinkTiming{Peer: 1, Start: 5, End: 4})},
 	}
 	for _, c := range cases {
 		if _, err := Decode(c.t, c.p); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: err = %v, want ErrMalformed", c.name, err)
 		}
+	}
+}
+
+// doneWithTimings encodes a Done carrying n copies of l, bypassing the encoder's own checks.
+func doneWithTimings(n int, l LinkTiming) []byte {
+	ls := make([]LinkTiming, n)
+	for i := range ls {
+		ls[i] = l
+	}
+	return (&Done{Tag: 1, Seq: 2, Links: ls}).Append(nil)
+}
+
+func TestDoneLinkTimings(t *testing.T) {
+	want := &Done{Tag: 7, Seq: 3, Links: make([]LinkTiming, MaxLinkTimings)}
+	for i := range want.Links {
+		want.Links[i] = LinkTiming{Peer: uint64(i + 1), Dir: LinkDir(i % 2), Bytes: uint64(i) << 20,
+			Start: uint64(i), End: uint64(10 * i), Wait: uint64(i * i)}
+	}
+	b := want.Append(nil)
+	if got := len(b) - len((&Done{Tag: 7, Seq: 3}).Append(nil)); got != MaxLinkTimings*41 {
+		t.Errorf("%d link timings take %d bytes, want %d", MaxLinkTimings, got, MaxLinkTimings*41)
+	}
+	got, err := Decode(TypeDone, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }
 
@@ -168,6 +204,40 @@ func FuzzDecode(f *testing.F) {
 		// Whatever decodes must re-encode to the same bytes.
 		if got := m.Append(nil); !bytes.Equal(got, p) {
 			t.Fatalf("re-encode of %T differs: %x vs %x", m, got, p)
+		}
+	})
+}
+
+// FuzzDecodeDone feeds the decoder of Done, whose link-timing summary is the telemetry every peer
+// sends after every operation: whatever decodes must re-encode to the same bytes and respect the
+// bounds.
+func FuzzDecodeDone(f *testing.F) {
+	for _, m := range sampleMessages() {
+		if d, ok := m.(*Done); ok {
+			f.Add(d.Append(nil))
+		}
+	}
+	f.Add(doneWithTimings(MaxLinkTimings, LinkTiming{Peer: 9, Dir: LinkIn, Bytes: 1, Start: 1, End: 2, Wait: 1}))
+	f.Add(doneWithTimings(MaxLinkTimings+1, LinkTiming{}))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		m, err := Decode(TypeDone, p)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		d := m.(*Done)
+		if len(d.Links) > MaxLinkTimings {
+			t.Fatalf("%d link timings decoded, limit %d", len(d.Links), MaxLinkTimings)
+		}
+		for _, l := range d.Links {
+			if l.Dir > LinkIn || l.End < l.Start {
+				t.Fatalf("invalid link timing decoded: %+v", l)
+			}
+		}
+		if got := d.Append(nil); !bytes.Equal(got, p) {
+			t.Fatalf("re-encode differs: %x vs %x", got, p)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/concord-ccl/concord/internal/wire"
 )
@@ -24,6 +25,9 @@ type op struct {
 	code     wire.Code
 	detail   string
 	next     []nextVote // votes that arrived for the next operation on this tag
+
+	links map[PeerID][]wire.LinkTiming // link timings from the members' Done, for diagnosis
+	voted map[PeerID]time.Time         // when each vote was counted, for diagnosis
 }
 
 type nextVote struct {
@@ -74,6 +78,7 @@ func (m *Machine) fail(g *group, o *op, code wire.Code, detail string) {
 	o.failed, o.code, o.detail = true, code, detail
 	if o.seq != 0 {
 		m.counters.OpsAborted++
+		m.diagAborted(g)
 		m.gnote(g, "aborted", 0, "tag %d seq %d: %s: %s", o.tag, o.seq, code, detail)
 	}
 	for _, id := range m.opPeers(g, o) {
@@ -162,6 +167,7 @@ func (m *Machine) initiate(p *peer, v *wire.Initiate) {
 		return
 	}
 	o.voters[p.id] = true
+	m.diagVote(o, p.id)
 	if o.failed {
 		o.told[p.id] = true
 		m.send(p.id, &wire.Outcome{Tag: o.tag, Code: o.code, Detail: o.detail})
@@ -221,6 +227,9 @@ func (m *Machine) checkOp(g *group, o *op) {
 		}
 	}
 	delete(g.ops, o.tag)
+	if !o.failed {
+		m.diagnose(g, o)
+	}
 	for _, v := range o.next {
 		if q := m.peers[v.peer]; q != nil {
 			m.initiate(q, v.msg)
@@ -255,6 +264,7 @@ func (m *Machine) done(p *peer, d *wire.Done) {
 	o.done[p.id] = true
 	if d.Code == wire.CodeOK {
 		m.observeLink(p.id, o.successor(p.id), d.LinkBytes, d.LinkNanos)
+		m.diagReport(o, p.id, d)
 	}
 	if d.Code != wire.CodeOK && !o.failed {
 		// A local failure (e.g. a non-finite quantized result) is passed on as it is, since a retry

@@ -37,6 +37,10 @@ type Config struct {
 	// may still hold from before the restart. Zero (scenarios, a single master that never restarts)
 	// gives plain epoch counters.
 	Incarnation uint64
+	// Diagnosis configures the detection of slow links and slow peers from the peers' link timings:
+	// events, the cost of slow links in the ring solve, and the eviction of chronic stragglers (off
+	// by default).
+	Diagnosis DiagnosisConfig
 }
 
 // LAN returns the preset for peers on one network: 250ms heartbeats, gone after 1.5s of silence.
@@ -93,5 +97,5 @@ func (c Config) Validate() error {
 	case d.HeartbeatTimeout <= d.HeartbeatInterval:
 		return fmt.Errorf("master: Config.HeartbeatTimeout (%v) must exceed HeartbeatInterval (%v)", d.HeartbeatTimeout, d.HeartbeatInterval)
 	}
-	return nil
+	return c.Diagnosis.Validate()
 }

@@ -11,8 +11,11 @@
 //
 // The Machine is split by concern: membership.go (Hello, ids, kicks, departures), heartbeat.go,
 // group.go (groups and epochs), wiring.go (UpdateTopology, wiring rounds, ArePeersPending),
-// collective.go (collectives per tag), sync.go (shared-state sync) and topology.go
-// (OptimizeTopology: bandwidth measurement, ring solve, placement of newcomers).
+// collective.go (collectives per tag), sync.go (shared-state sync), topology.go
+// (OptimizeTopology: bandwidth measurement, ring solve, placement of newcomers) and diagnosis.go (the
+// link timings of every completed collective fed into the group's delay matrix, whose syndromes, in
+// package diagnosis, become events, a higher cost for slow links in the ring solve, and optionally
+// the eviction of chronic stragglers).
 //
 // # Groups
 //

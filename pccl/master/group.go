@@ -41,6 +41,8 @@ type group struct {
 	opt      *optRound // OptimizeTopology in progress, or nil
 	proposal []PeerID  // better ring found in the background, applied at the next OptimizeTopology
 	forced   []PeerID  // ring installed by the next OptimizeTopology (ForceRing)
+
+	diag *groupDiag // delay matrix, syndromes and slow-link penalties (diagnosis.go); nil until used
 }
 
 // group returns the group id, creating it if it does not exist yet.

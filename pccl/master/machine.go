@@ -210,7 +210,7 @@ func (m *Machine) Snapshot(now time.Time) Snapshot {
 	for _, id := range m.ids {
 		p := m.peers[id]
 		s.Peers = append(s.Peers, PeerInfo{ID: id, Group: p.group.id, Addr: p.hello.Addr, Site: p.hello.Site,
-			State: p.state, Joined: p.joined, LastSeen: p.lastSeen})
+			State: p.state, Joined: p.joined, LastSeen: p.lastSeen, Step: p.step.Step, InOptimizer: p.step.InOptimizer, HasStep: p.hasStep})
 	}
 	for _, gid := range m.gids {
 		g := m.groups[gid]
@@ -227,8 +227,9 @@ func (m *Machine) Snapshot(now time.Time) Snapshot {
 			}
 			gi.Ops = append(gi.Ops, info)
 		}
+		m.diagSnapshot(g, &gi)
 		if gid == 0 {
-			s.Epoch, s.Ring, s.Ops, s.Bandwidth = gi.Epoch, gi.Ring, gi.Ops, gi.Bandwidth
+			s.Epoch, s.Ring, s.Ops, s.Bandwidth, s.Delay = gi.Epoch, gi.Ring, gi.Ops, gi.Bandwidth, gi.Delay
 		}
 		s.Groups = append(s.Groups, gi)
 	}

@@ -141,6 +141,7 @@ func (m *Machine) remove(id PeerID, kind, reason string) {
 	m.checkPending(g)
 	m.leaveSync(g, id)
 	m.leaveOptimize(g, id)
+	m.diagForget(g, id)
 	for e := range m.lat {
 		if e.from == id || e.to == id {
 			delete(m.lat, e)

@@ -60,7 +60,7 @@ type placer struct {
 // linkCost is costMatrix's entry for the link a -> b of peers at sites sa and sb.
 func (pl *placer) linkCost(a, b PeerID, sa, sb string) float64 {
 	if bw := pl.m.bw[edge{a, b}]; bw > 0 {
-		return 1 / bw
+		return pl.m.linkPenalty(a, b) / bw
 	}
 	if sa != "" && sa == sb {
 		return 5 * pl.worst

@@ -34,6 +34,11 @@ type PeerInfo struct {
 	State    PeerState
 	Joined   time.Time
 	LastSeen time.Time
+	// Step is the training step the peer reported last (StepReport), InOptimizer whether it was
+	// inside the optimizer step; HasStep is false while it reported none.
+	Step        uint64
+	InOptimizer bool
+	HasStep     bool
 }
 
 // GroupInfo describes one peer group in a Snapshot.
@@ -45,6 +50,16 @@ type GroupInfo struct {
 	// Bandwidth[i][j] is the measured bandwidth in bytes/s from Ring[i] to Ring[j] (0 = unknown); nil
 	// while nothing was measured, or when the ring has more than MaxMatrixPeers peers.
 	Bandwidth [][]float64
+	// Delay[i][j] is the delay matrix: the recent time in seconds the link from Ring[i] to Ring[j]
+	// held its sender back per MiB (0 = not observed recently); nil while no collective reported link
+	// timings.
+	Delay [][]float64
+	// Links are the delay matrix's recent estimates per directed link, sorted by link.
+	Links []LinkDelay
+	// Syndromes are the slow links and slow peers diagnosed and not cleared, sorted.
+	Syndromes []Syndrome
+	// Diagnosis holds the group's diagnosis totals.
+	Diagnosis DiagnosisStats
 }
 
 // MaxMatrixPeers is the largest ring whose bandwidth matrix a Snapshot carries: the matrix grows with
@@ -80,7 +95,7 @@ type Counters struct {
 // Event is one notable thing that happened, for logs and the status page.
 type Event struct {
 	Time   time.Time
-	Kind   string  // "joined", "accepted", "left", "kicked", "timeout", "aborted", "ring", "mismatch"
+	Kind   string  // "joined", "accepted", "left", "kicked", "timeout", "aborted", "ring", "mismatch", a syndrome ("slow-link", "slow-sender", "slow-receiver", "slow-compute") or "cleared"
 	Peer   PeerID  // 0 if not about one peer
 	Group  GroupID // the group it happened in (0 for events of the default group or of no group)
 	Detail string
@@ -102,8 +117,7 @@ type Snapshot struct {
 	// Bandwidth[i][j] is the measured bandwidth in bytes/s from Ring[i] to Ring[j] (0 = unknown).
 	// Nil until topology measurement exists.
 	Bandwidth [][]float64
-	// Delay[i][j] is the recent mean time in seconds a part took from Ring[i] to Ring[j] (0 = unknown).
-	// Nil until diagnosis exists.
+	// Delay is the default group's delay matrix (see GroupInfo.Delay).
 	Delay [][]float64
 	// Events are the most recent events, oldest first.
 	Events []Event

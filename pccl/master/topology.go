@@ -176,6 +176,7 @@ func (m *Machine) measureReport(p *peer, r *wire.MeasureReport) {
 		return
 	}
 	o.reported[p.id] = true
+	m.diagProbe(g, p.id, r.To, r.BytesPerSec)
 	if r.BytesPerSec > 0 && !math.IsInf(r.BytesPerSec, 0) && !math.IsNaN(r.BytesPerSec) {
 		m.bw[edge{p.id, r.To}] = r.BytesPerSec
 		m.lat[edge{p.id, r.To}] = time.Duration(r.LatencyNanos)
@@ -208,7 +209,7 @@ func (m *Machine) costMatrix(nodes []PeerID) [][]float64 {
 			switch bw := m.bw[edge{a, b}]; {
 			case i == j:
 			case bw > 0:
-				cost[i][j] = 1 / bw
+				cost[i][j] = m.linkPenalty(a, b) / bw
 			default:
 				cost[i][j] = 10 * worst
 				if m.peers[a] != nil && m.peers[b] != nil && m.peers[a].hello.Site != "" &&

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/concord-ccl/concord/pccl/master"
+	"github.com/concord-ccl/concord/pccl/master/diagnosis"
 )
 
 // Handler serves the status page and metrics for snapshots produced by snap, which is called once
@@ -83,6 +84,12 @@ type metricsCollector struct {
 
 	peers, epoch, ringSize, opsInFlight                 *prometheus.Desc
 	joined, left, kicked, timeouts, opsDone, opsAborted *prometheus.Desc
+
+	// Per group, per link and per peer: the diagnosis.
+	linkBandwidth, linkDelay, peerStep  *prometheus.Desc
+	syndromesActive, syndromesRaised    *prometheus.Desc
+	syndromesCleared, evicted, recovery *prometheus.Desc
+	groupOpsInFlight, lastRecovery      *prometheus.Desc
 }
 
 func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
@@ -101,13 +108,29 @@ func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
 		timeouts:    d("concord_heartbeat_timeouts_total", "Peers declared gone for missed heartbeats since the master started."),
 		opsDone:     d("concord_ops_completed_total", "Collectives completed since the master started."),
 		opsAborted:  d("concord_ops_aborted_total", "Collectives aborted since the master started."),
+
+		linkBandwidth: d("concord_link_bandwidth_bytes_per_second",
+			"Estimated bandwidth of each link of the ring in force, from bandwidth tests and real collectives.", "group", "from", "to"),
+		linkDelay: d("concord_link_delay_seconds_per_mebibyte",
+			"Delay matrix on the links of the ring in force: recent time the link held its sender back per MiB (a slow link, sender or receiver stands out).", "group", "from", "to"),
+		peerStep:         d("concord_peer_training_step", "Training step the peer reported last.", "group", "peer"),
+		syndromesActive:  d("concord_syndromes_active", "Slow links and slow peers diagnosed and not cleared, by syndrome.", "group", "kind"),
+		syndromesRaised:  d("concord_syndromes_raised_total", "Syndromes raised since the master started, by syndrome.", "group", "kind"),
+		syndromesCleared: d("concord_syndromes_cleared_total", "Syndromes cleared since the master started.", "group"),
+		evicted:          d("concord_stragglers_evicted_total", "Peers evicted as chronic stragglers since the master started.", "group"),
+		recovery: d("concord_recovery_seconds",
+			"Time from a group's first aborted collective to its next completed one (count: recoveries).", "group"),
+		lastRecovery:     d("concord_last_recovery_seconds", "The latest recovery time of the group (see concord_recovery_seconds).", "group"),
+		groupOpsInFlight: d("concord_group_ops_in_flight", "Collectives voting or running that have not failed, per group.", "group"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.peers, c.epoch, c.ringSize, c.opsInFlight,
-		c.joined, c.left, c.kicked, c.timeouts, c.opsDone, c.opsAborted} {
+		c.joined, c.left, c.kicked, c.timeouts, c.opsDone, c.opsAborted,
+		c.linkBandwidth, c.linkDelay, c.peerStep, c.syndromesActive, c.syndromesRaised, c.syndromesCleared,
+		c.evicted, c.recovery, c.lastRecovery, c.groupOpsInFlight} {
 		ch <- d
 	}
 }
@@ -146,6 +169,53 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.timeouts, s.Counters.Timeouts)
 	counter(c.opsDone, s.Counters.OpsDone)
 	counter(c.opsAborted, s.Counters.OpsAborted)
+	c.collectDiagnosis(ch, s)
+}
+
+// collectDiagnosis exposes the per-group, per-link and per-peer series.
+func (c *metricsCollector) collectDiagnosis(ch chan<- prometheus.Metric, s master.Snapshot) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	for _, g := range s.Groups {
+		gid := u(uint64(g.ID))
+		// Only the ring's own links: the matrices may hold every pair, which would be n² series.
+		n := len(g.Ring)
+		for _, m := range []struct {
+			d *prometheus.Desc
+			v [][]float64
+		}{{c.linkBandwidth, g.Bandwidth}, {c.linkDelay, g.Delay}} {
+			for i := range min(len(m.v), n) {
+				j := (i + 1) % n
+				if n > 1 && j < len(m.v[i]) && known(m.v[i][j]) {
+					gauge(m.d, m.v[i][j], gid, u(g.Ring[i]), u(g.Ring[j]))
+				}
+			}
+		}
+		active := map[string]int{}
+		for _, sy := range g.Syndromes {
+			active[sy.Kind]++
+		}
+		for _, k := range diagnosis.Kinds {
+			gauge(c.syndromesActive, float64(active[k.String()]), gid, k.String())
+			counter(c.syndromesRaised, float64(g.Diagnosis.Raised[k.String()]), gid, k.String())
+		}
+		st := g.Diagnosis
+		counter(c.syndromesCleared, float64(st.Cleared), gid)
+		counter(c.evicted, float64(st.Evicted), gid)
+		ch <- prometheus.MustNewConstSummary(c.recovery, st.Recoveries, st.RecoverySeconds, nil, gid)
+		gauge(c.lastRecovery, st.LastRecovery.Seconds(), gid)
+		gauge(c.groupOpsInFlight, float64(opsInFlight(g.Ops)), gid)
+	}
+	for _, p := range s.Peers {
+		if p.HasStep {
+			gauge(c.peerStep, float64(p.Step), u(uint64(p.Group)), u(p.ID))
+		}
+	}
 }
 
 // opsInFlight counts the collectives that are voting or running and have not failed.
@@ -185,6 +255,41 @@ type statusGroupJSON struct {
 	Epoch uint64         `json:"epoch"`
 	Ring  []uint64       `json:"ring"`
 	Ops   []statusOpJSON `json:"ops"`
+	// Delay is the group's delay matrix in ring order (seconds per MiB), null while there is none.
+	Delay     [][]float64          `json:"delay"`
+	Links     []statusLinkJSON     `json:"links"`
+	Syndromes []statusSyndromeJSON `json:"syndromes"`
+	Diagnosis statusDiagJSON       `json:"diagnosis"`
+}
+
+// statusLinkJSON is one link's estimates of the delay matrix.
+type statusLinkJSON struct {
+	From     uint64  `json:"from"`
+	To       uint64  `json:"to"`
+	Transfer float64 `json:"transfer_seconds_per_byte"`
+	Stall    float64 `json:"stall_seconds_per_byte"`
+	Wait     float64 `json:"wait_seconds"`
+	Age      uint64  `json:"age_ops"`
+}
+
+type statusSyndromeJSON struct {
+	Kind       string  `json:"kind"`
+	Peer       uint64  `json:"peer"`
+	From       uint64  `json:"from,omitempty"`
+	To         uint64  `json:"to,omitempty"`
+	Confidence float64 `json:"confidence"`
+	Ratio      float64 `json:"ratio"`
+	Ops        int     `json:"ops"`
+	Evidence   string  `json:"evidence"`
+}
+
+type statusDiagJSON struct {
+	Raised          map[string]uint64 `json:"raised"`
+	Cleared         uint64            `json:"cleared"`
+	Evicted         uint64            `json:"evicted"`
+	Recoveries      uint64            `json:"recoveries"`
+	RecoverySeconds float64           `json:"recovery_seconds"`
+	LastRecovery    float64           `json:"last_recovery_seconds"`
 }
 
 type statusPeerJSON struct {
@@ -195,6 +300,9 @@ type statusPeerJSON struct {
 	State    string    `json:"state"`
 	Joined   time.Time `json:"joined"`
 	LastSeen time.Time `json:"last_seen"`
+	// Step is the training step the peer reported last; null while it reported none.
+	Step        *uint64 `json:"step"`
+	InOptimizer bool    `json:"in_optimizer,omitempty"`
 }
 
 type statusOpJSON struct {
@@ -254,15 +362,35 @@ func newStatusJSON(s master.Snapshot) statusJSON {
 	}
 	for _, g := range s.Groups {
 		gj := statusGroupJSON{ID: g.ID, Epoch: g.Epoch, Ring: append(make([]uint64, 0, len(g.Ring)), g.Ring...),
-			Ops: make([]statusOpJSON, 0, len(g.Ops))}
+			Ops: make([]statusOpJSON, 0, len(g.Ops)), Delay: finiteMatrix(g.Delay),
+			Syndromes: make([]statusSyndromeJSON, 0, len(g.Syndromes)), Links: make([]statusLinkJSON, 0, len(g.Links)),
+			Diagnosis: statusDiagJSON{Raised: map[string]uint64{}, Cleared: g.Diagnosis.Cleared, Evicted: g.Diagnosis.Evicted,
+				Recoveries: g.Diagnosis.Recoveries, RecoverySeconds: g.Diagnosis.RecoverySeconds,
+				LastRecovery: g.Diagnosis.LastRecovery.Seconds()}}
 		for _, o := range g.Ops {
 			gj.Ops = append(gj.Ops, opJSON(o))
+		}
+		for k, v := range g.Diagnosis.Raised {
+			gj.Diagnosis.Raised[k] = v
+		}
+		for _, l := range g.Links {
+			gj.Links = append(gj.Links, statusLinkJSON{From: l.From, To: l.To, Transfer: finite(l.Transfer), Stall: finite(l.Stall),
+				Wait: finite(l.Wait), Age: l.Age})
+		}
+		for _, sy := range g.Syndromes {
+			gj.Syndromes = append(gj.Syndromes, statusSyndromeJSON{Kind: sy.Kind, Peer: sy.Peer, From: sy.From, To: sy.To,
+				Confidence: finite(sy.Confidence), Ratio: finite(sy.Ratio), Ops: sy.Ops, Evidence: sy.Evidence})
 		}
 		j.Groups = append(j.Groups, gj)
 	}
 	for _, p := range s.Peers {
-		j.Peers = append(j.Peers, statusPeerJSON{ID: p.ID, Group: p.Group, Addr: p.Addr, Site: p.Site, State: p.State.String(),
-			Joined: p.Joined, LastSeen: p.LastSeen})
+		pj := statusPeerJSON{ID: p.ID, Group: p.Group, Addr: p.Addr, Site: p.Site, State: p.State.String(),
+			Joined: p.Joined, LastSeen: p.LastSeen, InOptimizer: p.InOptimizer}
+		if p.HasStep {
+			step := p.Step
+			pj.Step = &step
+		}
+		j.Peers = append(j.Peers, pj)
 	}
 	j.Ring = append(j.Ring, s.Ring...)
 	for _, o := range s.Ops {
@@ -272,6 +400,14 @@ func newStatusJSON(s master.Snapshot) statusJSON {
 		j.Events = append(j.Events, statusEventJSON{Time: e.Time, Kind: e.Kind, Peer: e.Peer, Detail: e.Detail})
 	}
 	return j
+}
+
+// finite returns v, or 0 for NaN and ±Inf, which JSON cannot carry.
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return v
 }
 
 // finiteMatrix copies m with NaN and ±Inf replaced by 0 (unknown), which JSON cannot carry.
@@ -311,6 +447,7 @@ type statusPage struct {
 	Ring       statusRing
 	Sites      []statusSite
 	Heat       []statusHeatSection // bandwidth, then delay
+	Syndromes  []statusSyndromeRow
 	Ops        []statusOpRow
 	Events     []statusEventRow // newest first
 	HasEvents  bool
@@ -324,6 +461,12 @@ type statusPeerRow struct {
 	Addr, Site, State   string
 	Color               string
 	LastSeen, JoinedAgo string
+	Step                string // "-" while the peer reported none
+}
+
+// statusSyndromeRow is one active syndrome on the page.
+type statusSyndromeRow struct {
+	Group, Kind, Culprit, Confidence, Ratio, Ops, Evidence string
 }
 
 type statusSite struct{ Name, Color string }
@@ -400,9 +543,16 @@ func buildStatusPage(s master.Snapshot) statusPage {
 		if pi.State == master.Registered {
 			p.Pending++
 		}
+		step := "-"
+		if pi.HasStep {
+			step = strconv.FormatUint(pi.Step, 10)
+			if pi.InOptimizer {
+				step += " (optimizer)"
+			}
+		}
 		p.Peers = append(p.Peers, statusPeerRow{
 			ID: pi.ID, Addr: pi.Addr, Site: pi.Site, State: pi.State.String(), Color: siteColor(pi.Site),
-			LastSeen: agoString(s.Time, pi.LastSeen), JoinedAgo: agoString(s.Time, pi.Joined),
+			LastSeen: agoString(s.Time, pi.LastSeen), JoinedAgo: agoString(s.Time, pi.Joined), Step: step,
 		})
 		if !seenSite[pi.Site] {
 			seenSite[pi.Site] = true
@@ -418,8 +568,19 @@ func buildStatusPage(s master.Snapshot) statusPage {
 	p.Heat = []statusHeatSection{
 		{ID: "bandwidth", Title: "Bandwidth", Note: "measured from row peer to column peer",
 			Map: buildHeatMap(s.Bandwidth, labels, formatBandwidth, bandwidthRamp)},
-		{ID: "delay", Title: "Delay", Note: "mean time a part took from row peer to column peer",
+		{ID: "delay", Title: "Delay", Note: "time the row peer was held back sending 1 MiB to the column peer, recent median; a slow link is a hot cell, a slow sender a hot row, a slow receiver a hot column",
 			Map: buildHeatMap(s.Delay, labels, formatDelay, delayRamp)},
+	}
+	for _, g := range s.Groups {
+		for _, sy := range g.Syndromes {
+			row := statusSyndromeRow{Group: strconv.FormatUint(uint64(g.ID), 10), Kind: sy.Kind,
+				Culprit: "peer " + strconv.FormatUint(sy.Peer, 10), Confidence: strconv.FormatFloat(sy.Confidence, 'f', 2, 64),
+				Ratio: strconv.FormatFloat(sy.Ratio, 'f', 1, 64) + "×", Ops: strconv.Itoa(sy.Ops), Evidence: sy.Evidence}
+			if sy.Kind == diagnosis.SlowLink.String() {
+				row.Culprit = fmt.Sprintf("link %d → %d", sy.From, sy.To)
+			}
+			p.Syndromes = append(p.Syndromes, row)
+		}
 	}
 	for _, o := range s.Ops {
 		row := statusOpRow{Tag: strconv.FormatUint(o.Tag, 10), Count: strconv.FormatUint(o.Count, 10),

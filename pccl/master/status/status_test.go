@@ -281,8 +281,10 @@ func TestStatusJSON(t *testing.T) {
 			{Time: statusT0, Kind: "ring", Detail: "epoch 7"},
 		},
 		Groups: []statusGroupJSON{
-			{ID: 0, Epoch: 7, Ring: []uint64{2, 5, 1}, Ops: []statusOpJSON{{Tag: 4, Seq: 11, Count: 4096, Done: 1, Peers: 3}}},
-			{ID: 1, Epoch: 3<<32 | 2, Ring: []uint64{}, Ops: []statusOpJSON{}},
+			{ID: 0, Epoch: 7, Ring: []uint64{2, 5, 1}, Ops: []statusOpJSON{{Tag: 4, Seq: 11, Count: 4096, Done: 1, Peers: 3}},
+				Syndromes: []statusSyndromeJSON{}, Links: []statusLinkJSON{}, Diagnosis: statusDiagJSON{Raised: map[string]uint64{}}},
+			{ID: 1, Epoch: 3<<32 | 2, Ring: []uint64{}, Ops: []statusOpJSON{}, Syndromes: []statusSyndromeJSON{}, Links: []statusLinkJSON{},
+				Diagnosis: statusDiagJSON{Raised: map[string]uint64{}}},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -342,6 +344,9 @@ func gathered(t *testing.T, reg *prometheus.Registry) (map[string]float64, map[s
 				vals[key] = m.GetGauge().GetValue()
 			case dto.MetricType_COUNTER:
 				vals[key] = m.GetCounter().GetValue()
+			case dto.MetricType_SUMMARY:
+				vals[key+"_count"] = float64(m.GetSummary().GetSampleCount())
+				vals[key+"_sum"] = m.GetSummary().GetSampleSum()
 			default:
 				t.Errorf("%s has type %v", key, mf.GetType())
 			}
@@ -362,6 +367,7 @@ func TestStatusMetrics(t *testing.T) {
 	h := Handler(snap, reg)
 
 	vals, types := gathered(t, reg)
+	vals = withoutDiagnosis(vals)
 	want := map[string]float64{
 		"concord_peers{state=registered}":  1,
 		"concord_peers{state=accepted}":    3,
@@ -380,8 +386,11 @@ func TestStatusMetrics(t *testing.T) {
 	}
 	for name, typ := range types {
 		wantType := dto.MetricType_GAUGE
-		if strings.HasSuffix(name, "_total") {
+		switch {
+		case strings.HasSuffix(name, "_total"):
 			wantType = dto.MetricType_COUNTER
+		case name == "concord_recovery_seconds":
+			wantType = dto.MetricType_SUMMARY
 		}
 		if typ != wantType {
 			t.Errorf("%s is a %v, want %v", name, typ, wantType)
@@ -427,6 +436,18 @@ func TestStatusMetrics(t *testing.T) {
 			t.Errorf("after change %s = %v, want %v", k, vals[k], v)
 		}
 	}
+}
+
+// withoutDiagnosis drops the per-group, per-link and per-peer series, which TestStatusDiagnosis
+// checks.
+func withoutDiagnosis(vals map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range vals {
+		if !strings.Contains(k, "{group=") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func TestStatusMetricsOwnRegistry(t *testing.T) {

@@ -1,0 +1,262 @@
+package master
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/concord-ccl/concord/internal/wire"
+	"github.com/concord-ccl/concord/pccl/master/diagnosis"
+)
+
+// DiagnosisConfig configures how the master finds slow links and slow peers from the link timings
+// peers send in Done, and what it does about them. The zero value works: syndromes are raised as
+// events, slow links cost ten times more in the ring solve for ten minutes, and nobody is evicted.
+type DiagnosisConfig struct {
+	// Detector tunes the syndromes: thresholds, hysteresis, window (see diagnosis.Config).
+	Detector diagnosis.Config
+	// Penalty multiplies the cost (seconds per byte) of a link found slow in the topology model, so
+	// that the next OptimizeTopology routes the ring around it when another ring exists. Zero means
+	// 10.
+	Penalty float64
+	// PenaltyHold is how long a slow link keeps its penalty after its syndrome was last seen. The
+	// ring no longer uses the link once it routed around it, so nothing would clear it otherwise.
+	// Zero means 10 minutes.
+	PenaltyHold time.Duration
+	// EvictAfter kicks a peer whose slow-sender, slow-receiver or slow-compute syndrome has held for
+	// this many operations of its group: a chronic straggler costs every peer of the ring its pace.
+	// Zero, the default, never evicts.
+	EvictAfter int
+}
+
+func (c DiagnosisConfig) withDefaults() DiagnosisConfig {
+	if c.Penalty == 0 {
+		c.Penalty = 10
+	}
+	if c.PenaltyHold == 0 {
+		c.PenaltyHold = 10 * time.Minute
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c DiagnosisConfig) Validate() error {
+	switch {
+	case c.Penalty != 0 && !(c.Penalty >= 1):
+		return fmt.Errorf("master: Config.Diagnosis.Penalty is %v, must be 0 or >= 1", c.Penalty)
+	case c.PenaltyHold < 0:
+		return fmt.Errorf("master: Config.Diagnosis.PenaltyHold is %v, must be >= 0", c.PenaltyHold)
+	case c.EvictAfter < 0:
+		return fmt.Errorf("master: Config.Diagnosis.EvictAfter is %d, must be >= 0", c.EvictAfter)
+	}
+	return c.Detector.Validate()
+}
+
+// groupDiag is a group's diagnosis: its delay matrix and syndromes, the penalties of its slow links,
+// and its recovery bookkeeping.
+type groupDiag struct {
+	det       *diagnosis.Detector
+	penalty   map[edge]penalty
+	abortedAt time.Time // first abort since the last completed collective; zero when none
+	stats     DiagnosisStats
+}
+
+// penalty raises a slow link's cost in the topology model until a time.
+type penalty struct {
+	factor float64
+	until  time.Time
+}
+
+// diag returns g's diagnosis, creating it.
+func (m *Machine) diag(g *group) *groupDiag {
+	if g.diag == nil {
+		g.diag = &groupDiag{det: diagnosis.New(m.cfg.Diagnosis.Detector), penalty: map[edge]penalty{},
+			stats: DiagnosisStats{Raised: map[string]uint64{}}}
+	}
+	return g.diag
+}
+
+// diagReport keeps the link timings of p's Done of o until o completes.
+func (m *Machine) diagReport(o *op, p PeerID, d *wire.Done) {
+	if len(d.Links) == 0 {
+		return
+	}
+	if o.links == nil {
+		o.links = map[PeerID][]wire.LinkTiming{}
+	}
+	o.links[p] = d.Links
+}
+
+// diagVote notes when p's vote for o was counted. A vote queued behind the previous operation on
+// the tag counts when that one retires, which can only make its peer look earlier, never later.
+func (m *Machine) diagVote(o *op, p PeerID) {
+	if o.voted == nil {
+		o.voted = map[PeerID]time.Time{}
+	}
+	o.voted[p] = m.now
+}
+
+// diagAborted notes that a commenced collective of g was aborted: g is recovering until one
+// completes.
+func (m *Machine) diagAborted(g *group) {
+	if dg := m.diag(g); dg.abortedAt.IsZero() {
+		dg.abortedAt = m.now
+	}
+}
+
+// diagnose feeds a completed collective's timings into g's delay matrix, notes the syndromes raised
+// and cleared, raises the cost of slow links, and evicts chronic stragglers when the policy says so.
+func (m *Machine) diagnose(g *group, o *op) {
+	dg := m.diag(g)
+	if !dg.abortedAt.IsZero() {
+		d := m.now.Sub(dg.abortedAt)
+		dg.abortedAt = time.Time{}
+		dg.stats.Recoveries++
+		dg.stats.RecoverySeconds += d.Seconds()
+		dg.stats.LastRecovery = d
+	}
+	if len(o.links) == 0 {
+		return
+	}
+	op := diagnosis.Op{Ring: slices.Clone(o.members)}
+	var first time.Time
+	for _, id := range o.members {
+		if t, ok := o.voted[id]; ok && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
+	}
+	for _, id := range o.members {
+		ls := o.links[id]
+		if len(ls) == 0 {
+			continue
+		}
+		r := diagnosis.Report{Peer: id}
+		if t, ok := o.voted[id]; ok {
+			r.Vote = t.Sub(first)
+		}
+		for _, l := range ls {
+			r.Links = append(r.Links, diagnosis.Timing{Peer: l.Peer, Out: l.Dir == wire.LinkOut, Bytes: l.Bytes,
+				Start: time.Duration(l.Start), End: time.Duration(l.End), Wait: time.Duration(l.Wait)})
+		}
+		op.Reports = append(op.Reports, r)
+	}
+	cfg := m.cfg.Diagnosis.withDefaults()
+	for _, ev := range dg.det.Observe(op) {
+		kind := ev.Kind.String()
+		if ev.Cleared {
+			kind = "cleared"
+			dg.stats.Cleared++
+		} else {
+			dg.stats.Raised[ev.Kind.String()]++
+		}
+		m.gnote(g, kind, ev.Peer, "%s (confidence %.2f, %.1f× the group median): %s", ev.Key(), ev.Confidence, ev.Ratio, ev.Evidence)
+	}
+	// Every slow link still active keeps its penalty fresh; the hold runs from the last sighting.
+	for _, ev := range dg.det.Active() {
+		if ev.Kind == diagnosis.SlowLink {
+			dg.penalty[edge{ev.Link.From, ev.Link.To}] = penalty{factor: cfg.Penalty, until: m.now.Add(cfg.PenaltyHold)}
+		}
+	}
+	if cfg.EvictAfter == 0 {
+		return
+	}
+	for _, ev := range dg.det.Active() {
+		if ev.Kind == diagnosis.SlowLink || ev.Ops < cfg.EvictAfter || m.peers[ev.Peer] == nil {
+			continue
+		}
+		dg.stats.Evicted++
+		m.kick(ev.Peer, fmt.Sprintf("evicted as a chronic straggler: %s for %d operations: %s", ev.Key(), ev.Ops, ev.Evidence))
+	}
+}
+
+// diagProbe feeds a bandwidth test of OptimizeTopology into g's diagnosis: tests cover every link,
+// so they tell a slow sender or receiver from a slow link of the ring.
+func (m *Machine) diagProbe(g *group, from, to PeerID, bytesPerSec float64) {
+	if to != 0 && m.peers[to] != nil && m.peers[to].group == g {
+		m.diag(g).det.ObserveProbe(from, to, bytesPerSec)
+	}
+}
+
+// diagForget drops a departed peer from g's delay matrix and penalties.
+func (m *Machine) diagForget(g *group, id PeerID) {
+	if g.diag == nil {
+		return
+	}
+	g.diag.det.Forget(id)
+	for e := range g.diag.penalty {
+		if e.from == id || e.to == id {
+			delete(g.diag.penalty, e)
+		}
+	}
+}
+
+// linkPenalty returns the factor by which the topology model raises the cost of the link from a to b:
+// 1 unless the link was found slow recently.
+func (m *Machine) linkPenalty(a, b PeerID) float64 {
+	p := m.peers[a]
+	if p == nil || p.group == nil || p.group.diag == nil {
+		return 1
+	}
+	pen, ok := p.group.diag.penalty[edge{a, b}]
+	if !ok {
+		return 1
+	}
+	if !m.now.Before(pen.until) {
+		delete(p.group.diag.penalty, edge{a, b})
+		return 1
+	}
+	return pen.factor
+}
+
+// DiagnosisStats are a group's diagnosis totals since the master started.
+type DiagnosisStats struct {
+	Raised          map[string]uint64 // syndromes raised, by kind ("slow-link", ...)
+	Cleared         uint64            // syndromes cleared
+	Evicted         uint64            // peers evicted as chronic stragglers
+	Recoveries      uint64            // aborts followed by a completed collective
+	RecoverySeconds float64           // sum of the times from the first abort to the next completion
+	LastRecovery    time.Duration     // the latest of those times
+}
+
+// LinkDelay is one directed link of a group's delay matrix in a Snapshot: the recent (median)
+// estimates from the link timings of the group's collectives.
+type LinkDelay struct {
+	From, To PeerID
+	Transfer float64 // seconds per byte from the first to the last byte, at the sender
+	Stall    float64 // seconds per byte the link held its sender back
+	Wait     float64 // seconds per collective the receiver starved on it
+	Age      uint64  // collectives since it was last observed
+}
+
+// Syndrome is an active syndrome in a Snapshot.
+type Syndrome struct {
+	Kind       string // "slow-link", "slow-sender", "slow-receiver" or "slow-compute"
+	Peer       PeerID // the slow peer, or the sender of the slow link
+	From, To   PeerID // the slow link (slow-link only)
+	Confidence float64
+	Ratio      float64 // the culprit's figure over the group median
+	Ops        int     // operations it has held
+	Evidence   string
+}
+
+// diagSnapshot fills gi's diagnosis fields from g.
+func (m *Machine) diagSnapshot(g *group, gi *GroupInfo) {
+	if g.diag == nil {
+		return
+	}
+	gi.Delay = g.diag.det.Delay(g.ring)
+	for _, c := range g.diag.det.Cells() {
+		gi.Links = append(gi.Links, LinkDelay{From: c.Link.From, To: c.Link.To, Transfer: c.Transfer, Stall: c.Stall,
+			Wait: c.Wait, Age: c.Age})
+	}
+	for _, ev := range g.diag.det.Active() {
+		gi.Syndromes = append(gi.Syndromes, Syndrome{Kind: ev.Kind.String(), Peer: ev.Peer, From: ev.Link.From, To: ev.Link.To,
+			Confidence: ev.Confidence, Ratio: ev.Ratio, Ops: ev.Ops, Evidence: ev.Evidence})
+	}
+	st := g.diag.stats
+	st.Raised = make(map[string]uint64, len(g.diag.stats.Raised))
+	for k, v := range g.diag.stats.Raised {
+		st.Raised[k] = v
+	}
+	gi.Diagnosis = st
+}
