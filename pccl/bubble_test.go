@@ -358,3 +358,45 @@ func TestBubbleNonFiniteQuantizedResultIsNotRetryable(t *testing.T) {
 		}
 	})
 }
+
+// TestBubbleTelemetryFillsTheDelayMatrix runs a few collectives and checks that every peer's link
+// timings reached the master: each ring link has a delay in the master's matrix.
+func TestBubbleTelemetryFillsTheDelayMatrix(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := newBubble(t)
+		defer b.close()
+		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		defer closeAll(comms)
+		const count = 1 << 14
+		for range 3 {
+			bufs, want := inputs(3, count, 1)
+			errs := each(comms, func(i int, c *pccl.Communicator) error {
+				return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum})
+			})
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("peer %d: %v", i, err)
+				}
+				checkSum(t, fmt.Sprintf("peer %d", i), bufs[i], want)
+			}
+		}
+		snap := b.srv.Snapshot()
+		n := len(snap.Ring)
+		if len(snap.Delay) != n || len(snap.Groups) != 1 {
+			t.Fatalf("delay matrix has %d rows for a ring of %d; %d groups", len(snap.Delay), n, len(snap.Groups))
+		}
+		for i := range n {
+			from, to := snap.Ring[i], snap.Ring[(i+1)%n]
+			found := false
+			for _, l := range snap.Groups[0].Links {
+				if l.From == from && l.To == to && l.Transfer > 0 && l.Age == 0 {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("ring link %d -> %d has no fresh timing at the master: %+v", from, to, snap.Groups[0].Links)
+			}
+		}
+	})
+}

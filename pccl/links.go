@@ -422,7 +422,7 @@ func (l *links) observe(n int, d time.Duration) {
 func (l *links) stream(tag, seq, epoch uint64, prev uint64, h *opHandle) (*stream, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := &stream{l: l, key: inboxKey{tag, seq}, epoch: epoch, h: h, aborted: h.aborted}
+	s := &stream{l: l, key: inboxKey{tag, seq}, epoch: epoch, h: h, aborted: h.aborted, t0: time.Now()}
 	if len(l.out) == 0 {
 		l.isDirty = true
 		return nil, fmt.Errorf("%w: no link to the successor", ErrPeerLeft)
@@ -466,6 +466,36 @@ type stream struct {
 
 	sentBytes uint64 // owned by the sender goroutine; read after the collective
 	sentNanos uint64 // time blocked in sends
+
+	// Telemetry for the master's delay matrix, as offsets from t0 (the stream's start, right after the
+	// master's Commence): out is owned by the sender goroutine, in by the receiver goroutine; both are
+	// read after the collective.
+	t0      time.Time
+	out, in linkSpan
+}
+
+// linkSpan times one direction of a collective's link: the bytes it carried, the offsets of its first
+// and last frame, and the time the collective was stalled on it.
+type linkSpan struct {
+	bytes, start, end, wait uint64
+}
+
+// add records a frame of n bytes that the collective waited for from t until done.
+func (ls *linkSpan) add(t0, t, done time.Time, n int) {
+	if ls.bytes == 0 {
+		ls.start = uint64(t.Sub(t0))
+	}
+	ls.bytes += uint64(n)
+	ls.end = uint64(done.Sub(t0))
+	ls.wait += uint64(done.Sub(t))
+}
+
+// timings returns the stream's telemetry for a Done: its link to next and from prev.
+func (s *stream) timings(next, prev uint64) []wire.LinkTiming {
+	return []wire.LinkTiming{
+		{Peer: next, Dir: wire.LinkOut, Bytes: s.out.bytes, Start: s.out.start, End: s.out.end, Wait: s.out.wait},
+		{Peer: prev, Dir: wire.LinkIn, Bytes: s.in.bytes, Start: s.in.start, End: s.in.end, Wait: s.in.wait},
+	}
 }
 
 type recvReq struct {
@@ -528,9 +558,11 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 	// its deadline means the link is silent.
 	oc.conn.SetWriteDeadline(t0.Add(s.l.deadline(len(payload))))
 	_, err := bufs.WriteTo(oc.conn)
-	took := time.Since(t0)
+	t1 := time.Now()
+	took := t1.Sub(t0)
 	s.sentNanos += uint64(took)
 	s.sentBytes += uint64(len(payload))
+	s.out.add(s.t0, t0, t1, len(payload))
 	if err != nil {
 		s.l.broken(oc.conn)
 		select {
@@ -553,6 +585,7 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 		return fmt.Errorf("%w: receive %v: %w", ErrPeerLeft, id, errNoPredecessor)
 	}
 	limit := s.l.deadline(len(dst))
+	posted := time.Now()
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	req := &recvReq{id: id, dst: dst, done: make(chan error, 1)}
@@ -584,6 +617,7 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 		}
 		return fmt.Errorf("%w: receive %v: %w", ErrPeerLeft, id, err)
 	}
+	s.in.add(s.t0, posted, time.Now(), len(dst))
 	return nil
 }
 
