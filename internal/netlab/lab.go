@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultPrefix starts the name of every namespace a lab creates unless Config.Prefix says otherwise.
@@ -235,27 +237,66 @@ func (l *Lab) wire(hub *netlink.Handle, node *Node) error {
 	return nil
 }
 
-// shape limits the egress of link to rate bits per second: an HTB root qdisc whose only class, the
-// default one, has that rate and ceiling.
+// Classes of a shaped NIC's HTB tree: the root class has the NIC's rate; under it, small packets (at
+// most smallPacket bytes of IP datagram: probes, acks, control messages, TCP acknowledgements) go to a
+// class served first, everything else to the bulk class, and either may use the whole rate. A NIC has
+// separate queues for such traffic; without this class a probe would wait behind every byte that bulk
+// connections have queued. (The kernels this runs on may lack fq and fq_codel, so HTB priorities and a
+// u32 filter do the job.)
+const (
+	classRoot   = 1
+	classSmall  = 10
+	classBulk   = 20
+	smallPacket = 255
+)
+
+// shape limits the egress of link to rate bits per second with the HTB tree described above.
 func shape(h *netlink.Handle, link netlink.Link, rate uint64) error {
-	qdisc := netlink.NewHtb(netlink.QdiscAttrs{
-		LinkIndex: link.Attrs().Index,
-		Handle:    netlink.MakeHandle(1, 0),
-		Parent:    netlink.HANDLE_ROOT,
-	})
-	qdisc.Defcls = 1
+	idx := link.Attrs().Index
+	qdisc := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT})
+	qdisc.Defcls = classBulk
 	if err := h.QdiscAdd(qdisc); err != nil {
 		return fmt.Errorf("htb qdisc: %w", err)
 	}
 	// A burst of 64 KiB admits one GSO packet at a time; the quantum is set so that HTB does not
 	// complain that rate/r2q is too big.
-	class := netlink.NewHtbClass(netlink.ClassAttrs{
-		LinkIndex: link.Attrs().Index,
-		Parent:    netlink.MakeHandle(1, 0),
-		Handle:    netlink.MakeHandle(1, 1),
-	}, netlink.HtbClassAttrs{Rate: rate, Ceil: rate, Buffer: 1 << 16, Cbuffer: 1 << 16, Quantum: 60000})
-	if err := h.ClassAdd(class); err != nil {
-		return fmt.Errorf("htb class: %w", err)
+	class := func(parent, minor uint16, assured uint64, prio uint32) error {
+		c := netlink.NewHtbClass(netlink.ClassAttrs{
+			LinkIndex: idx,
+			Parent:    netlink.MakeHandle(1, parent),
+			Handle:    netlink.MakeHandle(1, minor),
+		}, netlink.HtbClassAttrs{Rate: assured, Ceil: rate, Buffer: 1 << 16, Cbuffer: 1 << 16, Quantum: 60000, Prio: prio})
+		if err := h.ClassAdd(c); err != nil {
+			return fmt.Errorf("htb class 1:%d: %w", minor, err)
+		}
+		return nil
+	}
+	small := max(rate/20, 8000)
+	if err := class(0, classRoot, rate, 0); err != nil {
+		return err
+	}
+	if err := class(classRoot, classSmall, small, 0); err != nil {
+		return err
+	}
+	if err := class(classRoot, classBulk, rate-min(small, rate/2), 1); err != nil {
+		return err
+	}
+	// IPv4 total length (the low 16 bits of the header's first word) at most smallPacket.
+	filter := &netlink.U32{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: idx,
+			Parent:    netlink.MakeHandle(1, 0),
+			Priority:  1,
+			Protocol:  unix.ETH_P_IP,
+		},
+		ClassId: netlink.MakeHandle(1, classSmall),
+		Sel: &netlink.TcU32Sel{
+			Flags: nl.TC_U32_TERMINAL,
+			Keys:  []netlink.TcU32Key{{Mask: 0xffff &^ smallPacket, Val: 0, Off: 0}},
+		},
+	}
+	if err := h.FilterAdd(filter); err != nil {
+		return fmt.Errorf("u32 filter: %w", err)
 	}
 	return nil
 }

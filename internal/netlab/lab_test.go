@@ -133,14 +133,50 @@ func TestNICsAreShapedWithHTB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rates []uint64
+	const rate = 400_000_000 / 8 // bytes per second
+	type want struct {
+		parent     uint32
+		rate, ceil uint64
+	}
+	under := netlink.MakeHandle(1, classRoot)
+	wants := map[uint16]want{
+		classRoot:  {netlink.HANDLE_ROOT, rate, rate}, // the kernel reports a top class under the root
+		classSmall: {under, rate / 20, rate},
+		classBulk:  {under, rate - rate/20, rate},
+	}
+	seen := 0
 	for _, c := range classes {
-		if htb, ok := c.(*netlink.HtbClass); ok {
-			rates = append(rates, htb.Rate)
+		htb, ok := c.(*netlink.HtbClass)
+		if !ok {
+			continue
+		}
+		_, minor := netlink.MajorMinor(htb.Handle)
+		w, ok := wants[minor]
+		if !ok {
+			t.Errorf("unexpected class %s", netlink.HandleStr(htb.Handle))
+			continue
+		}
+		seen++
+		if htb.Parent != w.parent || htb.Rate != w.rate || htb.Ceil != w.ceil {
+			t.Errorf("class 1:%d: parent %s rate %d ceil %d, want parent %s rate %d ceil %d", minor,
+				netlink.HandleStr(htb.Parent), htb.Rate, htb.Ceil, netlink.HandleStr(w.parent), w.rate, w.ceil)
 		}
 	}
-	if len(rates) != 1 || rates[0] != 400_000_000/8 {
-		t.Errorf("HTB class rates %v bytes/s, want [%d]", rates, 400_000_000/8)
+	if seen != len(wants) {
+		t.Errorf("found %d of the %d HTB classes", seen, len(wants))
+	}
+	filters, err := h.FilterList(link, netlink.MakeHandle(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := false
+	for _, f := range filters {
+		if u, ok := f.(*netlink.U32); ok && u.ClassId == netlink.MakeHandle(1, classSmall) {
+			small = true
+		}
+	}
+	if !small {
+		t.Errorf("no u32 filter sends small packets to class 1:%d (filters %v)", classSmall, filters)
 	}
 }
 
