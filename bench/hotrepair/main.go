@@ -30,7 +30,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -177,7 +176,7 @@ func (b *bench) run(ctx context.Context) (result, error) {
 		return res, err
 	}
 	b.lab = lab
-	defer b.teardown()
+	defer b.teardown(ctx)
 	progress("lab %s: %d nodes × %d NICs at %d Mbit/s; ideal AllReduce of %d bytes %.3fs",
 		lab.Name(), b.nodes, b.nics, b.mbit, b.size, res.IdealHealthySeconds)
 	if err := b.spawn(); err != nil {
@@ -354,25 +353,31 @@ func (b *bench) measureRepair(res *result, healthy, failed []report) {
 	}
 }
 
-// teardown stops every node process and removes the lab. Node processes get SIGKILL if they do not
-// leave on "quit" (and the lab's Close kills any that is left through its parent-death signal).
-func (b *bench) teardown() {
+// teardown stops every node process and removes the lab. After a clean run the nodes are asked to
+// quit and get 5 seconds; after a failure or Ctrl-C (ctx done) they are killed at once. The lab's
+// Close would kill any that is left anyway, through their parent-death signal.
+func (b *bench) teardown(ctx context.Context) {
 	quit, _ := json.Marshal(command{Op: "quit"})
 	for _, p := range b.procs {
-		p.stdin.Write(append(quit, '\n'))
+		if ctx.Err() != nil {
+			p.cmd.Process.Kill()
+		} else {
+			p.stdin.Write(append(quit, '\n'))
+		}
 		p.stdin.Close()
 	}
+	grace := time.After(5 * time.Second)
 	for _, p := range b.procs {
 		exited := make(chan struct{})
 		go func() { p.cmd.Wait(); close(exited) }()
 		select {
 		case <-exited:
-		case <-time.After(5 * time.Second):
+		case <-grace:
 			p.cmd.Process.Kill()
 			<-exited
 		}
 	}
-	if err := b.lab.Close(); err != nil && !errors.Is(err, netlab.ErrClosed) {
+	if err := b.lab.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "hotrepair: teardown:", err)
 	}
 }
