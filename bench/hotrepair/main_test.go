@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/concord-ccl/concord/internal/netlab"
 )
 
@@ -16,7 +18,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "--node-index" {
 		os.Exit(run(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func TestSpanIsFromTheLastStartToTheLastEnd(t *testing.T) {

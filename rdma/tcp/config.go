@@ -127,7 +127,8 @@ func (c Config) Validate() error {
 // HostNICs describes the named interfaces of the current network namespace (all that are not loopback
 // and have an IPv4 address, in name order, when names is empty): each one's first IPv4 address, its
 // speed from /sys/class/net/<name>/speed where the driver reports one, and its NUMA node from
-// /sys/class/net/<name>/device/numa_node where present (-1 otherwise). Distance is 0 for NICs on the
+// /sys/class/net/<name>/device/numa_node where present (-1 otherwise); sysfs is read only when it
+// shows the same interface (same index), since it may belong to another namespace. Distance is 0 for NICs on the
 // lowest NUMA node seen (or of unknown node) and 1 for the others. Ports are 0.
 func HostNICs(names ...string) ([]NICConfig, error) {
 	links, err := netlink.LinkList()
@@ -162,12 +163,16 @@ func HostNICs(names ...string) ([]NICConfig, error) {
 			continue
 		}
 		a, _ := netip.AddrFromSlice(addrs[0].IP.To4())
-		nics = append(nics, NICConfig{
-			Interface: name,
-			Addr:      a,
-			Bandwidth: sysfsInt(filepath.Join("/sys/class/net", name, "speed"), 0) * 1e6 / 8,
-			NUMANode:  int(sysfsInt(filepath.Join("/sys/class/net", name, "device/numa_node"), -1)),
-		})
+		nic := NICConfig{Interface: name, Addr: a, NUMANode: -1}
+		// sysfs shows the interfaces of the namespace it was mounted in, which need not be this one
+		// (a process that entered a namespace without remounting it): trust it only when the
+		// interface index there matches.
+		dir := filepath.Join("/sys/class/net", name)
+		if int(sysfsInt(filepath.Join(dir, "ifindex"), -1)) == l.Attrs().Index {
+			nic.Bandwidth = sysfsInt(filepath.Join(dir, "speed"), 0) * 1e6 / 8
+			nic.NUMANode = int(sysfsInt(filepath.Join(dir, "device/numa_node"), -1))
+		}
+		nics = append(nics, nic)
 	}
 	if len(nics) == 0 {
 		return nil, fmt.Errorf("tcp: no interface with an IPv4 address among %v", names)
