@@ -396,7 +396,7 @@ func (m *Repair) Deadline() time.Time {
 		min(l.by)
 	}
 	for _, w := range m.watches {
-		if w.probe == 0 {
+		if w.probe == 0 && w.portUp {
 			min(w.next)
 		}
 	}

@@ -54,7 +54,11 @@ func (c *cluster) allReduce(t testing.TB, inputs [][]byte, dt rings.DType, op ri
 			t.Fatal(err)
 		}
 	}
+	limit := c.net.Now() + 100*time.Millisecond
 	c.net.RunWhile(func() bool {
+		if c.net.Now() > limit {
+			return false
+		}
 		for _, d := range done {
 			if !d {
 				return true

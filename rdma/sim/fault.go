@@ -56,7 +56,9 @@ type Fault struct {
 type Trigger struct {
 	// From and To give the direction: data chunks posted by node From to node To.
 	From, To rdma.NodeID
-	// Nth picks the chunk: the Nth (from 0) data chunk posted from From to To after Inject, on any NIC.
+	// NIC is From's NIC the chunk leaves on.
+	NIC rdma.NICID
+	// Nth picks the chunk: the Nth (from 0) data chunk posted from From's NIC to To after Inject.
 	Nth uint64
 	// Delay is when the fault strikes after that chunk is posted. Zero means halfway between its posting
 	// and its arrival, so the chunk is surely lost.
@@ -78,7 +80,7 @@ func (n *Network) Inject(t Trigger, f Fault) {
 // trigger is called for each data chunk posted on c, which will arrive at arrive.
 func (n *Network) trigger(c *Conn, now, arrive time.Duration) {
 	for _, a := range n.armed {
-		if a.done || a.t.From != c.ep.id || a.t.To != c.spec.Peer {
+		if a.done || a.t.From != c.ep.id || a.t.To != c.spec.Peer || a.t.NIC != c.spec.Local {
 			continue
 		}
 		if a.count++; a.count-1 != a.t.Nth {
@@ -96,6 +98,7 @@ func (n *Network) trigger(c *Conn, now, arrive time.Duration) {
 
 // Apply makes a fault strike now (in the event context or between runs).
 func (n *Network) Apply(f Fault) {
+	n.struck = append(n.struck, n.now)
 	switch f.Kind {
 	case NICDown:
 		n.SetPort(f.Node, f.NIC, false)
@@ -125,6 +128,9 @@ func (n *Network) Apply(f Fault) {
 		}
 	}
 }
+
+// Struck returns the virtual times at which faults struck (Apply ran), in order.
+func (n *Network) Struck() []time.Duration { return append([]time.Duration(nil), n.struck...) }
 
 // SetPort takes a NIC's port down or up. Down breaks every connection through the NIC and reports
 // ConnDown (wrapping rdma.ErrNICDown) on them to the NIC's node; both transitions report PortChanged.

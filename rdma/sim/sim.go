@@ -74,6 +74,7 @@ type Network struct {
 	cut     map[linkKey]int    // cut links: how many cuts are in force
 	linkGen map[linkKey]uint64 // bumped each time a link is cut
 	armed   []*armed
+	struck  []time.Duration
 	nextKey uint64
 
 	// Stats counts what moved, for reports.

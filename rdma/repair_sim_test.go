@@ -1,0 +1,188 @@
+package rdma_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/concord-ccl/concord/rdma"
+	"github.com/concord-ccl/concord/rdma/sim"
+	"github.com/concord-ccl/concord/rings"
+)
+
+// Simulated scenario parameters: 4 nodes × 4 NICs, 64 Ki float32 elements, 4 KiB chunks. Each
+// channel's path carries 2 × 3 blocks of 4 chunks: 24 chunks.
+const (
+	scNodes  = 4
+	scNICs   = 4
+	scCount  = 64 << 10
+	scChunk  = 4096
+	scFrames = 24
+)
+
+func scConfig() rdma.Config {
+	return rdma.Config{ChunkBytes: scChunk, Repair: rdma.RepairConfig{MinAckTimeout: 40 * time.Microsecond,
+		ProbeTimeout: 20 * time.Microsecond, StallTimeout: 200 * time.Microsecond, ReprobeMin: 100 * time.Microsecond,
+		ReprobeMax: time.Millisecond}}
+}
+
+func scInputs() [][]byte { return randomInputs(rand.New(rand.NewPCG(7, 8)), scNodes, scCount) }
+
+// healthyResult is the AllReduce result without failures.
+func healthyResult(t *testing.T) []byte {
+	t.Helper()
+	c := newCluster(t, scNodes, scNICs, scConfig())
+	out, errs := c.allReduce(t, scInputs(), rings.F32, rings.Sum)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("healthy run, node %d: %v", i, err)
+		}
+	}
+	for i := range out {
+		if !bytes.Equal(out[i], out[0]) {
+			t.Fatalf("healthy run: node %d differs from node 0", i)
+		}
+	}
+	return out[0]
+}
+
+type injection struct {
+	t sim.Trigger
+	f sim.Fault
+}
+
+// report is what a scenario measured.
+type report struct {
+	detect, repair time.Duration
+	retransmitted  int64
+	paths          int
+	failovers      int
+}
+
+// runFaulty runs the AllReduce with the injections and checks every element of every node's result
+// against want, and the retransmission bound.
+func runFaulty(t *testing.T, want []byte, inj ...injection) report {
+	t.Helper()
+	c := newCluster(t, scNodes, scNICs, scConfig())
+	for _, in := range inj {
+		c.net.Inject(in.t, in.f)
+	}
+	out, errs := c.allReduce(t, scInputs(), rings.F32, rings.Sum)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v\n%v", c.ring[i], err, c.nodes[i].Stats().Notes)
+		}
+	}
+	for i := range out {
+		if !bytes.Equal(out[i], want) {
+			g, w := rings.View[float32](out[i]), rings.View[float32](want)
+			for j := range g {
+				if g[j] != w[j] {
+					t.Fatalf("node %d element %d: %v, healthy run %v", c.ring[i], j, g[j], w[j])
+				}
+			}
+		}
+	}
+	var r report
+	struck := c.net.Struck()
+	var detect, resume time.Duration = -1, -1
+	for _, n := range c.nodes {
+		s := n.Stats()
+		r.retransmitted += s.RetransmittedBytes
+		r.paths += len(s.AffectedPaths)
+		r.failovers += s.Failovers
+		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		if !s.FirstDetect.IsZero() && (detect < 0 || s.FirstDetect.Sub(start) < detect) {
+			detect = s.FirstDetect.Sub(start)
+		}
+		if !s.FirstResume.IsZero() && (resume < 0 || s.FirstResume.Sub(start) < resume) {
+			resume = s.FirstResume.Sub(start)
+		}
+	}
+	if len(struck) > 0 && detect >= 0 {
+		r.detect = detect - struck[0]
+		if resume >= 0 {
+			r.repair = resume - detect
+		}
+	}
+	// Each failover of a path resends at most the window (2 chunks) of that path.
+	if limit := int64(2*scChunk) * int64(max(r.failovers, 1)); r.retransmitted > limit {
+		t.Errorf("retransmitted %d bytes in %d failovers, more than 2 chunks each", r.retransmitted, r.failovers)
+	}
+	return r
+}
+
+func TestFailureAtEveryChunk(t *testing.T) {
+	want := healthyResult(t)
+	var worst report
+	for _, side := range []struct {
+		name string
+		node rdma.NodeID
+	}{{"sender-nic", 1}, {"receiver-nic", 2}} {
+		for k := range uint64(scFrames) {
+			r := runFaulty(t, want, injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: k},
+				sim.Fault{Kind: sim.NICDown, Node: side.node, NIC: 0}})
+			if r.paths == 0 {
+				t.Fatalf("%s at chunk %d: no path failed over", side.name, k)
+			}
+			worst.detect = max(worst.detect, r.detect)
+			worst.repair = max(worst.repair, r.repair)
+			worst.retransmitted = max(worst.retransmitted, r.retransmitted)
+		}
+	}
+	t.Logf("NIC failure at every chunk, worst case: detect %v, repair %v, retransmitted %d bytes (chunk %d)",
+		worst.detect, worst.repair, worst.retransmitted, scChunk)
+}
+
+func TestLinkFailureAtEveryChunk(t *testing.T) {
+	want := healthyResult(t)
+	var worst report
+	for k := range uint64(scFrames) {
+		r := runFaulty(t, want, injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: k},
+			sim.Fault{Kind: sim.LinkDown, Node: 1, NIC: 0, Peer: 2, PeerNIC: 0}})
+		if r.paths == 0 {
+			t.Fatalf("link at chunk %d: no path failed over", k)
+		}
+		worst.detect = max(worst.detect, r.detect)
+		worst.repair = max(worst.repair, r.repair)
+		worst.retransmitted = max(worst.retransmitted, r.retransmitted)
+	}
+	t.Logf("link failure at every chunk, worst case: detect %v, repair %v, retransmitted %d bytes",
+		worst.detect, worst.repair, worst.retransmitted)
+}
+
+func TestReverseDirectionFailure(t *testing.T) {
+	// Node 2's NIC 0 fails while node 2 sends to node 3: node 2 is the sender of one affected path and
+	// the receiver of another (from node 1).
+	want := healthyResult(t)
+	for _, k := range []uint64{0, 7, 23} {
+		runFaulty(t, want, injection{sim.Trigger{From: 2, To: 3, NIC: 0, Nth: k}, sim.Fault{Kind: sim.NICDown, Node: 2, NIC: 0}})
+	}
+}
+
+func TestTwoSuccessiveFailures(t *testing.T) {
+	want := healthyResult(t)
+	// NIC 0 of node 1 fails; later the backup it moved to (NIC 1, the nearest) fails too.
+	r := runFaulty(t, want,
+		injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: 3}, sim.Fault{Kind: sim.NICDown, Node: 1, NIC: 0}},
+		injection{sim.Trigger{From: 1, To: 2, NIC: 1, Nth: 20}, sim.Fault{Kind: sim.NICDown, Node: 1, NIC: 1}})
+	if r.paths < 2 {
+		t.Errorf("%d paths failed over, want at least 2", r.paths)
+	}
+}
+
+func TestFailureDuringFailover(t *testing.T) {
+	want := healthyResult(t)
+	// Node 2's NIC 0 fails; 3 µs later, while the failover handshake is under way, node 2's NIC 1 (the
+	// backup pair's receiving end) fails too.
+	runFaulty(t, want,
+		injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: 5}, sim.Fault{Kind: sim.NICDown, Node: 2, NIC: 0}},
+		injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: 5, Delay: 3 * time.Microsecond}, sim.Fault{Kind: sim.NICDown, Node: 2, NIC: 1}})
+}
+
+func TestFlapping(t *testing.T) {
+	want := healthyResult(t)
+	runFaulty(t, want, injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: 2},
+		sim.Fault{Kind: sim.Flap, Node: 2, NIC: 0, For: 20 * time.Microsecond, Flaps: 3, Period: 60 * time.Microsecond}})
+}
