@@ -246,6 +246,7 @@ type Repair struct {
 	now   time.Time
 	out   []Action
 	paths map[PathID]*path
+	order []*path // paths sorted by id, for deterministic iteration
 
 	health  map[NICRef]Health
 	links   map[[2]NICRef]bool
@@ -409,15 +410,15 @@ func (m *Repair) note(kind string, p PathID, format string, args ...any) {
 	m.emit(Note{Kind: kind, Path: p, Text: fmt.Sprintf(format, args...)})
 }
 
-func (m *Repair) sortedPaths() []*path {
-	ps := make([]*path, 0, len(m.paths))
-	for _, p := range m.paths {
-		ps = append(ps, p)
-	}
-	slices.SortFunc(ps, func(a, b *path) int {
+func (m *Repair) sortedPaths() []*path { return m.order }
+
+// addPath records a new path, keeping order sorted.
+func (m *Repair) addPath(p *path) {
+	m.paths[p.id] = p
+	i, _ := slices.BinarySearchFunc(m.order, p, func(a, b *path) int {
 		return cmp.Or(cmp.Compare(a.id.Src, b.id.Src), cmp.Compare(a.id.Dst, b.id.Dst), cmp.Compare(a.id.Channel, b.id.Channel))
 	})
-	return ps
+	m.order = slices.Insert(m.order, i, p)
 }
 
 // chain returns the NICs in failover order for a channel whose primary NIC is primary: by distance
@@ -453,7 +454,7 @@ func (m *Repair) open(in Open) {
 	p := m.paths[in.Path]
 	if p == nil {
 		p = &path{id: in.Path, primary: in.Primary, local: in.Primary, remote: in.Primary}
-		m.paths[in.Path] = p
+		m.addPath(p)
 	}
 	retired := map[NICID]bool{}
 	if p.op == in.Op && p.retired != nil {
@@ -890,7 +891,7 @@ func (m *Repair) control(from NodeID, msg Message) {
 		p := m.paths[msg.Path]
 		if p == nil {
 			p = &path{id: msg.Path, local: msg.Local, remote: msg.Remote, op: msg.ID}
-			m.paths[msg.Path] = p
+			m.addPath(p)
 		}
 		if p.id.Dst != m.self || msg.ID < p.op || (msg.ID == p.op && msg.Epoch < p.epoch) {
 			return

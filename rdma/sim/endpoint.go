@@ -13,6 +13,7 @@ type port struct {
 	gen    uint64        // bumped each time the port goes down: a chunk in flight across a bump is lost
 	txFree time.Duration // when the transmit queue drains
 	rxFree time.Duration // when the receive queue drains
+	sent   uint64        // data bytes posted through this NIC
 }
 
 // Endpoint is one simulated node. It implements rdma.Endpoint; see the package doc for its goroutine
@@ -30,6 +31,9 @@ type Endpoint struct {
 }
 
 var _ rdma.Endpoint = (*Endpoint)(nil)
+
+// SentBytes returns how many data bytes were posted through a local NIC since the node was added.
+func (e *Endpoint) SentBytes(nic rdma.NICID) uint64 { return e.ports[nic].sent }
 
 // Node returns the node's id.
 func (e *Endpoint) Node() rdma.NodeID { return e.id }
@@ -304,6 +308,7 @@ func (c *Conn) transmit(ch rdma.Chunk) {
 		arrive = max(lp.txFree+n.cfg.Latency, rp.rxFree+size)
 		rp.rxFree = arrive
 		n.Stats.DataBytes += uint64(len(ch.Data))
+		lp.sent += uint64(len(ch.Data))
 		n.Stats.DataChunks++
 		n.trigger(c, n.now, arrive)
 	} else {
