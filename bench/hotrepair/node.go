@@ -29,7 +29,7 @@ type nodeArgs struct {
 
 // repairConfig sets the runtime's deadlines for the testbed: an ack deadline of at least four windows
 // of chunks at the NIC's rate (a chunk is acknowledged only after the window ahead of it went out), and
-// never below 100ms, since node processes share a few CPUs and a late answer must not look like a
+// never below 300ms, since node processes share a few CPUs and a late answer must not look like a
 // failure. A NIC going down is seen at once through link state, whatever the deadlines.
 func (a nodeArgs) repairConfig() rdma.Config {
 	cfg := rdma.Config{ChunkBytes: a.Chunk}
@@ -40,7 +40,7 @@ func (a nodeArgs) repairConfig() rdma.Config {
 	ack := a.AckTimeout
 	if ack == 0 {
 		perChunk := time.Duration(float64(chunk) * 8 / (float64(a.Mbit) * 1e6) * float64(time.Second))
-		ack = max(4*time.Duration(window)*perChunk, 100*time.Millisecond)
+		ack = max(4*time.Duration(window)*perChunk, 300*time.Millisecond)
 	}
 	cfg.Repair = rdma.RepairConfig{MinAckTimeout: ack, ProbeTimeout: a.ProbeTimeout}
 	return cfg
@@ -139,6 +139,7 @@ func nodeMain(a nodeArgs) int {
 	recv := make([]float32, count)
 	out.Encode(report{Event: "ready", Node: a.Index})
 
+	seenNotes := 0 // notes of the runtime already printed to stderr
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		var cmd command
@@ -162,11 +163,10 @@ func nodeMain(a nodeArgs) int {
 			rep.Correct = check(recv, a.Nodes)
 		}
 		rep.Stats = stats(ep, node)
-		if err != nil {
-			for _, n := range rep.Stats.Notes {
-				fmt.Fprintf(os.Stderr, "node %d: %s\n", a.Index, n)
-			}
+		for _, n := range rep.Stats.Notes[min(seenNotes, len(rep.Stats.Notes)):] {
+			fmt.Fprintf(os.Stderr, "node %d: %s: %s\n", a.Index, cmd.Label, n)
 		}
+		seenNotes = len(rep.Stats.Notes)
 		out.Encode(rep)
 	}
 	return 0
