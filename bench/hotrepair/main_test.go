@@ -61,14 +61,17 @@ func TestHotRepairEndToEnd(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	b := &bench{nodes: 3, nics: 2, mbit: 200, size: 4 << 20, port: 7400, failNode: 1, failNIC: 1,
-		timeout: 60 * time.Second, ackTimeout: time.Second, probeTimeout: 500 * time.Millisecond}
+	b := &bench{nodes: 3, nics: 2, mbit: 200, size: 16 << 20, port: 7400, failNode: 1, failNIC: 1,
+		timeout: 60 * time.Second, ackTimeout: time.Second, probeTimeout: 500 * time.Millisecond, faultAt: 0.2}
 	res, err := b.run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res.Correct {
 		t.Errorf("results not correct: %+v", res)
+	}
+	if !res.FaultDuringCall {
+		t.Skipf("the NIC went down after the call had ended on a node (a slow machine): %+v", res)
 	}
 	if res.AffectedChannels == 0 || res.Failovers == 0 || res.DetectMs < 0 {
 		t.Errorf("no repair seen: %+v", res)
