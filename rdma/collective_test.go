@@ -205,9 +205,9 @@ func TestThousandNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large simulation")
 	}
-	// 1024 nodes × 8 NICs: an AllReduce of 256 elements (a ring of 2046 steps on 8 channels) and a
+	// 1024 nodes × 8 NICs: an AllReduce of 64 elements (a ring of 2046 steps on 8 channels) and a
 	// broadcast of 64 KiB.
-	const nodes, nics, count = 1024, 8, 256
+	const nodes, nics, count = 1024, 8, 64
 	c := newCluster(t, nodes, nics, rdma.Config{ChunkBytes: 1024})
 	in := make([][]byte, nodes)
 	for i := range in {
@@ -231,7 +231,7 @@ func TestThousandNodes(t *testing.T) {
 			}
 		}
 	}
-	src := randomInputs(rand.New(rand.NewPCG(2, 2)), 1, 16<<10)[0]
+	src := randomInputs(rand.New(rand.NewPCG(2, 2)), 1, 4<<10)[0]
 	c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
 		out[i] = make([]byte, len(src))
 		if i == 0 {

@@ -277,6 +277,7 @@ type path struct {
 	awaiting   bool      // FailReq outstanding
 	reqTries   int
 	reqBy      time.Time
+	avoid      NICID          // the NIC of the pair given up last: control messages go elsewhere
 	tried      map[NICID]bool // pairs that failed during this op
 	retired    map[NICID]bool // at the receiver: pairs given up at a failover (by receiver NIC)
 	expect     uint64         // receiver: next chunk expected
@@ -453,7 +454,7 @@ func linkKey(a, b NICRef) [2]NICRef {
 func (m *Repair) open(in Open) {
 	p := m.paths[in.Path]
 	if p == nil {
-		p = &path{id: in.Path, primary: in.Primary, local: in.Primary, remote: in.Primary}
+		p = &path{id: in.Path, primary: in.Primary, local: in.Primary, remote: in.Primary, avoid: NoNIC}
 		m.addPath(p)
 	}
 	retired := map[NICID]bool{}
@@ -461,7 +462,7 @@ func (m *Repair) open(in Open) {
 		retired = p.retired // a failover request of this operation came before it opened here
 	}
 	*p = path{id: p.id, primary: in.Primary, local: p.local, remote: p.remote, epoch: p.epoch, chunks: in.Chunks,
-		op: in.Op, open: true, postedAt: map[uint64]time.Time{}, tried: map[NICID]bool{}, retired: retired}
+		op: in.Op, avoid: p.avoid, open: true, postedAt: map[uint64]time.Time{}, tried: map[NICID]bool{}, retired: retired}
 	if p.id.Src != m.self {
 		p.stallBy = m.now.Add(m.cfg.StallTimeout)
 		return
@@ -594,6 +595,7 @@ func (m *Repair) notice(p *path) {
 func (m *Repair) failover(p *path, localize bool) {
 	old := p.local
 	p.tried[old] = true
+	p.avoid = old
 	p.ackBy, p.stallBy = time.Time{}, time.Time{}
 	if p.probing != 0 {
 		delete(m.probes, p.probing)
@@ -890,7 +892,7 @@ func (m *Repair) control(from NodeID, msg Message) {
 	case MsgFailReq:
 		p := m.paths[msg.Path]
 		if p == nil {
-			p = &path{id: msg.Path, local: msg.Local, remote: msg.Remote, op: msg.ID}
+			p = &path{id: msg.Path, local: msg.Local, remote: msg.Remote, op: msg.ID, avoid: NoNIC}
 			m.addPath(p)
 		}
 		if p.id.Dst != m.self || msg.ID < p.op || (msg.ID == p.op && msg.Epoch < p.epoch) {
@@ -906,6 +908,7 @@ func (m *Repair) control(from NodeID, msg Message) {
 			}
 			if p.remote != msg.Remote {
 				p.retired[p.remote] = true
+				p.avoid = p.remote
 			}
 			delete(p.retired, msg.Remote)
 			p.epoch, p.local, p.remote = msg.Epoch, msg.Local, msg.Remote
@@ -913,7 +916,7 @@ func (m *Repair) control(from NodeID, msg Message) {
 				p.stallBy = m.now.Add(m.cfg.StallTimeout)
 			}
 		}
-		m.emit(SendMsg{To: from, Avoid: NoNIC, Msg: Message{Kind: MsgFailAck, Path: p.id, Epoch: p.epoch, ID: p.op,
+		m.emit(SendMsg{To: from, Avoid: p.avoid, Msg: Message{Kind: MsgFailAck, Path: p.id, Epoch: p.epoch, ID: p.op,
 			Seq: p.expect}})
 	case MsgFailAck:
 		p := m.paths[msg.Path]
@@ -963,7 +966,7 @@ func (m *Repair) timers() {
 			}
 			p.reqTries++
 			p.reqBy = m.now.Add(m.cfg.HandshakeTimeout)
-			m.emit(SendMsg{To: p.id.Dst, Avoid: p.local, Msg: Message{Kind: MsgFailReq, Path: p.id, Epoch: p.epoch,
+			m.emit(SendMsg{To: p.id.Dst, Avoid: p.avoid, Msg: Message{Kind: MsgFailReq, Path: p.id, Epoch: p.epoch,
 				ID: p.op, Local: p.local, Remote: p.remote, Seq: p.acked}})
 		}
 		if !p.ackBy.IsZero() && !m.now.Before(p.ackBy) && p.probing == 0 {

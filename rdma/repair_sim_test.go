@@ -27,13 +27,17 @@ func scConfig() rdma.Config {
 		ReprobeMax: time.Millisecond}}
 }
 
-func scInputs() [][]byte { return randomInputs(rand.New(rand.NewPCG(7, 8)), scNodes, scCount) }
+func scInputs() [][]byte { return inputsFor(scNodes) }
+
+func inputsFor(nodes int) [][]byte { return randomInputs(rand.New(rand.NewPCG(7, 8)), nodes, scCount) }
 
 // healthyResult is the AllReduce result without failures.
-func healthyResult(t *testing.T) []byte {
+func healthyResult(t *testing.T) []byte { return healthyResultOf(t, scNodes) }
+
+func healthyResultOf(t *testing.T, nodes int) []byte {
 	t.Helper()
-	c := newCluster(t, scNodes, scNICs, scConfig())
-	out, errs := c.allReduce(t, scInputs(), rings.F32, rings.Sum)
+	c := newCluster(t, nodes, scNICs, scConfig())
+	out, errs := c.allReduce(t, inputsFor(nodes), rings.F32, rings.Sum)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("healthy run, node %d: %v", i, err)
@@ -64,11 +68,16 @@ type report struct {
 // against want, and the retransmission bound.
 func runFaulty(t *testing.T, want []byte, inj ...injection) report {
 	t.Helper()
-	c := newCluster(t, scNodes, scNICs, scConfig())
+	return runFaultyOn(t, scNodes, want, inj...)
+}
+
+func runFaultyOn(t *testing.T, nodes int, want []byte, inj ...injection) report {
+	t.Helper()
+	c := newCluster(t, nodes, scNICs, scConfig())
 	for _, in := range inj {
 		c.net.Inject(in.t, in.f)
 	}
-	out, errs := c.allReduce(t, scInputs(), rings.F32, rings.Sum)
+	out, errs := c.allReduce(t, inputsFor(nodes), rings.F32, rings.Sum)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("node %d: %v\n%v", c.ring[i], err, c.nodes[i].Stats().Notes)
@@ -185,4 +194,19 @@ func TestFlapping(t *testing.T) {
 	want := healthyResult(t)
 	runFaulty(t, want, injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: 2},
 		sim.Fault{Kind: sim.Flap, Node: 2, NIC: 0, For: 20 * time.Microsecond, Flaps: 3, Period: 60 * time.Microsecond}})
+}
+
+func TestTwoNodesBothDirections(t *testing.T) {
+	// With two nodes each link carries data both ways: fail it at every chunk of either direction. There
+	// is no third node, so localization blames the link.
+	want := healthyResultOf(t, 2)
+	for _, dir := range [][2]rdma.NodeID{{1, 2}, {2, 1}} {
+		for k := range uint64(16) {
+			r := runFaultyOn(t, 2, want, injection{sim.Trigger{From: dir[0], To: dir[1], NIC: 2, Nth: k},
+				sim.Fault{Kind: sim.LinkDown, Node: 1, NIC: 2, Peer: 2, PeerNIC: 2}})
+			if r.paths == 0 {
+				t.Fatalf("%d->%d at chunk %d: no path failed over", dir[0], dir[1], k)
+			}
+		}
+	}
 }
