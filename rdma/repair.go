@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -895,7 +896,22 @@ func (m *Repair) control(from NodeID, msg Message) {
 			p = &path{id: msg.Path, local: msg.Local, remote: msg.Remote, op: msg.ID, avoid: NoNIC}
 			m.addPath(p)
 		}
-		if p.id.Dst != m.self || msg.ID < p.op || (msg.ID == p.op && msg.Epoch < p.epoch) {
+		if p.id.Dst != m.self || (msg.ID == p.op && msg.Epoch < p.epoch) {
+			return
+		}
+		if msg.ID < p.op {
+			// The sender lost the last acknowledgements of an operation this node has finished (it
+			// opens an operation only after the previous one): everything arrived. Adopt the new pair
+			// so that both ends keep numbering failovers alike.
+			if msg.Epoch > p.epoch {
+				if p.remote != msg.Remote && p.retired != nil {
+					p.retired[p.remote] = true
+					p.avoid = p.remote
+				}
+				p.epoch, p.local, p.remote = msg.Epoch, msg.Local, msg.Remote
+			}
+			m.emit(SendMsg{To: from, Avoid: p.avoid, Msg: Message{Kind: MsgFailAck, Path: p.id, Epoch: msg.Epoch, ID: msg.ID,
+				Seq: math.MaxUint64}})
 			return
 		}
 		if msg.ID > p.op {
@@ -924,11 +940,11 @@ func (m *Repair) control(from NodeID, msg Message) {
 			return
 		}
 		p.awaiting, p.reqBy = false, time.Time{}
-		if msg.Seq > p.acked {
-			for s := p.acked; s < msg.Seq; s++ {
+		if next := min(msg.Seq, p.chunks); next > p.acked {
+			for s := p.acked; s < next; s++ {
 				delete(p.postedAt, s)
 			}
-			p.acked = msg.Seq
+			p.acked = next
 		}
 		p.posted = p.acked
 		if p.open {
