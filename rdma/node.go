@@ -707,7 +707,33 @@ func (n *Node) run(ctx context.Context, start func(done func(error)) error) erro
 }
 
 // AllReduce is the blocking form of StartAllReduce, for providers whose event context is a goroutine
-// of their own. If ctx ends first it returns ctx.Err() and the operation keeps running to its end.
+// of their own. If ctx ends first it returns ctx.Err(); the operation keeps running to its end and may
+// still write recv, so the caller must not reuse recv before a later operation has returned.
 func (n *Node) AllReduce(ctx context.Context, send, recv []byte, dt rings.DType, op rings.Op) error {
 	return n.run(ctx, func(done func(error)) error { return n.StartAllReduce(send, recv, dt, op, done) })
+}
+
+// ReduceScatter is the blocking form of StartReduceScatter (see AllReduce for the rules).
+func (n *Node) ReduceScatter(ctx context.Context, send, recv []byte, dt rings.DType, op rings.Op) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartReduceScatter(send, recv, dt, op, done) })
+}
+
+// AllGather is the blocking form of StartAllGather (see AllReduce for the rules).
+func (n *Node) AllGather(ctx context.Context, send, recv []byte, dt rings.DType) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartAllGather(send, recv, dt, done) })
+}
+
+// Broadcast is the blocking form of StartBroadcast (see AllReduce for the rules).
+func (n *Node) Broadcast(ctx context.Context, buf []byte, dt rings.DType, root NodeID) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartBroadcast(buf, dt, root, done) })
+}
+
+// Send is the blocking form of StartSend (see AllReduce for the rules).
+func (n *Node) Send(ctx context.Context, buf []byte, to NodeID) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartSend(buf, to, done) })
+}
+
+// Recv is the blocking form of StartRecv (see AllReduce for the rules).
+func (n *Node) Recv(ctx context.Context, buf []byte, from NodeID) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartRecv(buf, from, done) })
 }
