@@ -16,7 +16,8 @@ type Config struct {
 	// retransmission after a failover). Zero means 256 KiB.
 	ChunkBytes int
 	// Window is how many chunks of one path may be in flight unacknowledged. It bounds what a failover
-	// resends: at most Window chunks per affected path. Zero means 2.
+	// resends: at most Window chunks per affected path. Zero means 2. A path keeps its NIC busy only if
+	// Window × ChunkBytes exceeds the NIC's bandwidth-delay product (bandwidth × round trip).
 	Window int
 	// Repair tunes failure detection and hot repair.
 	Repair RepairConfig
@@ -223,7 +224,11 @@ func (n *Node) act(a Action) {
 				n.stats.AffectedPaths = append(n.stats.AffectedPaths, a.Path)
 			}
 		}
-		n.stats.Notes = append(n.stats.Notes, fmt.Sprintf("%s %v %s", a.Kind, a.Path, a.Text))
+		if a.Path == (PathID{}) {
+			n.stats.Notes = append(n.stats.Notes, fmt.Sprintf("%s: %s", a.Kind, a.Text))
+		} else {
+			n.stats.Notes = append(n.stats.Notes, fmt.Sprintf("%s %v: %s", a.Kind, a.Path, a.Text))
+		}
 	}
 }
 
@@ -337,22 +342,20 @@ func (n *Node) arrived(ev Arrived) {
 
 // operation is a running collective at one node.
 type operation struct {
-	n       *Node
-	id      uint64
-	work    []byte
-	region  *Region
-	dt      rings.DType
-	rop     rings.Op
-	world   int
-	out     map[PathID]*outStream
-	in      map[PathID]*inStream
-	outs    []*outStream
-	open    int
-	done    func(error)
-	err     error
-	over    bool
-	commit  func()
-	started time.Time
+	n      *Node
+	id     uint64
+	work   []byte
+	region *Region
+	dt     rings.DType
+	rop    rings.Op
+	world  int
+	out    map[PathID]*outStream
+	in     map[PathID]*inStream
+	outs   []*outStream
+	open   int // paths of the operation (zero: nothing to move)
+	done   func(error)
+	over   bool
+	commit func()
 }
 
 type outStream struct {
@@ -381,7 +384,7 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 	}
 	n.opSeq++
 	o := &operation{n: n, id: n.opSeq, work: work, dt: dt, rop: op, world: len(n.ring), out: map[PathID]*outStream{},
-		in: map[PathID]*inStream{}, done: done, commit: commit, started: n.ep.Now()}
+		in: map[PathID]*inStream{}, done: done, commit: commit}
 	region, err := n.ep.Register(work)
 	if err != nil {
 		return err

@@ -290,28 +290,27 @@ type rttEstimate struct {
 	srtt, rttvar time.Duration
 }
 
+// localization is a three-point probe of the pair a (local) - b run by this node.
 type localization struct {
-	id           uint64
-	a, b         NICRef // a is local
-	pairDone     bool
-	pairOK       bool
-	third        NodeID
-	thirdDone    bool
-	okA, okB     bool
-	by           time.Time
-	hasThird     bool
-	pathForNotes PathID
+	id        uint64
+	a, b      NICRef
+	pairDone  bool // this node's probe of b finished
+	pairOK    bool
+	third     NodeID
+	hasThird  bool
+	thirdDone bool // the third node reported (or there is none)
+	okA, okB  bool // what the third node saw
+	by        time.Time
+	path      PathID // the path whose failure started it, for notes
 }
 
+// thirdProbe is this node's part in another node's localization.
 type thirdProbe struct {
-	id        uint64
-	asker     NodeID
-	locID     uint64
-	okA, okB  bool
-	doneA     bool
-	doneB     bool
-	idA, idB  uint64
-	requested bool
+	asker        NodeID
+	locID        uint64
+	avoid        NICID // the rail under investigation: the report goes on another one
+	okA, okB     bool
+	doneA, doneB bool
 }
 
 type probeWait struct {
@@ -768,7 +767,7 @@ func (m *Repair) localize(p *path, a, b NICRef) {
 	if m.health[a] == Down || m.health[b] == Down || m.links[linkKey(a, b)] {
 		return // already known
 	}
-	l := &localization{id: m.newID(), a: a, b: b, by: m.now.Add(3 * m.cfg.ProbeTimeout), pathForNotes: p.id}
+	l := &localization{id: m.newID(), a: a, b: b, by: m.now.Add(3 * m.cfg.ProbeTimeout), path: p.id}
 	m.locs[l.id] = l
 	pid := m.newID()
 	m.probes[pid] = probeWait{kind: "pair", ref: l.id, by: m.now.Add(m.cfg.ProbeTimeout)}
@@ -791,7 +790,7 @@ func (m *Repair) concludeIfReady(l *localization, force bool) {
 	}
 	delete(m.locs, l.id)
 	if l.pairDone && l.pairOK {
-		m.note("verdict", l.pathForNotes, "pair %v-%v answers probes: transient", l.a, l.b)
+		m.note("verdict", l.path, "pair %v-%v answers probes: transient", l.a, l.b)
 		return
 	}
 	v := Message{Kind: MsgVerdict, Origin: m.self, ID: m.newID(), Health: Down, A: l.a, B: l.b, Fault: FaultLink}
@@ -834,7 +833,7 @@ func (m *Repair) probeDone(id uint64, w probeWait, ok bool, rtt time.Duration) {
 		}
 		if t.doneA && t.doneB {
 			delete(m.asks, w.ref)
-			m.emit(SendMsg{To: t.asker, Avoid: NoNIC, Msg: Message{Kind: MsgProbeReport, ID: t.locID, OKA: t.okA, OKB: t.okB}})
+			m.emit(SendMsg{To: t.asker, Avoid: t.avoid, Msg: Message{Kind: MsgProbeReport, ID: t.locID, OKA: t.okA, OKB: t.okB}})
 		}
 	case "stall":
 		p := m.paths[w.path]
@@ -951,7 +950,7 @@ func (m *Repair) control(from NodeID, msg Message) {
 			m.emit(Resume{Path: p.id, Local: p.local, Remote: p.remote, Epoch: p.epoch, From: p.acked})
 		}
 	case MsgProbeAsk:
-		t := &thirdProbe{asker: from, locID: msg.ID}
+		t := &thirdProbe{asker: from, locID: msg.ID, avoid: msg.A.NIC}
 		id := m.newID()
 		m.asks[id] = t
 		ia, ib := m.newID(), m.newID()
