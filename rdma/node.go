@@ -466,7 +466,10 @@ func (o *operation) pump(s *outStream) {
 			return
 		}
 		if !n.alive(s.conn) {
-			return // the machine learns of the failure from the connection's events or its deadlines
+			// The pair's connection failed earlier (perhaps while no path used it): that is a failure
+			// of this path too.
+			n.step(LinkFailed{Peer: s.path.Dst, Local: s.local, Remote: s.remote, Err: ErrClosed})
+			return
 		}
 		if err := s.conn.Send(Chunk{Tag: o.tag(s.path.Channel), Seq: uint64(s.next), Data: o.work[f.off : f.off+f.n]}); err != nil {
 			return
