@@ -234,8 +234,9 @@ func (n *Node) act(a Action) {
 
 func (n *Node) alive(c Conn) bool { return c != nil && !n.dead[c] }
 
-// sendControl sends a control message on the nearest NIC that is believed healthy at both ends,
-// avoiding the failed pair's NIC where another exists.
+// sendControl sends a control message on the two nearest NICs that are believed healthy at both ends,
+// avoiding the failed pair's NIC where others exist: a second copy survives a NIC that fails while the
+// first is in flight. Every message of the protocol is idempotent, so duplicates are harmless.
 func (n *Node) sendControl(a SendMsg) {
 	n.ensurePeer(a.To)
 	b := AppendMessage(make([]byte, 0, MessageSize), a.Msg)
@@ -244,21 +245,24 @@ func (n *Node) sendControl(a SendMsg) {
 		order[i] = NICID(i)
 	}
 	slices.SortStableFunc(order, func(x, y NICID) int { return n.nics[x].Distance - n.nics[y].Distance })
-	try := func(strict bool) bool {
+	self := n.ep.Node()
+	sent := 0
+	for _, strict := range []bool{true, false} {
 		for _, i := range order {
-			if strict && (i == a.Avoid || n.ep.Health(i) == Down || n.m.Health(NICRef{n.ep.Node(), i}) == Down ||
-				n.m.Health(NICRef{a.To, i}) == Down || n.m.links[linkKey(NICRef{n.ep.Node(), i}, NICRef{a.To, i})]) {
+			if sent == 2 {
+				return
+			}
+			if strict != (i != a.Avoid && n.ep.Health(i) != Down && n.m.Health(NICRef{self, i}) != Down &&
+				n.m.Health(NICRef{a.To, i}) != Down && !n.m.links[linkKey(NICRef{self, i}, NICRef{a.To, i})]) {
 				continue
 			}
-			c := n.conns[connKey{a.To, i, ControlClass}]
-			if n.alive(c) && c.Send(Chunk{Data: b}) == nil {
-				return true
+			if c := n.conns[connKey{a.To, i, ControlClass}]; n.alive(c) && c.Send(Chunk{Data: b}) == nil {
+				sent++
 			}
 		}
-		return false
-	}
-	if !try(true) {
-		try(false)
+		if sent > 0 {
+			return
+		}
 	}
 }
 

@@ -56,7 +56,8 @@ type injection struct {
 	f sim.Fault
 }
 
-// report is what a scenario measured.
+// report is what a scenario measured: detect runs from the fault until the last affected node knew of
+// it (both ends of every affected path), repair from then until the last affected path resumed.
 type report struct {
 	detect, repair time.Duration
 	retransmitted  int64
@@ -102,11 +103,12 @@ func runFaultyOn(t *testing.T, nodes int, want []byte, inj ...injection) report 
 		r.paths += len(s.AffectedPaths)
 		r.failovers += s.Failovers
 		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		if !s.FirstDetect.IsZero() && (detect < 0 || s.FirstDetect.Sub(start) < detect) {
-			detect = s.FirstDetect.Sub(start)
+		// The last node to learn of the failure, and the last to resume, bound the times from above.
+		if !s.FirstDetect.IsZero() {
+			detect = max(detect, s.FirstDetect.Sub(start))
 		}
-		if !s.FirstResume.IsZero() && (resume < 0 || s.FirstResume.Sub(start) < resume) {
-			resume = s.FirstResume.Sub(start)
+		if !s.FirstResume.IsZero() {
+			resume = max(resume, s.FirstResume.Sub(start))
 		}
 	}
 	if len(struck) > 0 && detect >= 0 {
@@ -120,6 +122,11 @@ func runFaultyOn(t *testing.T, nodes int, want []byte, inj ...injection) report 
 		t.Errorf("retransmitted %d bytes in %d failovers, more than 2 chunks each", r.retransmitted, r.failovers)
 	}
 	return r
+}
+
+func (r report) log(t *testing.T, name string) {
+	t.Logf("%s: detect %v, repair %v, %d failovers on %d paths, retransmitted %d bytes (chunk %d)",
+		name, r.detect, r.repair, r.failovers, r.paths, r.retransmitted, scChunk)
 }
 
 func TestFailureAtEveryChunk(t *testing.T) {
@@ -176,6 +183,7 @@ func TestTwoSuccessiveFailures(t *testing.T) {
 	r := runFaulty(t, want,
 		injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: 3}, sim.Fault{Kind: sim.NICDown, Node: 1, NIC: 0}},
 		injection{sim.Trigger{From: 1, To: 2, NIC: 1, Nth: 20}, sim.Fault{Kind: sim.NICDown, Node: 1, NIC: 1}})
+	r.log(t, "two successive NIC failures")
 	if r.paths < 2 {
 		t.Errorf("%d paths failed over, want at least 2", r.paths)
 	}
@@ -185,15 +193,17 @@ func TestFailureDuringFailover(t *testing.T) {
 	want := healthyResult(t)
 	// Node 2's NIC 0 fails; 3 µs later, while the failover handshake is under way, node 2's NIC 1 (the
 	// backup pair's receiving end) fails too.
-	runFaulty(t, want,
+	r := runFaulty(t, want,
 		injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: 5}, sim.Fault{Kind: sim.NICDown, Node: 2, NIC: 0}},
 		injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: 5, Delay: 3 * time.Microsecond}, sim.Fault{Kind: sim.NICDown, Node: 2, NIC: 1}})
+	r.log(t, "failure during failover")
 }
 
 func TestFlapping(t *testing.T) {
 	want := healthyResult(t)
-	runFaulty(t, want, injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: 2},
+	r := runFaulty(t, want, injection{sim.Trigger{From: 1, To: 2, NIC: 0, Nth: 2},
 		sim.Fault{Kind: sim.Flap, Node: 2, NIC: 0, For: 20 * time.Microsecond, Flaps: 3, Period: 60 * time.Microsecond}})
+	r.log(t, "flapping")
 }
 
 func TestTwoNodesBothDirections(t *testing.T) {
