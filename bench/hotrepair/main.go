@@ -11,9 +11,10 @@
 //
 // After --warmup untimed calls, two AllReduce calls of --size bytes (float32 sum) follow. The healthy
 // one gives healthy_seconds, compared to the ring bound at --nics × --nic-mbit per node,
-// 2(n−1)/n × size / (nics × rate). In the second, --fault-at (half) a healthy duration after the last
-// node started, the parent takes NIC --fail-nic of node --fail-node down inside its namespace (the
-// interface goes down, as when a NIC fails); that call gives failed_seconds. From the nodes' counters:
+// 2(n−1)/n × size / (nics × rate). In the second, as soon as node --fail-node reports that it has
+// received --fault-at (half) of its data, the parent takes its NIC --fail-nic down inside its namespace
+// (the interface goes down, as when a NIC fails); that call gives failed_seconds. From the nodes'
+// counters:
 //
 //   - detect_ms: from the interface going down until both ends of every affected path know (the
 //     later of the two ends' first detection), the worst path;
@@ -100,24 +101,24 @@ func run(args []string) int {
 	chunk := fs.Int("chunk", 0, "chunk size in bytes (0: the runtime's default)")
 	failNode := fs.Int("fail-node", 1, "node whose NIC goes down")
 	failNIC := fs.Int("fail-nic", 1, "NIC that goes down")
-	ackTimeout := fs.Duration("min-ack-timeout", 0, "smallest per-chunk ack deadline (0: 4 windows of chunks at the NIC rate, at least 300ms)")
-	probeTimeout := fs.Duration("probe-timeout", 300*time.Millisecond, "how long a probe may go unanswered")
+	ackTimeout := fs.Duration("min-ack-timeout", 0, "smallest per-chunk ack deadline (0: 4 windows of chunks at the NIC rate, at least 1s)")
+	probeTimeout := fs.Duration("probe-timeout", time.Second, "how long a probe may go unanswered")
 	warmup := fs.Int("warmup", 1, "untimed AllReduce calls before the healthy one")
-	faultAt := fs.Float64("fault-at", 0.5, "when the NIC goes down, as a fraction of healthy_seconds after the last node started")
+	faultAt := fs.Float64("fault-at", 0.5, "when the NIC goes down: once the failing node has received this fraction of its data")
 	port := fs.Int("port", 7400, "port every NIC listens on, inside its namespace")
-	timeout := fs.Duration("timeout", 5*time.Minute, "give up (and remove everything) after this long")
+	timeout := fs.Duration("timeout", 3*time.Minute, "give up (and remove everything) after this long")
 	index := fs.Int("node-index", -1, "internal: run as node process INDEX")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	size, err := measure.ParseSize(*sizeStr)
 	if err != nil || size <= 0 || size%4 != 0 || *nodes < 3 || *nics < 2 || *mbit <= 0 ||
-		*failNode < 0 || *failNode >= *nodes || *failNIC < 0 || *failNIC >= *nics || *chunk < 0 {
-		fmt.Fprintln(os.Stderr, "hotrepair: need --nodes >= 3, --nics >= 2, --nic-mbit > 0, --size a positive multiple of 4, --fail-node and --fail-nic in range")
+		*failNode < 0 || *failNode >= *nodes || *failNIC < 0 || *failNIC >= *nics || *chunk < 0 || *faultAt <= 0 || *faultAt >= 1 {
+		fmt.Fprintln(os.Stderr, "hotrepair: need --nodes >= 3, --nics >= 2, --nic-mbit > 0, --size a positive multiple of 4, --fail-node and --fail-nic in range, 0 < --fault-at < 1")
 		return 2
 	}
 	if *index >= 0 {
-		return nodeMain(nodeArgs{Index: *index, Nodes: *nodes, NICs: *nics, Mbit: *mbit, Size: int(size),
+		return nodeMain(nodeArgs{Index: *index, Nodes: *nodes, NICs: *nics, Mbit: *mbit, Size: int(size), FaultAt: *faultAt,
 			Port: *port, Chunk: *chunk, OpTimeout: *timeout, AckTimeout: *ackTimeout, ProbeTimeout: *probeTimeout})
 	}
 	if err := netlab.Available(); err != nil {
@@ -162,11 +163,10 @@ type bench struct {
 	warmup            int
 	faultAt           float64
 
-	lab        *netlab.Lab
-	procs      []*proc
-	reports    chan report
-	faultAfter time.Duration // how long after the last start of the failed call the NIC goes down
-	faultNs    int64         // when it went down (Unix nanoseconds)
+	lab     *netlab.Lab
+	procs   []*proc
+	reports chan report
+	faultNs int64 // when the NIC went down (Unix nanoseconds)
 }
 
 // proc is one node process.
@@ -198,13 +198,13 @@ func (b *bench) run(ctx context.Context) (result, error) {
 	}
 
 	for i := range b.warmup {
-		warm, err := b.op(ctx, fmt.Sprintf("warmup-%d", i), 0)
+		warm, err := b.op(ctx, fmt.Sprintf("warmup-%d", i), false)
 		if err != nil {
 			return res, err
 		}
 		progress("warm-up AllReduce: %.3fs", span(warm))
 	}
-	healthy, err := b.op(ctx, "healthy", 0)
+	healthy, err := b.op(ctx, "healthy", false)
 	if err != nil {
 		return res, err
 	}
@@ -215,19 +215,18 @@ func (b *bench) run(ctx context.Context) (result, error) {
 	}
 	progress("healthy AllReduce: %.3fs (ideal %.3fs), %d failovers", res.HealthySeconds, res.IdealHealthySeconds, res.HealthyFailovers)
 
-	b.faultAfter = time.Duration(res.HealthySeconds * b.faultAt * float64(time.Second))
-	failed, err := b.op(ctx, "failed", b.faultAfter)
+	failed, err := b.op(ctx, "failed", true)
 	if err != nil {
 		return res, err
 	}
 	res.FailedSeconds = span(failed)
 	res.FaultAtSeconds = float64(b.faultNs-maxStart(failed)) / 1e9
-	res.FaultDuringCall = true
+	res.FaultDuringCall = b.faultNs != 0
 	for _, r := range failed {
 		res.FaultDuringCall = res.FaultDuringCall && b.faultNs < r.EndNs
 	}
 	if !res.FaultDuringCall {
-		progress("the NIC went down after a node had finished: this call measures no repair")
+		progress("the NIC did not go down while every node was in the call: this call measures no repair")
 	}
 	progress("AllReduce with nic%d of node %d down at +%.3fs: %.3fs", b.failNIC, b.failNode, res.FaultAtSeconds, res.FailedSeconds)
 
@@ -256,7 +255,8 @@ func (b *bench) spawn() error {
 			"--nics", strconv.Itoa(b.nics), "--nic-mbit", strconv.Itoa(b.mbit), "--size", strconv.FormatInt(b.size, 10),
 			"--chunk", strconv.Itoa(b.chunk), "--port", strconv.Itoa(b.port), "--timeout", (b.timeout * 3 / 4).String(),
 			"--fail-node", strconv.Itoa(b.failNode), "--fail-nic", strconv.Itoa(b.failNIC),
-			"--min-ack-timeout", b.ackTimeout.String(), "--probe-timeout", b.probeTimeout.String())
+			"--min-ack-timeout", b.ackTimeout.String(), "--probe-timeout", b.probeTimeout.String(),
+			"--fault-at", strconv.FormatFloat(b.faultAt, 'g', -1, 64))
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -310,35 +310,45 @@ func (b *bench) collect(ctx context.Context, event, label string) ([]report, err
 	return got, nil
 }
 
-// op runs one AllReduce on every node. With faultAfter > 0 it takes the failing NIC down that long
-// after the last node started.
-func (b *bench) op(ctx context.Context, label string, faultAfter time.Duration) ([]report, error) {
+// op runs one AllReduce on every node. With fault set, it takes the failing NIC down as soon as the
+// failing node reports that it has received --fault-at of its data.
+func (b *bench) op(ctx context.Context, label string, fault bool) ([]report, error) {
 	cmd, _ := json.Marshal(command{Op: "run", Label: label})
 	for i, p := range b.procs {
 		if _, err := p.stdin.Write(append(cmd, '\n')); err != nil {
 			return nil, fmt.Errorf("node %d: %w", i, err)
 		}
 	}
-	started, err := b.collect(ctx, "started", label)
-	if err != nil {
-		return nil, err
-	}
-	if faultAfter > 0 {
-		wait := time.Until(time.Unix(0, maxStart(started)).Add(faultAfter))
+	done := make([]report, b.nodes)
+	finished := 0
+	for finished < b.nodes {
+		var r report
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
+			return nil, fmt.Errorf("%s AllReduce: %d of %d nodes done: %w", label, finished, b.nodes, ctx.Err())
+		case r = <-b.reports:
 		}
-		b.faultNs = time.Now().UnixNano()
-		if err := b.lab.SetNIC(b.failNode, b.failNIC, false); err != nil {
-			return nil, err
+		if r.Event == "fatal" || r.Event == "exit" {
+			return nil, fmt.Errorf("node %d: %s %s", r.Node, r.Event, r.Err)
 		}
-		progress("nic%d of node %d is down", b.failNIC, b.failNode)
-	}
-	done, err := b.collect(ctx, "done", label)
-	if err != nil {
-		return nil, err
+		if r.Label != label {
+			continue
+		}
+		switch r.Event {
+		case "progress":
+			if fault && r.Node == b.failNode && b.faultNs == 0 {
+				b.faultNs = time.Now().UnixNano()
+				if err := b.lab.SetNIC(b.failNode, b.failNIC, false); err != nil {
+					return nil, err
+				}
+				progress("nic%d of node %d is down", b.failNIC, b.failNode)
+			}
+		case "done":
+			if done[r.Node].Event == "" {
+				done[r.Node] = r
+				finished++
+			}
+		}
 	}
 	for _, r := range done {
 		if r.Err != "" {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"time"
@@ -23,13 +24,14 @@ type nodeArgs struct {
 	Port               int
 	Chunk              int
 	OpTimeout          time.Duration
+	FaultAt            float64       // fraction of its bytes a node has received when it reports "progress"
 	AckTimeout         time.Duration // 0: derived from the chunk size and the NIC rate
 	ProbeTimeout       time.Duration
 }
 
 // repairConfig sets the runtime's deadlines for the testbed: an ack deadline of at least four windows
 // of chunks at the NIC's rate (a chunk is acknowledged only after the window ahead of it went out), and
-// never below 300ms, since node processes share a few CPUs and a late answer must not look like a
+// never below 1s, since node processes share a few CPUs and a late answer must not look like a
 // failure. A NIC going down is seen at once through link state, whatever the deadlines.
 func (a nodeArgs) repairConfig() rdma.Config {
 	cfg := rdma.Config{ChunkBytes: a.Chunk}
@@ -40,7 +42,7 @@ func (a nodeArgs) repairConfig() rdma.Config {
 	ack := a.AckTimeout
 	if ack == 0 {
 		perChunk := time.Duration(float64(chunk) * 8 / (float64(a.Mbit) * 1e6) * float64(time.Second))
-		ack = max(4*time.Duration(window)*perChunk, 300*time.Millisecond)
+		ack = max(4*time.Duration(window)*perChunk, time.Second)
 	}
 	cfg.Repair = rdma.RepairConfig{MinAckTimeout: ack, ProbeTimeout: a.ProbeTimeout}
 	return cfg
@@ -54,7 +56,7 @@ type command struct {
 
 // report is one line from a node on its stdout.
 type report struct {
-	Event string `json:"event"` // "ready", "started", "done" or "fatal"
+	Event string `json:"event"` // "ready", "started", "progress", "done" or "fatal"
 	Node  int    `json:"node"`
 	Label string `json:"label,omitempty"`
 	// StartNs and EndNs bound the node's AllReduce call (Unix nanoseconds, the machine's wall clock).
@@ -149,13 +151,15 @@ func nodeMain(a nodeArgs) int {
 		if cmd.Op == "quit" {
 			return 0
 		}
-		clear(recv)
+		poison(recv)
 		start := time.Now()
 		out.Encode(report{Event: "started", Node: a.Index, Label: cmd.Label, StartNs: start.UnixNano()})
 		ctx, cancel := context.WithTimeout(context.Background(), a.OpTimeout)
+		watched := watchProgress(ctx, ep, a, cmd.Label, out)
 		err := node.AllReduce(ctx, rings.Bytes(send), rings.Bytes(recv), rings.F32, rings.Sum)
-		cancel()
 		end := time.Now()
+		cancel()
+		<-watched
 		rep := report{Event: "done", Node: a.Index, Label: cmd.Label, StartNs: start.UnixNano(), EndNs: end.UnixNano()}
 		if err != nil {
 			rep.Err = err.Error()
@@ -170,6 +174,44 @@ func nodeMain(a nodeArgs) int {
 		out.Encode(rep)
 	}
 	return 0
+}
+
+// progressPoll is how often a node looks at how much it has received during a call.
+const progressPoll = time.Millisecond
+
+// watchProgress reports "progress" once the node has received FaultAt of the bytes a ring AllReduce
+// brings it, 2(n−1)/n × size, or never if ctx ends first. The returned channel closes when it stops.
+// The parent takes the NIC down on that report, so the fault lands in the middle of the data
+// transfer however long the call takes on a busy machine.
+func watchProgress(ctx context.Context, ep *tcp.Endpoint, a nodeArgs, label string, out *json.Encoder) <-chan struct{} {
+	done := make(chan struct{})
+	base := ep.ReceivedBytes()
+	goal := int64(a.FaultAt * 2 * float64(a.Nodes-1) / float64(a.Nodes) * float64(a.Size))
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(progressPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if ep.ReceivedBytes()-base >= goal {
+					out.Encode(report{Event: "progress", Node: a.Index, Label: label})
+					return
+				}
+			}
+		}
+	}()
+	return done
+}
+
+// poison writes NaN into every 1024th element of recv, so that a call that claims success without
+// writing its result is caught by check, without the cost of clearing the whole buffer.
+func poison(recv []float32) {
+	for i := 0; i < len(recv); i += 1024 {
+		recv[i] = float32(math.NaN())
+	}
 }
 
 // check compares every element of recv with the sum of every node's input.

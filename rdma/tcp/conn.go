@@ -275,6 +275,7 @@ func (c *conn) readFrame(sock net.Conn, prefix, body []byte, buf *[]byte, handle
 		if _, err := io.ReadFull(sock, data); err != nil {
 			return err
 		}
+		c.e.received.Add(int64(dataLen))
 		c.e.loop.post(func() {
 			if !c.downSent {
 				c.e.loop.handler(rdma.Arrived{Conn: c, Tag: f.Tag, Seq: f.Seq, Data: data})

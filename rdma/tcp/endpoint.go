@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,6 +56,8 @@ type Endpoint struct {
 	regions map[uint64]*rdma.Region          // guarded by mu
 	nextKey uint64                           // guarded by mu
 	closed  bool                             // guarded by mu
+
+	received atomic.Int64 // chunk data bytes read from every connection
 
 	closeOnce sync.Once
 }
@@ -193,6 +196,11 @@ func (e *Endpoint) SetPeer(node rdma.NodeID, addrs []netip.AddrPort) error {
 	e.peers[node] = append([]netip.AddrPort(nil), addrs...)
 	return nil
 }
+
+// ReceivedBytes returns how many bytes of chunk data the endpoint has read from its connections since
+// it was opened (counted when read, before the Arrived event). It may be called from any goroutine,
+// for progress reports.
+func (e *Endpoint) ReceivedBytes() int64 { return e.received.Load() }
 
 // Node returns this endpoint's node id.
 func (e *Endpoint) Node() rdma.NodeID { return e.cfg.Node }

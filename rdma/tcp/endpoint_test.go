@@ -144,7 +144,8 @@ func isConnDown(c rdma.Conn) func(rdma.Event) bool {
 
 func TestChunksAndAcksOnEveryNIC(t *testing.T) {
 	const nics, chunks = 2, 4
-	lab, nodes := newCluster(t, 3, nics)
+	_, nodes := newCluster(t, 3, nics)
+	expected := make([]int64, len(nodes)) // chunk bytes each node receives
 	for r := range nics {
 		for i := range nodes {
 			a, b := nodes[i], nodes[(i+1)%len(nodes)]
@@ -168,6 +169,8 @@ func TestChunksAndAcksOnEveryNIC(t *testing.T) {
 				return bytes.Repeat([]byte(fmt.Sprintf("n%d-r%d-s%d;", from, r, seq)), 1000*(seq+1))
 			}
 			for s := range chunks {
+				expected[(i+1)%len(nodes)] += int64(len(payload(i, s)))
+				expected[i] += int64(len(payload((i+1)%len(nodes), s)))
 				if err := ca.Send(rdma.Chunk{Tag: 1, Seq: uint64(s), Data: payload(i, s)}); err != nil {
 					t.Fatal(err)
 				}
@@ -215,7 +218,11 @@ func TestChunksAndAcksOnEveryNIC(t *testing.T) {
 			cb.Close()
 		}
 	}
-	_ = lab
+	for i, n := range nodes {
+		if got := n.ep.ReceivedBytes(); got != expected[i] {
+			t.Errorf("node %d: ReceivedBytes %d, want %d", i, got, expected[i])
+		}
+	}
 }
 
 func TestProbesOnDedicatedConnections(t *testing.T) {
