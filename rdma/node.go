@@ -107,7 +107,8 @@ type early struct {
 // NewNode returns the runtime of the endpoint's node in a group whose nodes form ring (every node
 // lists the same ring; every node has the same number of NICs in the same order). It connects to its
 // ring neighbours on every NIC (data, control and probe connections: the backups exist from the start)
-// and starts handling the endpoint's events. Call it in the event context.
+// and starts handling the endpoint's events: it calls ep.Start, so the endpoint must not have been
+// started. Call it from any one goroutine; the Node belongs to the event context afterwards.
 func NewNode(ep Endpoint, ring []NodeID, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

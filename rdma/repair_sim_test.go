@@ -220,3 +220,26 @@ func TestTwoNodesBothDirections(t *testing.T) {
 		}
 	}
 }
+
+func TestDeterministic(t *testing.T) {
+	// The same inputs and faults give the same run: the same results, protocol steps and virtual time.
+	var notes [2][]string
+	var took [2]time.Duration
+	for i := range 2 {
+		c := newCluster(t, scNodes, scNICs, scConfig())
+		c.net.Inject(sim.Trigger{From: 3, To: 4, NIC: 2, Nth: 9}, sim.Fault{Kind: sim.LinkDown, Node: 3, NIC: 2, Peer: 4, PeerNIC: 2})
+		c.allReduce(t, scInputs(), rings.F32, rings.Sum)
+		took[i] = c.net.Now()
+		for _, n := range c.nodes {
+			notes[i] = append(notes[i], n.Stats().Notes...)
+		}
+	}
+	if took[0] != took[1] || len(notes[0]) != len(notes[1]) {
+		t.Fatalf("runs differ: %v and %v, %d and %d notes", took[0], took[1], len(notes[0]), len(notes[1]))
+	}
+	for i := range notes[0] {
+		if notes[0][i] != notes[1][i] {
+			t.Fatalf("note %d differs: %q, %q", i, notes[0][i], notes[1][i])
+		}
+	}
+}
