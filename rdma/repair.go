@@ -258,7 +258,6 @@ type Repair struct {
 	probes  map[uint64]probeWait     // outstanding probes: what they are for and their deadline
 	watches []*watch                 // failed elements this node re-probes
 	srtt    map[NodeID]*rttEstimate
-	reconn  uint32
 }
 
 type path struct {
@@ -730,19 +729,18 @@ func (m *Repair) applyVerdict(v Message, origin bool) {
 	}
 }
 
-// reconnect asks for fresh data connections where a healed element touches this node.
+// reconnect asks for fresh connections where a healed element joins this node and a neighbour: both
+// ends derive the same pairs and connection index from the verdict, so their Connect calls match.
 func (m *Repair) reconnect(v Message) {
-	m.reconn++
+	index := uint32(v.ID) + uint32(v.Origin)<<20
 	for _, n := range m.neighbours() {
-		for _, end := range []NICRef{v.A, v.B} {
-			if v.Fault == FaultNIC && end != v.A {
-				continue
-			}
-			if end.Node == m.self {
-				m.emit(Reconnect{Peer: n, Local: end.NIC, Remote: end.NIC, Index: uint32(v.ID) + uint32(v.Origin)<<20})
-			} else if end.Node == n {
-				m.emit(Reconnect{Peer: n, Local: end.NIC, Remote: end.NIC, Index: uint32(v.ID) + uint32(v.Origin)<<20})
-			}
+		switch {
+		case v.Fault == FaultNIC && (v.A.Node == m.self || v.A.Node == n):
+			m.emit(Reconnect{Peer: n, Local: v.A.NIC, Remote: v.A.NIC, Index: index})
+		case v.Fault == FaultLink && v.A.Node == m.self && v.B.Node == n:
+			m.emit(Reconnect{Peer: n, Local: v.A.NIC, Remote: v.B.NIC, Index: index})
+		case v.Fault == FaultLink && v.B.Node == m.self && v.A.Node == n:
+			m.emit(Reconnect{Peer: n, Local: v.B.NIC, Remote: v.A.NIC, Index: index})
 		}
 	}
 }
