@@ -45,6 +45,8 @@ type Endpoint struct {
 	addrs []netip.AddrPort
 	loop  *loop
 	done  chan struct{} // closed by Close: every goroutine returns
+	ctx   context.Context
+	stop  context.CancelFunc // cancels ctx in Close: dials and handshakes in progress end
 	wg    sync.WaitGroup
 
 	mu      sync.Mutex
@@ -84,6 +86,7 @@ func Listen(cfg Config) (*Endpoint, error) {
 		parked:  make(map[pairKey]net.Conn),
 		regions: make(map[uint64]*rdma.Region),
 	}
+	e.ctx, e.stop = context.WithCancel(context.Background())
 	for node, addrs := range cfg.Peers {
 		e.peers[node] = append([]netip.AddrPort(nil), addrs...)
 	}
@@ -116,7 +119,7 @@ func (e *Endpoint) open() error {
 		var ln net.Listener
 		err := e.inNS(func() error {
 			var err error
-			ln, err = lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(n.Addr, n.Port).String())
+			ln, err = lc.Listen(e.ctx, "tcp", netip.AddrPortFrom(n.Addr, n.Port).String())
 			return err
 		})
 		if err != nil {
@@ -337,7 +340,7 @@ func (e *Endpoint) dialOnce(c *conn, nic NICConfig, target netip.AddrPort, deadl
 	var sock net.Conn
 	err := e.inNS(func() error {
 		var err error
-		sock, err = d.Dial("tcp", target.String())
+		sock, err = d.DialContext(e.ctx, "tcp", target.String())
 		return err
 	})
 	if err != nil {
@@ -347,6 +350,7 @@ func (e *Endpoint) dialOnce(c *conn, nic NICConfig, target netip.AddrPort, deadl
 		sock.Close()
 		return nil, rdma.ErrClosed
 	}
+	defer context.AfterFunc(e.ctx, func() { sock.Close() })() // Close ends the handshake
 	sock.SetDeadline(deadline)
 	h := hello{Version: version, From: e.cfg.Node, To: c.spec.Peer, FromNIC: c.spec.Local, ToNIC: c.spec.Remote,
 		Class: c.spec.Class, Index: c.spec.Index}
@@ -392,7 +396,10 @@ func (e *Endpoint) greet(nic rdma.NICID, sock net.Conn) {
 	}
 	sock.SetReadDeadline(time.Now().Add(e.cfg.ConnectTimeout))
 	buf := make([]byte, prefixLen+helloLen)
-	if _, err := io.ReadFull(sock, buf); err != nil {
+	stop := context.AfterFunc(e.ctx, func() { sock.Close() }) // Close ends the wait for the hello
+	_, err := io.ReadFull(sock, buf)
+	stop()
+	if err != nil {
 		sock.Close()
 		return
 	}
@@ -482,6 +489,7 @@ func (e *Endpoint) Close() error {
 		e.parked = nil
 		e.mu.Unlock()
 		close(e.done)
+		e.stop()
 		for _, ln := range e.lns {
 			ln.Close()
 		}

@@ -418,3 +418,30 @@ func TestValidate(t *testing.T) {
 		t.Errorf("minimal config: %v", err)
 	}
 }
+
+func TestCloseEndsDialsInProgress(t *testing.T) {
+	lab, nodes := newCluster(t, 2, 1)
+	a := nodes[0]
+	// The peer's port is down: the dial's packets are lost, and it would retry for an hour.
+	if err := lab.SetPort(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	a.ep.cfg.ConnectTimeout = time.Hour
+	c, err := a.ep.Connect(rdma.ConnSpec{Peer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		a.ep.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(waitLimit):
+		t.Fatalf("Close still waits for the dial after %v", waitLimit)
+	}
+	if err := c.Send(rdma.Chunk{}); !errors.Is(err, rdma.ErrClosed) {
+		t.Errorf("Send after Close: %v, want ErrClosed", err)
+	}
+}
