@@ -46,6 +46,9 @@ const (
 	// between A and B), Health whether it is down or healed. ID is a per-origin sequence number, Origin
 	// the node that concluded it.
 	MsgVerdict
+	// MsgProbeConn asks the receiver to open a fresh probe connection between its NIC B.NIC and the
+	// sender's NIC A.NIC with connection index ID (the old one failed).
+	MsgProbeConn
 )
 
 // FaultClass is what localization blames.
@@ -102,6 +105,8 @@ func (m Message) String() string {
 		return fmt.Sprintf("ProbeAsk{id=%d %v %v}", m.ID, m.A, m.B)
 	case MsgProbeReport:
 		return fmt.Sprintf("ProbeReport{id=%d a=%v b=%v}", m.ID, m.OKA, m.OKB)
+	case MsgProbeConn:
+		return fmt.Sprintf("ProbeConn{%v-%v index=%d}", m.A, m.B, m.ID)
 	case MsgVerdict:
 		if m.Fault == FaultLink {
 			return fmt.Sprintf("Verdict{origin=%d id=%d link %v-%v %v}", m.Origin, m.ID, m.A, m.B, m.Health)
@@ -157,7 +162,7 @@ func DecodeMessage(b []byte) (Message, error) {
 	}
 	le := binary.LittleEndian
 	m := Message{Kind: MsgKind(b[1])}
-	if m.Kind < MsgNotice || m.Kind > MsgVerdict {
+	if m.Kind < MsgNotice || m.Kind > MsgProbeConn {
 		return Message{}, fmt.Errorf("%w: kind %d", ErrBadMessage, b[1])
 	}
 	m.Path = PathID{Src: NodeID(le.Uint32(b[2:])), Dst: NodeID(le.Uint32(b[6:])), Channel: le.Uint16(b[10:])}

@@ -14,6 +14,7 @@ func TestMessageRoundTrip(t *testing.T) {
 		{Kind: rdma.MsgFailAck, Path: rdma.PathID{Src: 7, Dst: 8}, Epoch: 1, Seq: 5},
 		{Kind: rdma.MsgProbeAsk, ID: 3, A: rdma.NICRef{Node: 1, NIC: 2}, B: rdma.NICRef{Node: 4, NIC: 2}},
 		{Kind: rdma.MsgProbeReport, ID: 3, OKA: true},
+		{Kind: rdma.MsgProbeConn, ID: 4, A: rdma.NICRef{Node: 1, NIC: 1}, B: rdma.NICRef{Node: 2, NIC: 1}},
 		{Kind: rdma.MsgVerdict, Origin: 5, ID: 6, Fault: rdma.FaultLink, A: rdma.NICRef{Node: 1}, B: rdma.NICRef{Node: 2}, Health: rdma.Down},
 	}
 	for _, m := range msgs {

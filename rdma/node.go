@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -89,6 +90,8 @@ type Node struct {
 	opSeq uint64
 	early map[uint32][]early // chunks of operations not started here yet, by operation tag
 
+	probeIndex map[connKey]uint32 // index of the current probe connection per (peer, NIC)
+
 	stats Stats
 }
 
@@ -119,7 +122,7 @@ func NewNode(ep Endpoint, ring []NodeID, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: node %d not in ring %v", ErrInvalid, ep.Node(), ring)
 	}
 	n := &Node{ep: ep, cfg: cfg, ring: slices.Clone(ring), rank: rank, nics: ep.NICs(), conns: map[connKey]Conn{},
-		dead: map[Conn]bool{}, up: map[Conn]bool{}, early: map[uint32][]early{}}
+		dead: map[Conn]bool{}, up: map[Conn]bool{}, early: map[uint32][]early{}, probeIndex: map[connKey]uint32{}}
 	n.stats.ChunkBytes = cfg.ChunkBytes
 	n.m = NewRepair(ep.Node(), ring, n.nics, cfg.Repair)
 	for _, peer := range n.m.neighbours() {
@@ -268,10 +271,40 @@ func (n *Node) sendControl(a SendMsg) {
 }
 
 // probe posts a probe; without a probe connection to that NIC the machine's deadline counts it failed.
+// A probe connection that failed (its NIC went down) is renewed first, with the peer's help: the probe
+// is then answered once the NIC works again, which is how a healed NIC is found.
 func (n *Node) probe(a ProbeNIC) {
-	if c := n.conns[connKey{a.Peer, a.Local, ProbeClass}]; c != nil && c.Spec().Remote == a.Remote {
-		c.Probe(a.ID)
+	k := connKey{a.Peer, a.Local, ProbeClass}
+	c := n.conns[k]
+	if c == nil || c.Spec().Remote != a.Remote {
+		return
 	}
+	if n.dead[c] {
+		index := n.probeIndex[k] + 1
+		n.renewProbe(k, a.Remote, index)
+		n.sendControl(SendMsg{To: a.Peer, Avoid: a.Local, Msg: Message{Kind: MsgProbeConn, ID: uint64(index),
+			A: NICRef{n.ep.Node(), a.Local}, B: NICRef{a.Peer, a.Remote}}})
+		c = n.conns[k]
+	}
+	c.Probe(a.ID)
+}
+
+// renewProbe replaces the probe connection k (to remote NIC remote) with one of the given index, unless
+// one with that index or a later one exists.
+func (n *Node) renewProbe(k connKey, remote NICID, index uint32) {
+	if index <= n.probeIndex[k] {
+		return
+	}
+	c, err := n.ep.Connect(ConnSpec{Peer: k.peer, Local: k.nic, Remote: remote, Class: ProbeClass, Index: index})
+	if err != nil {
+		return
+	}
+	if old := n.conns[k]; old != nil {
+		old.Close()
+		n.dead[old] = true
+	}
+	n.conns[k] = c
+	n.probeIndex[k] = index
 }
 
 func (n *Node) reconnect(a Reconnect) {
@@ -323,6 +356,12 @@ func (n *Node) handle(ev Event) {
 			m, err := DecodeMessage(ev.Data)
 			if err != nil {
 				return // a malformed control message harms no one
+			}
+			if m.Kind == MsgProbeConn {
+				if m.B.Node == n.ep.Node() && int(m.B.NIC) < len(n.nics) && m.ID <= math.MaxUint32 {
+					n.renewProbe(connKey{s.Peer, m.B.NIC, ProbeClass}, m.A.NIC, uint32(m.ID))
+				}
+				return
 			}
 			n.step(ControlIn{From: s.Peer, Msg: m})
 		case DataClass:

@@ -248,10 +248,14 @@ func (c *Conn) Probe(id uint64) error {
 		return rdma.ErrClosed
 	}
 	n := c.ep.net
-	if c.ep.ports[c.spec.Local].health == rdma.Down || c.peer == nil {
+	if c.ep.ports[c.spec.Local].health == rdma.Down || c.peer == nil || c.state == broken {
+		err := fmt.Errorf("probe %v: %w", c.spec, rdma.ErrNICDown)
+		if c.ep.ports[c.spec.Local].health != rdma.Down {
+			err = fmt.Errorf("probe %v: %w", c.spec, rdma.ErrClosed)
+		}
 		n.at(n.now, func() {
 			if c.state != closed {
-				c.ep.deliver(rdma.ProbeDone{Conn: c, ID: id, Err: fmt.Errorf("probe %v: %w", c.spec, rdma.ErrNICDown)})
+				c.ep.deliver(rdma.ProbeDone{Conn: c, ID: id, Err: err})
 			}
 		})
 		return nil

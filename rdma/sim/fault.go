@@ -132,7 +132,8 @@ func (n *Network) Apply(f Fault) {
 // Struck returns the virtual times at which faults struck (Apply ran), in order.
 func (n *Network) Struck() []time.Duration { return append([]time.Duration(nil), n.struck...) }
 
-// SetPort takes a NIC's port down or up. Down breaks every connection through the NIC and reports
+// SetPort takes a NIC's port down or up. Down breaks every connection through the NIC (probe
+// connections included: they must be renewed, as an RDMA queue pair in the error state) and reports
 // ConnDown (wrapping rdma.ErrNICDown) on them to the NIC's node; both transitions report PortChanged.
 func (n *Network) SetPort(node rdma.NodeID, nic rdma.NICID, up bool) {
 	e := n.nodes[node]
@@ -152,7 +153,7 @@ func (n *Network) SetPort(node rdma.NodeID, nic rdma.NICID, up bool) {
 	p.gen++
 	e.deliver(rdma.PortChanged{NIC: nic, Health: rdma.Down})
 	for _, c := range e.conns {
-		if c.spec.Local == nic && c.spec.Class != rdma.ProbeClass && (c.state == established || c.state == connecting) {
+		if c.spec.Local == nic && (c.state == established || c.state == connecting) {
 			c.fail(fmt.Errorf("sim: node %d %v: %w", node, c.spec, rdma.ErrNICDown), 0)
 		}
 	}
