@@ -197,11 +197,13 @@ func (b *bench) run(ctx context.Context) (result, error) {
 		return res, err
 	}
 
+	before := make([]report, b.nodes) // the nodes' counters before the healthy call
 	for i := range b.warmup {
 		warm, err := b.op(ctx, fmt.Sprintf("warmup-%d", i), false)
 		if err != nil {
 			return res, err
 		}
+		before = warm
 		progress("warm-up AllReduce: %.3fs", span(warm))
 	}
 	healthy, err := b.op(ctx, "healthy", false)
@@ -211,7 +213,7 @@ func (b *bench) run(ctx context.Context) (result, error) {
 	res.HealthySeconds = span(healthy)
 	res.ChunkBytes = healthy[0].Stats.ChunkBytes
 	for _, r := range healthy {
-		res.HealthyFailovers += r.Stats.Failovers
+		res.HealthyFailovers += r.Stats.Failovers - before[r.Node].Stats.Failovers
 	}
 	progress("healthy AllReduce: %.3fs (ideal %.3fs), %d failovers", res.HealthySeconds, res.IdealHealthySeconds, res.HealthyFailovers)
 
