@@ -4,9 +4,11 @@
 // A [Lab] has a hub namespace and one namespace per node. Every node has K NICs, nic0 .. nic{K-1}:
 // veth pairs whose other end sits in the hub, enslaved to the bridge of that rail (rail r joins the
 // r-th NIC of every node). Each rail is one /24 subnet of 198.18.0.0/15, the range set aside for
-// benchmarks: node n's NIC r has address 198.18.r.(n+1) (see [Addr]). With a rate set, HTB on both ends of each veth limits what the NIC sends and what it
-// receives, so bandwidth is scarce the way it is on a real NIC; small packets (probes, acks, control
-// messages) have a class of their own that HTB serves first, as a NIC's separate queues would.
+// benchmarks: node n's NIC r has address 198.18.r.(n+1) (see [Addr]). Rails are separate networks: a
+// NIC reaches the same rail's NICs only, as in a rail-optimized fabric. With a rate set, HTB on both
+// ends of each veth limits what the NIC sends and what it receives, so bandwidth is scarce the way it
+// is on a real NIC; small packets (probes, acks, control messages) have a class of their own that HTB
+// serves first, as a NIC's separate queues would.
 //
 // Code reaches a node in three ways. [Node.Do] runs a function on an OS thread that has entered the
 // node's namespace; the thread is locked and never unlocked, so the runtime throws it away afterwards
