@@ -149,6 +149,24 @@ func TestSendRecv(t *testing.T) {
 				}
 			}
 		}
+		// Nodes that took no part in the transfer and nodes that did still agree on the collective
+		// that follows: every path numbers its own operations.
+		out := make([][]byte, len(c.nodes))
+		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+			out[i] = make([]byte, 8*1000)
+			v := make([]int64, 1000)
+			for j := range v {
+				v[j] = int64(i + j)
+			}
+			return n.StartAllReduce(rings.Bytes(v), out[i], rings.I64, rings.Sum, done)
+		})
+		for i := range out {
+			for j, x := range rings.View[int64](out[i]) {
+				if want := int64(15 + 6*j); x != want {
+					t.Fatalf("fault %v: AllReduce after Send/Recv: node %d element %d: %d, want %d", fault, i, j, x, want)
+				}
+			}
+		}
 	}
 }
 

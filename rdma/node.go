@@ -86,9 +86,10 @@ type Node struct {
 	timer   Timer
 	timerAt time.Time
 
-	op    *operation
-	opSeq uint64
-	early map[uint32][]early // chunks of operations not started here yet, by operation tag
+	op      *operation
+	pathOps map[PathID]uint64 // how often each path was opened: both ends count alike, so it numbers
+	// the path's operations even when other nodes take no part in some of them (Send/Recv)
+	early map[earlyKey][]early // chunks of operations not started here yet
 
 	probeIndex map[connKey]uint32 // index of the current probe connection per (peer, NIC)
 
@@ -99,6 +100,11 @@ type connKey struct {
 	peer  NodeID
 	nic   NICID
 	class Class
+}
+
+type earlyKey struct {
+	path PathID
+	op   uint32 // low 16 bits of the path's operation number
 }
 
 type early struct {
@@ -122,7 +128,7 @@ func NewNode(ep Endpoint, ring []NodeID, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: node %d not in ring %v", ErrInvalid, ep.Node(), ring)
 	}
 	n := &Node{ep: ep, cfg: cfg, ring: slices.Clone(ring), rank: rank, nics: ep.NICs(), conns: map[connKey]Conn{},
-		dead: map[Conn]bool{}, up: map[Conn]bool{}, early: map[uint32][]early{}, probeIndex: map[connKey]uint32{}}
+		dead: map[Conn]bool{}, up: map[Conn]bool{}, early: map[earlyKey][]early{}, pathOps: map[PathID]uint64{}, probeIndex: map[connKey]uint32{}}
 	n.stats.ChunkBytes = cfg.ChunkBytes
 	n.m = NewRepair(ep.Node(), ring, n.nics, cfg.Repair)
 	for _, peer := range n.m.neighbours() {
@@ -346,7 +352,7 @@ func (n *Node) handle(ev Event) {
 	case ProbeDone:
 		n.step(ProbeResult{ID: ev.ID, OK: ev.Err == nil, Local: errors.Is(ev.Err, ErrNICDown), RTT: ev.RTT})
 	case Completed:
-		if ev.Conn.Spec().Class == DataClass && n.op != nil && ev.Tag>>16 == uint32(n.op.id&0xffff) {
+		if ev.Conn.Spec().Class == DataClass && n.op != nil {
 			n.op.completed(ev)
 		}
 	case Arrived:
@@ -371,23 +377,25 @@ func (n *Node) handle(ev Event) {
 }
 
 func (n *Node) arrived(ev Arrived) {
+	id := PathID{Src: ev.Conn.Spec().Peer, Dst: n.ep.Node(), Channel: uint16(ev.Tag & 0xffff)}
 	opTag := ev.Tag >> 16
-	if n.op == nil || opTag != uint32(n.op.id&0xffff) {
-		// A chunk of an operation this node has not started yet: keep a copy until it starts. Chunks of
-		// finished operations are duplicates and are dropped.
-		last := uint32(n.opSeq & 0xffff)
-		if ahead := (opTag - last) & 0xffff; ahead >= 1 && ahead < 0x8000 {
-			n.early[ev.Tag] = append(n.early[ev.Tag], early{ev.Conn, ev.Seq, slices.Clone(ev.Data)})
+	if n.op != nil {
+		if in := n.op.in[id]; in != nil && opTag == uint32(in.op&0xffff) {
+			n.op.arrived(ev.Conn, ev.Tag, ev.Seq, ev.Data)
+			return
 		}
-		return
 	}
-	n.op.arrived(ev.Conn, ev.Tag, ev.Seq, ev.Data)
+	// A chunk of an operation this node has not started yet: keep a copy until it starts. Chunks of
+	// finished operations are duplicates and are dropped.
+	if ahead := (opTag - uint32(n.pathOps[id]&0xffff)) & 0xffff; ahead >= 1 && ahead < 0x8000 {
+		k := earlyKey{id, opTag}
+		n.early[k] = append(n.early[k], early{ev.Conn, ev.Seq, slices.Clone(ev.Data)})
+	}
 }
 
 // operation is a running collective at one node.
 type operation struct {
 	n      *Node
-	id     uint64
 	work   []byte
 	region *Region
 	dt     rings.DType
@@ -403,6 +411,7 @@ type operation struct {
 }
 
 type outStream struct {
+	op            uint64 // the path's operation number
 	path          PathID
 	plan          *outPlan
 	dep           *inStream
@@ -415,6 +424,7 @@ type outStream struct {
 }
 
 type inStream struct {
+	op   uint64 // the path's operation number
 	path PathID
 	plan *inPlan
 	got  int
@@ -426,8 +436,7 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 	if n.op != nil {
 		return ErrBusy
 	}
-	n.opSeq++
-	o := &operation{n: n, id: n.opSeq, work: work, dt: dt, rop: op, world: len(n.ring), out: map[PathID]*outStream{},
+	o := &operation{n: n, work: work, dt: dt, rop: op, world: len(n.ring), out: map[PathID]*outStream{},
 		in: map[PathID]*inStream{}, done: done, commit: commit}
 	region, err := n.ep.Register(work)
 	if err != nil {
@@ -440,19 +449,21 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 		var in *inStream
 		if cp.in != nil && len(cp.in.frames) > 0 {
 			id := PathID{Src: cp.in.from, Dst: n.ep.Node(), Channel: cp.channel}
-			in = &inStream{path: id, plan: cp.in}
+			n.pathOps[id]++
+			in = &inStream{path: id, plan: cp.in, op: n.pathOps[id]}
 			o.in[id] = in
 			o.open++
-			opens = append(opens, Open{Path: id, Op: o.id, Primary: NICID(cp.channel), Chunks: uint64(len(cp.in.frames))})
+			opens = append(opens, Open{Path: id, Op: in.op, Primary: NICID(cp.channel), Chunks: uint64(len(cp.in.frames))})
 			n.ensurePeer(cp.in.from)
 		}
 		if cp.out != nil && len(cp.out.frames) > 0 {
 			id := PathID{Src: n.ep.Node(), Dst: cp.out.to, Channel: cp.channel}
-			s := &outStream{path: id, plan: cp.out, dep: in, paused: true}
+			n.pathOps[id]++
+			s := &outStream{path: id, plan: cp.out, dep: in, paused: true, op: n.pathOps[id]}
 			o.out[id] = s
 			o.outs = append(o.outs, s)
 			o.open++
-			opens = append(opens, Open{Path: id, Op: o.id, Primary: NICID(cp.channel), Chunks: uint64(len(cp.out.frames))})
+			opens = append(opens, Open{Path: id, Op: s.op, Primary: NICID(cp.channel), Chunks: uint64(len(cp.out.frames))})
 			n.ensurePeer(cp.out.to)
 		}
 	}
@@ -460,21 +471,14 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 		n.step(in)
 	}
 	// Replay chunks that arrived before the operation started here.
-	for _, cp := range plans {
-		if cp.in == nil {
-			continue
-		}
-		tag := o.tag(cp.channel)
-		for _, e := range n.early[tag] {
+	for _, in := range o.in {
+		k := earlyKey{in.path, uint32(in.op & 0xffff)}
+		for _, e := range n.early[k] {
 			if n.op == o {
-				o.arrived(e.conn, tag, e.seq, e.data)
+				o.arrived(e.conn, tag(in.op, in.path.Channel), e.seq, e.data)
 			}
 		}
-	}
-	for tag := range n.early {
-		if tag>>16 == uint32(o.id&0xffff) {
-			delete(n.early, tag)
-		}
+		delete(n.early, k)
 	}
 	if n.op == o && o.open == 0 {
 		o.finish(nil)
@@ -482,7 +486,8 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 	return nil
 }
 
-func (o *operation) tag(channel uint16) uint32 { return uint32(o.id&0xffff)<<16 | uint32(channel) }
+// tag names a path's operation on the wire: the low 16 bits of its number, and the channel.
+func tag(op uint64, channel uint16) uint32 { return uint32(op&0xffff)<<16 | uint32(channel) }
 
 func (o *operation) resume(a Resume) {
 	s := o.out[a.Path]
@@ -515,7 +520,7 @@ func (o *operation) pump(s *outStream) {
 			n.step(LinkFailed{Peer: s.path.Dst, Local: s.local, Remote: s.remote, Err: ErrClosed})
 			return
 		}
-		if err := s.conn.Send(Chunk{Tag: o.tag(s.path.Channel), Seq: uint64(s.next), Data: o.work[f.off : f.off+f.n]}); err != nil {
+		if err := s.conn.Send(Chunk{Tag: tag(s.op, s.path.Channel), Seq: uint64(s.next), Data: o.work[f.off : f.off+f.n]}); err != nil {
 			return
 		}
 		if s.next < s.high {
@@ -532,7 +537,7 @@ func (o *operation) completed(ev Completed) {
 	sp := ev.Conn.Spec()
 	id := PathID{Src: o.n.ep.Node(), Dst: sp.Peer, Channel: uint16(ev.Tag & 0xffff)}
 	s := o.out[id]
-	if s == nil || s.paused || sp.Local != s.local || int(ev.Seq) < s.acked {
+	if s == nil || ev.Tag>>16 != uint32(s.op&0xffff) || s.paused || sp.Local != s.local || int(ev.Seq) < s.acked {
 		return // a completion of a pair this path has left
 	}
 	s.acked = int(ev.Seq) + 1
