@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/concord-ccl/concord/internal/netlab"
+	"github.com/concord-ccl/concord/rdma"
+	"github.com/concord-ccl/concord/rdma/tcp"
+	"github.com/concord-ccl/concord/rings"
+)
+
+// nodeArgs is what the parent tells a node process on its command line.
+type nodeArgs struct {
+	Index, Nodes, NICs int
+	Mbit               int
+	Size               int
+	Port               int
+	Chunk              int
+	OpTimeout          time.Duration
+	FaultAt            float64       // fraction of its bytes a node has received when it reports "progress"
+	AckTimeout         time.Duration // 0: derived from the chunk size and the NIC rate
+	ProbeTimeout       time.Duration
+}
+
+// repairConfig sets the runtime's deadlines for the testbed: an ack deadline of at least four windows
+// of chunks at the NIC's rate (a chunk is acknowledged only after the window ahead of it went out), and
+// never below 1s, since node processes share a few CPUs and a late answer must not look like a
+// failure. A NIC going down is seen at once through link state, whatever the deadlines.
+func (a nodeArgs) repairConfig() rdma.Config {
+	cfg := rdma.Config{ChunkBytes: a.Chunk}
+	chunk, window := a.Chunk, 2
+	if chunk == 0 {
+		chunk = 256 << 10
+	}
+	ack := a.AckTimeout
+	if ack == 0 {
+		perChunk := time.Duration(float64(chunk) * 8 / (float64(a.Mbit) * 1e6) * float64(time.Second))
+		ack = max(4*time.Duration(window)*perChunk, time.Second)
+	}
+	cfg.Repair = rdma.RepairConfig{MinAckTimeout: ack, ProbeTimeout: a.ProbeTimeout}
+	return cfg
+}
+
+// command is one line from the parent on a node's stdin.
+type command struct {
+	Op    string `json:"op"` // "run" or "quit"
+	Label string `json:"label"`
+}
+
+// report is one line from a node on its stdout.
+type report struct {
+	Event string `json:"event"` // "ready", "started", "progress", "done" or "fatal"
+	Node  int    `json:"node"`
+	Label string `json:"label,omitempty"`
+	// StartNs and EndNs bound the node's AllReduce call (Unix nanoseconds, the machine's wall clock).
+	StartNs int64  `json:"start_ns,omitempty"`
+	EndNs   int64  `json:"end_ns,omitempty"`
+	Err     string `json:"err,omitempty"`
+	// Correct says every element of the result equals the sum of every node's input.
+	Correct bool `json:"correct"`
+	// Stats of the node's runtime after the call (cumulative since the node started).
+	Stats nodeStats `json:"stats"`
+}
+
+// nodeStats is the part of rdma.Stats the parent uses, with times as Unix nanoseconds (0: never).
+type nodeStats struct {
+	Failovers          int      `json:"failovers"`
+	RetransmittedBytes int64    `json:"retransmitted_bytes"`
+	ChunkBytes         int      `json:"chunk_bytes"`
+	FirstDetectNs      int64    `json:"first_detect_ns"`
+	FirstResumeNs      int64    `json:"first_resume_ns"`
+	AffectedPaths      []string `json:"affected_paths"`
+	Notes              []string `json:"notes"`
+}
+
+func unixNs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// value is node's input element i: small integers, so that float32 sums are exact in any order.
+func value(node, i int) float32 { return float32((i*7 + node*13) % 1021) }
+
+// nodeMain runs one node, inside its namespace: an endpoint on the namespace's NICs, the hot-repair
+// runtime on a ring of every node, and one AllReduce per "run" line on stdin.
+func nodeMain(a nodeArgs) int {
+	out := json.NewEncoder(os.Stdout)
+	fatal := func(err error) int {
+		out.Encode(report{Event: "fatal", Node: a.Index, Err: err.Error()})
+		return 1
+	}
+	names := make([]string, a.NICs)
+	for r := range names {
+		names[r] = netlab.NICName(r)
+	}
+	nics, err := tcp.HostNICs(names...)
+	if err != nil {
+		return fatal(err)
+	}
+	cfg := tcp.Config{Node: rdma.NodeID(a.Index), NICs: nics, Peers: map[rdma.NodeID][]netip.AddrPort{}}
+	for r := range cfg.NICs {
+		cfg.NICs[r].Port = uint16(a.Port)
+		cfg.NICs[r].Bandwidth = float64(a.Mbit) * 1e6 / 8
+	}
+	ring := make([]rdma.NodeID, a.Nodes)
+	for n := range a.Nodes {
+		ring[n] = rdma.NodeID(n)
+		if n == a.Index {
+			continue
+		}
+		addrs := make([]netip.AddrPort, a.NICs)
+		for r := range addrs {
+			addrs[r] = netip.AddrPortFrom(netlab.Addr(n, r), uint16(a.Port))
+		}
+		cfg.Peers[rdma.NodeID(n)] = addrs
+	}
+	ep, err := tcp.Listen(cfg)
+	if err != nil {
+		return fatal(err)
+	}
+	defer ep.Close()
+	node, err := rdma.NewNode(ep, ring, a.repairConfig())
+	if err != nil {
+		return fatal(err)
+	}
+
+	count := a.Size / 4
+	send := make([]float32, count)
+	for i := range send {
+		send[i] = value(a.Index, i)
+	}
+	recv := make([]float32, count)
+	out.Encode(report{Event: "ready", Node: a.Index})
+
+	seenNotes := 0 // notes of the runtime already printed to stderr
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var cmd command
+		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
+			return fatal(fmt.Errorf("bad command %q: %w", in.Text(), err))
+		}
+		if cmd.Op == "quit" {
+			return 0
+		}
+		poison(recv)
+		start := time.Now()
+		out.Encode(report{Event: "started", Node: a.Index, Label: cmd.Label, StartNs: start.UnixNano()})
+		ctx, cancel := context.WithTimeout(context.Background(), a.OpTimeout)
+		watched := watchProgress(ctx, ep, a, cmd.Label, out)
+		err := node.AllReduce(ctx, rings.Bytes(send), rings.Bytes(recv), rings.F32, rings.Sum)
+		end := time.Now()
+		cancel()
+		<-watched
+		rep := report{Event: "done", Node: a.Index, Label: cmd.Label, StartNs: start.UnixNano(), EndNs: end.UnixNano()}
+		if err != nil {
+			rep.Err = err.Error()
+		} else {
+			rep.Correct = check(recv, a.Nodes)
+		}
+		rep.Stats = stats(ep, node)
+		for _, n := range rep.Stats.Notes[min(seenNotes, len(rep.Stats.Notes)):] {
+			fmt.Fprintf(os.Stderr, "node %d: %s: %s\n", a.Index, cmd.Label, n)
+		}
+		seenNotes = len(rep.Stats.Notes)
+		out.Encode(rep)
+	}
+	return 0
+}
+
+// progressPoll is how often a node looks at how much it has received during a call.
+const progressPoll = time.Millisecond
+
+// watchProgress reports "progress" once the node has received FaultAt of the bytes a ring AllReduce
+// brings it, 2(n−1)/n × size, or never if ctx ends first. The returned channel closes when it stops.
+// The parent takes the NIC down on that report, so the fault lands in the middle of the data
+// transfer however long the call takes on a busy machine.
+func watchProgress(ctx context.Context, ep *tcp.Endpoint, a nodeArgs, label string, out *json.Encoder) <-chan struct{} {
+	done := make(chan struct{})
+	base := ep.ReceivedBytes()
+	goal := int64(a.FaultAt * 2 * float64(a.Nodes-1) / float64(a.Nodes) * float64(a.Size))
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(progressPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if ep.ReceivedBytes()-base >= goal {
+					out.Encode(report{Event: "progress", Node: a.Index, Label: label})
+					return
+				}
+			}
+		}
+	}()
+	return done
+}
+
+// poison writes NaN into every 1024th element of recv, so that a call that claims success without
+// writing its result is caught by check, without the cost of clearing the whole buffer.
+func poison(recv []float32) {
+	for i := 0; i < len(recv); i += 1024 {
+		recv[i] = float32(math.NaN())
+	}
+}
+
+// check compares every element of recv with the sum of every node's input.
+func check(recv []float32, nodes int) bool {
+	for i, v := range recv {
+		var want float32
+		for n := range nodes {
+			want += value(n, i)
+		}
+		if v != want {
+			return false
+		}
+	}
+	return true
+}
+
+// stats reads the runtime's counters in the endpoint's event context, which owns them.
+func stats(ep rdma.Endpoint, node *rdma.Node) nodeStats {
+	ch := make(chan rdma.Stats, 1)
+	ep.Post(func() { ch <- node.Stats() })
+	s := <-ch
+	ns := nodeStats{
+		Failovers: s.Failovers, RetransmittedBytes: s.RetransmittedBytes, ChunkBytes: s.ChunkBytes,
+		FirstDetectNs: unixNs(s.FirstDetect), FirstResumeNs: unixNs(s.FirstResume), Notes: s.Notes,
+	}
+	for _, p := range s.AffectedPaths {
+		ns.AffectedPaths = append(ns.AffectedPaths, p.String())
+	}
+	return ns
+}

@@ -1,0 +1,386 @@
+package netlab
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultPrefix starts the name of every namespace a lab creates unless Config.Prefix says otherwise.
+const DefaultPrefix = "cnd-"
+
+// Limits of the address plan: one /24 per rail, addresses .1 to .253 for nodes.
+const (
+	MaxNodes = 253
+	MaxNICs  = 256
+)
+
+// ErrNotPermitted is returned by New when this process may not create namespaces (not root).
+var ErrNotPermitted = errors.New("netlab: creating network namespaces needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN)")
+
+// Config describes a lab. The zero value is one node with one NIC and no rate limit.
+type Config struct {
+	// Nodes is the number of node namespaces (default 1, at most MaxNodes).
+	Nodes int
+	// NICs is the number of NICs per node, which is also the number of rails (default 1, at most MaxNICs).
+	NICs int
+	// NICMbit limits each NIC's rate in megabits per second, in each direction, with HTB (0: no limit).
+	NICMbit int
+	// MTU of every NIC and bridge port in bytes (default 1500).
+	MTU int
+	// Prefix starts every namespace name (default DefaultPrefix). Sweep removes leftovers by it.
+	Prefix string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Nodes == 0 {
+		c.Nodes = 1
+	}
+	if c.NICs == 0 {
+		c.NICs = 1
+	}
+	if c.MTU == 0 {
+		c.MTU = 1500
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	return c
+}
+
+// Validate reports the first field that is out of range.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Nodes < 1 || c.Nodes > MaxNodes:
+		return fmt.Errorf("netlab: Nodes = %d, want 1..%d", c.Nodes, MaxNodes)
+	case c.NICs < 1 || c.NICs > MaxNICs:
+		return fmt.Errorf("netlab: NICs = %d, want 1..%d", c.NICs, MaxNICs)
+	case c.NICMbit < 0:
+		return fmt.Errorf("netlab: NICMbit = %d, want >= 0", c.NICMbit)
+	case c.MTU < 576 || c.MTU > 65535:
+		return fmt.Errorf("netlab: MTU = %d, want 576..65535", c.MTU)
+	case len(c.Prefix) > 12:
+		return fmt.Errorf("netlab: Prefix %q longer than 12 bytes", c.Prefix)
+	}
+	return nil
+}
+
+// Addr is the address of node n's NIC on rail r: 198.18.r.(n+1), in the subnet 198.18.r.0/24.
+func Addr(node, rail int) netip.Addr {
+	return netip.AddrFrom4([4]byte{198, 18, byte(rail), byte(node + 1)})
+}
+
+// RailPrefix is the subnet of rail r.
+func RailPrefix(rail int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(rail), 0}), 24)
+}
+
+// NICName is the interface name of a node's NIC on rail r, inside the node's namespace.
+func NICName(rail int) string { return fmt.Sprintf("nic%d", rail) }
+
+// portName is the hub-side end of node n's NIC on rail r.
+func portName(node, rail int) string { return fmt.Sprintf("p%d-%d", node, rail) }
+
+// bridgeName is the hub's bridge of rail r.
+func bridgeName(rail int) string { return fmt.Sprintf("br%d", rail) }
+
+// labSeq makes lab names unique within a process.
+var labSeq atomic.Uint64
+
+// Lab is a set of node namespaces wired by one bridge per rail. Its methods may be called
+// concurrently. Close removes everything it created.
+type Lab struct {
+	cfg   Config
+	name  string // prefix + pid + sequence number, the start of every namespace name
+	hub   *Node  // holds the bridges and the hub ends of the veth pairs
+	nodes []*Node
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Available reports whether this process can build a lab, and if not, why.
+func Available() error {
+	if os.Geteuid() != 0 {
+		return ErrNotPermitted
+	}
+	return nil
+}
+
+// New sweeps leftovers of dead processes (see Sweep), then builds a lab. On error nothing it created
+// is left behind.
+func New(cfg Config) (*Lab, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if _, err := Sweep(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	l := &Lab{cfg: cfg, name: fmt.Sprintf("%s%d-%d", cfg.Prefix, os.Getpid(), labSeq.Add(1))}
+	if err := l.build(); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// build creates the hub with its bridges, then every node and its NICs.
+func (l *Lab) build() error {
+	hub, err := newNode(l.name+"-h", -1)
+	if err != nil {
+		return err
+	}
+	l.hub = hub
+	h, err := netlink.NewHandleAt(hub.ns)
+	if err != nil {
+		return fmt.Errorf("netlab: netlink in hub: %w", err)
+	}
+	defer h.Close()
+	for r := range l.cfg.NICs {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName(r), MTU: l.cfg.MTU}}
+		if err := h.LinkAdd(br); err != nil {
+			return fmt.Errorf("netlab: bridge %s: %w", br.Name, err)
+		}
+		if err := h.LinkSetUp(br); err != nil {
+			return fmt.Errorf("netlab: bridge %s up: %w", br.Name, err)
+		}
+	}
+	for n := range l.cfg.Nodes {
+		node, err := newNode(fmt.Sprintf("%s-n%d", l.name, n), n)
+		if err != nil {
+			return err
+		}
+		l.nodes = append(l.nodes, node)
+		if err := l.wire(h, node); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wire gives node its NICs: one veth pair per rail, the hub end on the rail's bridge.
+func (l *Lab) wire(hub *netlink.Handle, node *Node) error {
+	nh, err := netlink.NewHandleAt(node.ns)
+	if err != nil {
+		return fmt.Errorf("netlab: netlink in %s: %w", node.name, err)
+	}
+	defer nh.Close()
+	lo, err := nh.LinkByName("lo")
+	if err == nil {
+		err = nh.LinkSetUp(lo)
+	}
+	if err != nil {
+		return fmt.Errorf("netlab: %s: loopback: %w", node.name, err)
+	}
+	for r := range l.cfg.NICs {
+		veth := &netlink.Veth{
+			LinkAttrs:     netlink.LinkAttrs{Name: portName(node.index, r), MTU: l.cfg.MTU, TxQLen: 1000},
+			PeerName:      NICName(r),
+			PeerNamespace: netlink.NsFd(node.ns),
+		}
+		if err := hub.LinkAdd(veth); err != nil {
+			return fmt.Errorf("netlab: %s: veth %s: %w", node.name, veth.Name, err)
+		}
+		port, err := hub.LinkByName(veth.Name)
+		if err != nil {
+			return fmt.Errorf("netlab: %s: %w", veth.Name, err)
+		}
+		br, err := hub.LinkByName(bridgeName(r))
+		if err != nil {
+			return fmt.Errorf("netlab: %s: %w", bridgeName(r), err)
+		}
+		if err := hub.LinkSetMaster(port, br); err != nil {
+			return fmt.Errorf("netlab: %s on %s: %w", veth.Name, bridgeName(r), err)
+		}
+		nic, err := nh.LinkByName(NICName(r))
+		if err != nil {
+			return fmt.Errorf("netlab: %s: %s: %w", node.name, NICName(r), err)
+		}
+		if err := nh.LinkSetTxQLen(nic, 1000); err != nil {
+			return fmt.Errorf("netlab: %s: %s: %w", node.name, NICName(r), err)
+		}
+		addr := &netlink.Addr{IPNet: prefixIPNet(netip.PrefixFrom(Addr(node.index, r), 24))}
+		if err := nh.AddrAdd(nic, addr); err != nil {
+			return fmt.Errorf("netlab: %s: address of %s: %w", node.name, NICName(r), err)
+		}
+		if l.cfg.NICMbit > 0 {
+			rate := uint64(l.cfg.NICMbit) * 1_000_000
+			if err := shape(nh, nic, rate); err != nil {
+				return fmt.Errorf("netlab: %s: %s: %w", node.name, NICName(r), err)
+			}
+			if err := shape(hub, port, rate); err != nil {
+				return fmt.Errorf("netlab: %s: %w", veth.Name, err)
+			}
+		}
+		if err := hub.LinkSetUp(port); err != nil {
+			return fmt.Errorf("netlab: %s up: %w", veth.Name, err)
+		}
+		if err := nh.LinkSetUp(nic); err != nil {
+			return fmt.Errorf("netlab: %s: %s up: %w", node.name, NICName(r), err)
+		}
+		node.nics = append(node.nics, NIC{Rail: r, Name: NICName(r), Addr: Addr(node.index, r)})
+	}
+	return nil
+}
+
+// Classes of a shaped NIC's HTB tree: the root class has the NIC's rate; under it, small packets (at
+// most smallPacket bytes of IP datagram: probes, acks, control messages, TCP acknowledgements) go to a
+// class served first, everything else to the bulk class, and either may use the whole rate. A NIC has
+// separate queues for such traffic; without this class a probe would wait behind every byte that bulk
+// connections have queued. (The kernels this runs on may lack fq and fq_codel, so HTB priorities and a
+// u32 filter do the job.)
+const (
+	classRoot   = 1
+	classSmall  = 10
+	classBulk   = 20
+	smallPacket = 255
+)
+
+// shape limits the egress of link to rate bits per second with the HTB tree described above.
+func shape(h *netlink.Handle, link netlink.Link, rate uint64) error {
+	idx := link.Attrs().Index
+	qdisc := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT})
+	qdisc.Defcls = classBulk
+	if err := h.QdiscAdd(qdisc); err != nil {
+		return fmt.Errorf("htb qdisc: %w", err)
+	}
+	// A burst of 64 KiB admits one GSO packet at a time; the quantum is set so that HTB does not
+	// complain that rate/r2q is too big.
+	class := func(parent, minor uint16, assured uint64, prio uint32) error {
+		c := netlink.NewHtbClass(netlink.ClassAttrs{
+			LinkIndex: idx,
+			Parent:    netlink.MakeHandle(1, parent),
+			Handle:    netlink.MakeHandle(1, minor),
+		}, netlink.HtbClassAttrs{Rate: assured, Ceil: rate, Buffer: 1 << 16, Cbuffer: 1 << 16, Quantum: 60000, Prio: prio})
+		if err := h.ClassAdd(c); err != nil {
+			return fmt.Errorf("htb class 1:%d: %w", minor, err)
+		}
+		return nil
+	}
+	small := max(rate/20, 8000)
+	if err := class(0, classRoot, rate, 0); err != nil {
+		return err
+	}
+	if err := class(classRoot, classSmall, small, 0); err != nil {
+		return err
+	}
+	if err := class(classRoot, classBulk, rate-min(small, rate/2), 1); err != nil {
+		return err
+	}
+	// IPv4 total length (the low 16 bits of the header's first word) at most smallPacket.
+	filter := &netlink.U32{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: idx,
+			Parent:    netlink.MakeHandle(1, 0),
+			Priority:  1,
+			Protocol:  unix.ETH_P_IP,
+		},
+		ClassId: netlink.MakeHandle(1, classSmall),
+		Sel: &netlink.TcU32Sel{
+			Flags: nl.TC_U32_TERMINAL,
+			Keys:  []netlink.TcU32Key{{Mask: 0xffff &^ smallPacket, Val: 0, Off: 0}},
+		},
+	}
+	if err := h.FilterAdd(filter); err != nil {
+		return fmt.Errorf("u32 filter: %w", err)
+	}
+	return nil
+}
+
+// Name is the common start of this lab's namespace names.
+func (l *Lab) Name() string { return l.name }
+
+// Config returns the lab's configuration with defaults filled in.
+func (l *Lab) Config() Config { return l.cfg }
+
+// Nodes returns the nodes in index order. The slice is the caller's; the nodes are shared.
+func (l *Lab) Nodes() []*Node { return append([]*Node(nil), l.nodes...) }
+
+// Node returns node i.
+func (l *Lab) Node(i int) *Node { return l.nodes[i] }
+
+// Hub returns the namespace that holds the bridges.
+func (l *Lab) Hub() *Node { return l.hub }
+
+// SetNIC takes node's NIC on rail down (up false) or up, inside the node: the node sees its own
+// interface go down, as when a NIC fails.
+func (l *Lab) SetNIC(node, rail int, up bool) error {
+	if err := l.check(node, rail); err != nil {
+		return err
+	}
+	return setLink(l.nodes[node].ns, NICName(rail), up)
+}
+
+// SetPort takes the rail's bridge port of node down or up, in the hub: the node's NIC stays up but
+// loses its carrier, as when a cable or switch port fails.
+func (l *Lab) SetPort(node, rail int, up bool) error {
+	if err := l.check(node, rail); err != nil {
+		return err
+	}
+	return setLink(l.hub.ns, portName(node, rail), up)
+}
+
+func (l *Lab) check(node, rail int) error {
+	if node < 0 || node >= len(l.nodes) || rail < 0 || rail >= l.cfg.NICs {
+		return fmt.Errorf("netlab: no NIC %d on node %d (lab has %d nodes with %d NICs)",
+			rail, node, len(l.nodes), l.cfg.NICs)
+	}
+	return nil
+}
+
+func setLink(ns netns.NsHandle, name string, up bool) error {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlab: netlink: %w", err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("netlab: %s: %w", name, err)
+	}
+	if up {
+		err = h.LinkSetUp(link)
+	} else {
+		err = h.LinkSetDown(link)
+	}
+	if err != nil {
+		return fmt.Errorf("netlab: %s up=%v: %w", name, up, err)
+	}
+	return nil
+}
+
+// Close deletes every namespace of the lab, and with them every veth pair, bridge and qdisc. Processes
+// started with Node.Start are not killed; their owner stops them first (a namespace with a process in
+// it lives on, nameless, until the process exits). Close is idempotent.
+func (l *Lab) Close() error {
+	l.closeOnce.Do(func() {
+		var errs []error
+		for _, n := range l.nodes {
+			errs = append(errs, n.close())
+		}
+		if l.hub != nil {
+			errs = append(errs, l.hub.close())
+		}
+		l.closeErr = errors.Join(errs...)
+	})
+	return l.closeErr
+}
+
+// prefixIPNet converts p to the net.IPNet netlink takes, keeping p's address (not the masked one).
+func prefixIPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}

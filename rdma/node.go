@@ -1,0 +1,794 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/concord-ccl/concord/rings"
+)
+
+// Config tunes a Node. The zero value works.
+type Config struct {
+	// ChunkBytes is the size of one numbered chunk on a channel (the unit of acknowledgement and of
+	// retransmission after a failover). Zero means 256 KiB.
+	ChunkBytes int
+	// Window is how many chunks of one path may be in flight unacknowledged. It bounds what a failover
+	// resends: at most Window chunks per affected path. Zero means 2. A path keeps its NIC busy only if
+	// Window × ChunkBytes exceeds the NIC's bandwidth-delay product (bandwidth × round trip).
+	Window int
+	// Repair tunes failure detection and hot repair.
+	Repair RepairConfig
+}
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	if c.ChunkBytes < 0 {
+		return fmt.Errorf("%w: Config.ChunkBytes is %d, must be >= 0", ErrInvalid, c.ChunkBytes)
+	}
+	if c.Window < 0 {
+		return fmt.Errorf("%w: Config.Window is %d, must be >= 0", ErrInvalid, c.Window)
+	}
+	return c.Repair.Validate()
+}
+
+func (c Config) withDefaults() Config {
+	if c.ChunkBytes == 0 {
+		c.ChunkBytes = 256 << 10
+	}
+	if c.Window == 0 {
+		c.Window = 2
+	}
+	return c
+}
+
+// ErrBusy reports a collective started while another one runs on the same node.
+var ErrBusy = errors.New("rdma: another collective is running")
+
+// Stats are a node's hot-repair counters.
+type Stats struct {
+	// Failovers counts path moves to another NIC pair (handshakes completed as sender).
+	Failovers int
+	// RetransmittedBytes counts data bytes posted again after a failover rewound a path.
+	RetransmittedBytes int64
+	// ChunkBytes is the configured chunk size.
+	ChunkBytes int
+	// FirstDetect is when this node first saw a failure (detection note), zero if never; FirstResume is
+	// when it first resumed a path after a failover.
+	FirstDetect, FirstResume time.Time
+	// AffectedPaths lists the paths this node failed over as sender.
+	AffectedPaths []PathID
+	// Notes is the protocol's log, oldest first.
+	Notes []string
+}
+
+// Node runs the intra-site collectives of one node over a fabric endpoint: multi-rail channels (one
+// per NIC), and hot repair of every path.
+//
+// Every field is owned by the endpoint's event context. The Start methods must be called there (from
+// an event handler, a Post callback, or, with the sim provider, between runs); the blocking methods
+// (AllReduce and the others taking a context) may be called from any goroutine, one at a time, and
+// must not be called from the event context.
+type Node struct {
+	ep    Endpoint
+	cfg   Config
+	ring  []NodeID
+	rank  int
+	nics  []NIC
+	m     *Repair
+	conns map[connKey]Conn
+	dead  map[Conn]bool
+	up    map[Conn]bool
+
+	timer   Timer
+	timerAt time.Time
+
+	op      *operation
+	pathOps map[PathID]uint64 // how often each path was opened: both ends count alike, so it numbers
+	// the path's operations even when other nodes take no part in some of them (Send/Recv)
+	early map[earlyKey][]early // chunks of operations not started here yet
+
+	probeIndex map[connKey]uint32 // index of the current probe connection per (peer, NIC)
+
+	stats Stats
+}
+
+type connKey struct {
+	peer  NodeID
+	nic   NICID
+	class Class
+}
+
+type earlyKey struct {
+	path PathID
+	op   uint32 // low 16 bits of the path's operation number
+}
+
+type early struct {
+	conn Conn
+	seq  uint64
+	data []byte
+}
+
+// NewNode returns the runtime of the endpoint's node in a group whose nodes form ring (every node
+// lists the same ring; every node has the same number of NICs in the same order). It connects to its
+// ring neighbours on every NIC (data, control and probe connections: the backups exist from the start)
+// and starts handling the endpoint's events: it calls ep.Start, so the endpoint must not have been
+// started. Call it from any one goroutine; the Node belongs to the event context afterwards.
+func NewNode(ep Endpoint, ring []NodeID, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	rank := slices.Index(ring, ep.Node())
+	if rank < 0 {
+		return nil, fmt.Errorf("%w: node %d not in ring %v", ErrInvalid, ep.Node(), ring)
+	}
+	n := &Node{ep: ep, cfg: cfg, ring: slices.Clone(ring), rank: rank, nics: ep.NICs(), conns: map[connKey]Conn{},
+		dead: map[Conn]bool{}, up: map[Conn]bool{}, early: map[earlyKey][]early{}, pathOps: map[PathID]uint64{}, probeIndex: map[connKey]uint32{}}
+	n.stats.ChunkBytes = cfg.ChunkBytes
+	n.m = NewRepair(ep.Node(), ring, n.nics, cfg.Repair)
+	for _, peer := range n.m.neighbours() {
+		if err := n.connectPeer(peer, 0); err != nil {
+			return nil, err
+		}
+	}
+	if err := ep.Start(n.handle); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// connectPeer opens data, control and probe connections to peer on every rail-aligned NIC pair.
+func (n *Node) connectPeer(peer NodeID, index uint32) error {
+	for i := range n.nics {
+		for _, cl := range []Class{DataClass, ControlClass, ProbeClass} {
+			k := connKey{peer, NICID(i), cl}
+			if _, ok := n.conns[k]; ok && index == 0 {
+				continue
+			}
+			c, err := n.ep.Connect(ConnSpec{Peer: peer, Local: NICID(i), Remote: NICID(i), Class: cl, Index: index})
+			if err != nil {
+				return fmt.Errorf("node %d: %w", n.ep.Node(), err)
+			}
+			n.conns[k] = c
+		}
+	}
+	return nil
+}
+
+// Stats returns a copy of the node's counters.
+func (n *Node) Stats() Stats {
+	s := n.stats
+	s.AffectedPaths = slices.Clone(s.AffectedPaths)
+	s.Notes = slices.Clone(s.Notes)
+	return s
+}
+
+// Repair returns the node's hot-repair state machine, for inspection (health of NICs) only.
+func (n *Node) Repair() *Repair { return n.m }
+
+// step feeds the machine, carries out its actions and returns them.
+func (n *Node) step(in Input) []Action {
+	// Actions may feed the machine again (a resumed path posts chunks): copy them first.
+	acts := slices.Clone(n.m.Step(n.ep.Now(), in))
+	for _, a := range acts {
+		n.act(a)
+	}
+	n.arm()
+	return acts
+}
+
+func (n *Node) arm() {
+	d := n.m.Deadline()
+	if d.IsZero() || (!n.timerAt.IsZero() && !d.Before(n.timerAt)) {
+		return
+	}
+	if n.timer != nil {
+		n.timer.Stop()
+	}
+	n.timerAt = d
+	n.timer = n.ep.AfterFunc(max(d.Sub(n.ep.Now()), 0), func() {
+		n.timerAt, n.timer = time.Time{}, nil
+		n.step(Tick{})
+	})
+}
+
+func (n *Node) act(a Action) {
+	switch a := a.(type) {
+	case Resume:
+		if n.op != nil {
+			n.op.resume(a)
+		}
+		if !n.stats.FirstDetect.IsZero() && n.stats.FirstResume.IsZero() && a.Epoch > 0 {
+			n.stats.FirstResume = n.ep.Now()
+		}
+	case Pause:
+		if n.op != nil {
+			if s := n.op.out[a.Path]; s != nil {
+				s.paused = true
+			}
+		}
+	case Accept, Reject:
+		// Answered synchronously in arrived.
+	case SendMsg:
+		n.sendControl(a)
+	case ProbeNIC:
+		n.probe(a)
+	case Reconnect:
+		n.reconnect(a)
+	case PathFailed:
+		if n.op != nil {
+			n.op.finish(a.Err)
+		}
+	case Note:
+		if n.stats.FirstDetect.IsZero() && a.Kind == "detect" {
+			n.stats.FirstDetect = n.ep.Now()
+		}
+		if a.Kind == "repair" {
+			n.stats.Failovers++
+			if !slices.Contains(n.stats.AffectedPaths, a.Path) {
+				n.stats.AffectedPaths = append(n.stats.AffectedPaths, a.Path)
+			}
+		}
+		if a.Path == (PathID{}) {
+			n.stats.Notes = append(n.stats.Notes, fmt.Sprintf("%s: %s", a.Kind, a.Text))
+		} else {
+			n.stats.Notes = append(n.stats.Notes, fmt.Sprintf("%s %v: %s", a.Kind, a.Path, a.Text))
+		}
+	}
+}
+
+func (n *Node) alive(c Conn) bool { return c != nil && !n.dead[c] }
+
+// sendControl sends a control message on the two nearest NICs that are believed healthy at both ends,
+// avoiding the failed pair's NIC where others exist: a second copy survives a NIC that fails while the
+// first is in flight. Every message of the protocol is idempotent, so duplicates are harmless.
+func (n *Node) sendControl(a SendMsg) {
+	n.ensurePeer(a.To)
+	b := AppendMessage(make([]byte, 0, MessageSize), a.Msg)
+	order := make([]NICID, len(n.nics))
+	for i := range order {
+		order[i] = NICID(i)
+	}
+	slices.SortStableFunc(order, func(x, y NICID) int { return n.nics[x].Distance - n.nics[y].Distance })
+	self := n.ep.Node()
+	sent := 0
+	for _, strict := range []bool{true, false} {
+		for _, i := range order {
+			if sent == 2 {
+				return
+			}
+			if strict != (i != a.Avoid && n.ep.Health(i) != Down && n.m.Health(NICRef{self, i}) != Down &&
+				n.m.Health(NICRef{a.To, i}) != Down && !n.m.links[linkKey(NICRef{self, i}, NICRef{a.To, i})]) {
+				continue
+			}
+			if c := n.conns[connKey{a.To, i, ControlClass}]; n.alive(c) && c.Send(Chunk{Data: b}) == nil {
+				sent++
+			}
+		}
+		if sent > 0 {
+			return
+		}
+	}
+}
+
+// probe posts a probe; without a probe connection to that NIC the machine's deadline counts it failed.
+// A probe connection that failed (its NIC went down) is renewed first, with the peer's help: the probe
+// is then answered once the NIC works again, which is how a healed NIC is found.
+func (n *Node) probe(a ProbeNIC) {
+	k := connKey{a.Peer, a.Local, ProbeClass}
+	c := n.conns[k]
+	if c == nil || c.Spec().Remote != a.Remote {
+		return
+	}
+	if n.dead[c] {
+		index := n.probeIndex[k] + 1
+		n.renewProbe(k, a.Remote, index)
+		n.sendControl(SendMsg{To: a.Peer, Avoid: a.Local, Msg: Message{Kind: MsgProbeConn, ID: uint64(index),
+			A: NICRef{n.ep.Node(), a.Local}, B: NICRef{a.Peer, a.Remote}}})
+		c = n.conns[k]
+	}
+	c.Probe(a.ID)
+}
+
+// renewProbe replaces the probe connection k (to remote NIC remote) with one of the given index, unless
+// one with that index or a later one exists.
+func (n *Node) renewProbe(k connKey, remote NICID, index uint32) {
+	if index <= n.probeIndex[k] {
+		return
+	}
+	c, err := n.ep.Connect(ConnSpec{Peer: k.peer, Local: k.nic, Remote: remote, Class: ProbeClass, Index: index})
+	if err != nil {
+		return
+	}
+	if old := n.conns[k]; old != nil {
+		old.Close()
+		n.dead[old] = true
+	}
+	n.conns[k] = c
+	n.probeIndex[k] = index
+}
+
+func (n *Node) reconnect(a Reconnect) {
+	for _, cl := range []Class{DataClass, ControlClass} {
+		k := connKey{a.Peer, a.Local, cl}
+		old := n.conns[k]
+		c, err := n.ep.Connect(ConnSpec{Peer: a.Peer, Local: a.Local, Remote: a.Remote, Class: cl, Index: a.Index})
+		if err != nil {
+			continue
+		}
+		if old != nil {
+			old.Close()
+			n.dead[old] = true
+		}
+		n.conns[k] = c
+	}
+}
+
+// ensurePeer opens connections to a node outside the neighbourhood (point-to-point operations).
+func (n *Node) ensurePeer(peer NodeID) {
+	if _, ok := n.conns[connKey{peer, 0, DataClass}]; !ok && peer != n.ep.Node() {
+		n.connectPeer(peer, 0)
+	}
+}
+
+// handle is the endpoint's event handler.
+func (n *Node) handle(ev Event) {
+	switch ev := ev.(type) {
+	case ConnUp:
+		n.up[ev.Conn] = true
+	case ConnDown:
+		n.dead[ev.Conn] = true
+		s := ev.Conn.Spec()
+		if s.Class == DataClass {
+			n.step(LinkFailed{Peer: s.Peer, Local: s.Local, Remote: s.Remote, Err: ev.Err})
+		}
+	case PortChanged:
+		n.step(PortState{NIC: ev.NIC, Health: ev.Health})
+	case ProbeDone:
+		n.step(ProbeResult{ID: ev.ID, OK: ev.Err == nil, Local: errors.Is(ev.Err, ErrNICDown), RTT: ev.RTT})
+	case Completed:
+		if ev.Conn.Spec().Class == DataClass && n.op != nil {
+			n.op.completed(ev)
+		}
+	case Arrived:
+		s := ev.Conn.Spec()
+		switch s.Class {
+		case ControlClass:
+			m, err := DecodeMessage(ev.Data)
+			if err != nil {
+				return // a malformed control message harms no one
+			}
+			if m.Kind == MsgProbeConn {
+				if m.B.Node == n.ep.Node() && int(m.B.NIC) < len(n.nics) && m.ID <= math.MaxUint32 {
+					n.renewProbe(connKey{s.Peer, m.B.NIC, ProbeClass}, m.A.NIC, uint32(m.ID))
+				}
+				return
+			}
+			n.step(ControlIn{From: s.Peer, Msg: m})
+		case DataClass:
+			n.arrived(ev)
+		}
+	}
+}
+
+func (n *Node) arrived(ev Arrived) {
+	id := PathID{Src: ev.Conn.Spec().Peer, Dst: n.ep.Node(), Channel: uint16(ev.Tag & 0xffff)}
+	opTag := ev.Tag >> 16
+	if n.op != nil {
+		if in := n.op.in[id]; in != nil && opTag == uint32(in.op&0xffff) {
+			n.op.arrived(ev.Conn, ev.Tag, ev.Seq, ev.Data)
+			return
+		}
+	}
+	// A chunk of an operation this node has not started yet: keep a copy until it starts. Chunks of
+	// finished operations are duplicates and are dropped.
+	if ahead := (opTag - uint32(n.pathOps[id]&0xffff)) & 0xffff; ahead >= 1 && ahead < 0x8000 {
+		k := earlyKey{id, opTag}
+		n.early[k] = append(n.early[k], early{ev.Conn, ev.Seq, slices.Clone(ev.Data)})
+	}
+}
+
+// operation is a running collective at one node.
+type operation struct {
+	n      *Node
+	work   []byte
+	region *Region
+	dt     rings.DType
+	rop    rings.Op
+	world  int
+	out    map[PathID]*outStream
+	in     map[PathID]*inStream
+	outs   []*outStream
+	open   int // paths of the operation (zero: nothing to move)
+	done   func(error)
+	over   bool
+	commit func()
+}
+
+type outStream struct {
+	op            uint64 // the path's operation number
+	path          PathID
+	plan          *outPlan
+	dep           *inStream
+	next          int // next frame to post
+	acked         int // frames acknowledged
+	high          int // one past the highest frame ever posted
+	paused        bool
+	local, remote NICID
+	conn          Conn
+}
+
+type inStream struct {
+	op   uint64 // the path's operation number
+	path PathID
+	plan *inPlan
+	got  int
+}
+
+// start begins an operation with the given channel plans on working buffer work. commit runs on
+// success before done.
+func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPlan, commit func(), done func(error)) error {
+	if n.op != nil {
+		return ErrBusy
+	}
+	o := &operation{n: n, work: work, dt: dt, rop: op, world: len(n.ring), out: map[PathID]*outStream{},
+		in: map[PathID]*inStream{}, done: done, commit: commit}
+	region, err := n.ep.Register(work)
+	if err != nil {
+		return err
+	}
+	o.region = region
+	n.op = o
+	var opens []Open
+	for _, cp := range plans {
+		var in *inStream
+		if cp.in != nil && len(cp.in.frames) > 0 {
+			id := PathID{Src: cp.in.from, Dst: n.ep.Node(), Channel: cp.channel}
+			n.pathOps[id]++
+			in = &inStream{path: id, plan: cp.in, op: n.pathOps[id]}
+			o.in[id] = in
+			o.open++
+			opens = append(opens, Open{Path: id, Op: in.op, Primary: NICID(cp.channel), Chunks: uint64(len(cp.in.frames))})
+			n.ensurePeer(cp.in.from)
+		}
+		if cp.out != nil && len(cp.out.frames) > 0 {
+			id := PathID{Src: n.ep.Node(), Dst: cp.out.to, Channel: cp.channel}
+			n.pathOps[id]++
+			s := &outStream{path: id, plan: cp.out, dep: in, paused: true, op: n.pathOps[id]}
+			o.out[id] = s
+			o.outs = append(o.outs, s)
+			o.open++
+			opens = append(opens, Open{Path: id, Op: s.op, Primary: NICID(cp.channel), Chunks: uint64(len(cp.out.frames))})
+			n.ensurePeer(cp.out.to)
+		}
+	}
+	for _, in := range opens {
+		n.step(in)
+	}
+	// Replay chunks that arrived before the operation started here.
+	for _, in := range o.in {
+		k := earlyKey{in.path, uint32(in.op & 0xffff)}
+		for _, e := range n.early[k] {
+			if n.op == o {
+				o.arrived(e.conn, tag(in.op, in.path.Channel), e.seq, e.data)
+			}
+		}
+		delete(n.early, k)
+	}
+	if n.op == o && o.open == 0 {
+		o.finish(nil)
+	}
+	return nil
+}
+
+// tag names a path's operation on the wire: the low 16 bits of its number, and the channel.
+func tag(op uint64, channel uint16) uint32 { return uint32(op&0xffff)<<16 | uint32(channel) }
+
+func (o *operation) resume(a Resume) {
+	s := o.out[a.Path]
+	if s == nil {
+		return
+	}
+	s.local, s.remote = a.Local, a.Remote
+	s.conn = o.n.conns[connKey{a.Path.Dst, a.Local, DataClass}]
+	s.next = int(a.From)
+	s.acked = max(s.acked, int(a.From))
+	s.paused = false
+	if a.Epoch > 0 && a.From > 0 || s.high > int(a.From) {
+		o.n.stats.Notes = append(o.n.stats.Notes, fmt.Sprintf("resume %v epoch %d from %d", a.Path, a.Epoch, a.From))
+	}
+	o.pump(s)
+	o.check()
+}
+
+// pump posts the ready frames of s within the window.
+func (o *operation) pump(s *outStream) {
+	n := o.n
+	for !s.paused && !o.over && s.next < len(s.plan.frames) && s.next-s.acked < n.cfg.Window {
+		f := s.plan.frames[s.next]
+		if f.dep >= 0 && (s.dep == nil || s.dep.got <= f.dep) {
+			return
+		}
+		if !n.alive(s.conn) {
+			// The pair's connection failed earlier (perhaps while no path used it): that is a failure
+			// of this path too.
+			n.step(LinkFailed{Peer: s.path.Dst, Local: s.local, Remote: s.remote, Err: ErrClosed})
+			return
+		}
+		if err := s.conn.Send(Chunk{Tag: tag(s.op, s.path.Channel), Seq: uint64(s.next), Data: o.work[f.off : f.off+f.n]}); err != nil {
+			return
+		}
+		if s.next < s.high {
+			n.stats.RetransmittedBytes += int64(f.n)
+		}
+		seq := s.next
+		s.next++
+		s.high = max(s.high, s.next)
+		n.step(Posted{Path: s.path, Seq: uint64(seq), Local: s.local, Remote: s.remote})
+	}
+}
+
+func (o *operation) completed(ev Completed) {
+	sp := ev.Conn.Spec()
+	id := PathID{Src: o.n.ep.Node(), Dst: sp.Peer, Channel: uint16(ev.Tag & 0xffff)}
+	s := o.out[id]
+	if s == nil || ev.Tag>>16 != uint32(s.op&0xffff) || s.paused || sp.Local != s.local || int(ev.Seq) < s.acked {
+		return // a completion of a pair this path has left
+	}
+	s.acked = int(ev.Seq) + 1
+	o.n.step(Acked{Path: id, Seq: ev.Seq, Local: sp.Local, Remote: sp.Remote})
+	o.pump(s)
+	o.check()
+}
+
+func (o *operation) arrived(c Conn, tag uint32, seq uint64, data []byte) {
+	n := o.n
+	sp := c.Spec()
+	id := PathID{Src: sp.Peer, Dst: n.ep.Node(), Channel: uint16(tag & 0xffff)}
+	in := o.in[id]
+	if in == nil {
+		return
+	}
+	accept := false
+	for _, a := range n.step(Received{Path: id, Seq: seq, Local: sp.Local, Remote: sp.Remote}) {
+		if _, ok := a.(Accept); ok {
+			accept = true
+		}
+	}
+	if !accept || o.over || int(seq) >= len(in.plan.frames) {
+		return
+	}
+	f := in.plan.frames[seq]
+	if len(data) != f.n {
+		o.finish(fmt.Errorf("%w: path %v chunk %d has %d bytes, want %d", ErrInvalid, id, seq, len(data), f.n))
+		return
+	}
+	dst := o.work[f.off : f.off+f.n]
+	switch f.mode {
+	case recvCopy:
+		copy(dst, data)
+	case recvReduce:
+		rings.Accumulate(o.dt, o.rop, dst, data)
+	case recvReduceLast:
+		rings.Accumulate(o.dt, o.rop, dst, data)
+		rings.Finalize(o.dt, o.rop, dst, o.world)
+	}
+	in.got++
+	for _, s := range o.outs {
+		if s.dep == in {
+			o.pump(s)
+		}
+	}
+	o.check()
+}
+
+// check finishes the operation when every path is complete.
+func (o *operation) check() {
+	if o.over {
+		return
+	}
+	for _, s := range o.out {
+		if s.acked < len(s.plan.frames) {
+			return
+		}
+	}
+	for _, in := range o.in {
+		if in.got < len(in.plan.frames) {
+			return
+		}
+	}
+	o.finish(nil)
+}
+
+func (o *operation) finish(err error) {
+	if o.over {
+		return
+	}
+	o.over = true
+	n := o.n
+	if n.op == o {
+		n.op = nil
+	}
+	n.ep.Deregister(o.region)
+	if err == nil && o.commit != nil {
+		o.commit()
+	}
+	if o.done != nil {
+		o.done(err)
+	}
+}
+
+func (n *Node) weights() []float64 {
+	w := make([]float64, len(n.nics))
+	for i, nic := range n.nics {
+		w[i] = nic.Bandwidth
+	}
+	return w
+}
+
+func (n *Node) neighbours() (succ, pred NodeID) {
+	w := len(n.ring)
+	return n.ring[(n.rank+1)%w], n.ring[(n.rank+w-1)%w]
+}
+
+func checkBuffers(dt rings.DType, op rings.Op, bufs ...[]byte) error {
+	if !dt.Valid() || !op.Valid() {
+		return fmt.Errorf("%w: dtype %v op %v", ErrInvalid, dt, op)
+	}
+	for _, b := range bufs {
+		if len(b)%dt.Size() != 0 {
+			return fmt.Errorf("%w: %d bytes is not a whole number of %v elements", ErrInvalid, len(b), dt)
+		}
+	}
+	return nil
+}
+
+// StartAllReduce starts a ring AllReduce of send into recv (same length) split over one channel per
+// NIC in proportion to the NICs' bandwidth, and calls done in the event context when it ends. recv is
+// written only on success; send is not retained after done. Call it in the event context.
+func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
+	if err := checkBuffers(dt, op, send, recv); err != nil {
+		return err
+	}
+	if len(send) != len(recv) {
+		return fmt.Errorf("%w: send has %d bytes, recv %d", ErrInvalid, len(send), len(recv))
+	}
+	work := slices.Clone(send)
+	world := len(n.ring)
+	var plans []channelPlan
+	if world == 1 {
+		rings.Finalize(dt, op, work, 1)
+	} else {
+		succ, pred := n.neighbours()
+		plans = planAllReduce(n.rank, world, splitChannels(len(send)/dt.Size(), n.weights()), dt.Size(), n.cfg.ChunkBytes, succ, pred)
+	}
+	return n.start(work, dt, op, plans, func() { copy(recv, work) }, done)
+}
+
+// StartReduceScatter reduces send (world blocks of len(recv) bytes) so that this node's recv holds the
+// reduction of block rank. Call it in the event context.
+func (n *Node) StartReduceScatter(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
+	if err := checkBuffers(dt, op, send, recv); err != nil {
+		return err
+	}
+	world := len(n.ring)
+	if len(send) != world*len(recv) {
+		return fmt.Errorf("%w: send has %d bytes, want %d × %d", ErrInvalid, len(send), world, len(recv))
+	}
+	work := slices.Clone(send)
+	count := len(recv) / dt.Size()
+	var plans []channelPlan
+	if world == 1 {
+		rings.Finalize(dt, op, work, 1)
+	} else {
+		succ, pred := n.neighbours()
+		plans = planReduceScatter(n.rank, world, splitChannels(count, n.weights()), count, dt.Size(), n.cfg.ChunkBytes, succ, pred)
+	}
+	own := n.rank * len(recv)
+	return n.start(work, dt, op, plans, func() { copy(recv, work[own:own+len(recv)]) }, done)
+}
+
+// StartAllGather gathers every node's send (same length everywhere) into recv, block r from the node
+// at ring position r. Call it in the event context.
+func (n *Node) StartAllGather(send, recv []byte, dt rings.DType, done func(error)) error {
+	if err := checkBuffers(dt, rings.Sum, send, recv); err != nil {
+		return err
+	}
+	world := len(n.ring)
+	if len(recv) != world*len(send) {
+		return fmt.Errorf("%w: recv has %d bytes, want %d × %d", ErrInvalid, len(recv), world, len(send))
+	}
+	work := make([]byte, len(recv))
+	copy(work[n.rank*len(send):], send)
+	count := len(send) / dt.Size()
+	var plans []channelPlan
+	if world > 1 {
+		succ, pred := n.neighbours()
+		plans = planAllGather(n.rank, world, splitChannels(count, n.weights()), count, dt.Size(), n.cfg.ChunkBytes, succ, pred)
+	}
+	return n.start(work, dt, rings.Sum, plans, func() { copy(recv, work) }, done)
+}
+
+// StartBroadcast copies the root's buf into every node's buf. Call it in the event context.
+func (n *Node) StartBroadcast(buf []byte, dt rings.DType, root NodeID, done func(error)) error {
+	if err := checkBuffers(dt, rings.Sum, buf); err != nil {
+		return err
+	}
+	r := slices.Index(n.ring, root)
+	if r < 0 {
+		return fmt.Errorf("%w: root %d not in ring", ErrInvalid, root)
+	}
+	world := len(n.ring)
+	q := mod(n.rank-r, world)
+	work := slices.Clone(buf)
+	succ, pred := n.neighbours()
+	plans := planBroadcast(q, world, splitChannels(len(buf)/dt.Size(), n.weights()), dt.Size(), n.cfg.ChunkBytes, succ, pred)
+	return n.start(work, dt, rings.Sum, plans, func() { copy(buf, work) }, done)
+}
+
+// StartSend sends buf to node to, over every NIC; the receiver calls StartRecv with a buffer of the
+// same length. Call it in the event context.
+func (n *Node) StartSend(buf []byte, to NodeID, done func(error)) error {
+	plans := planPointToPoint(true, to, splitChannels(len(buf), n.weights()), 1, n.cfg.ChunkBytes)
+	return n.start(slices.Clone(buf), rings.U8, rings.Sum, plans, nil, done)
+}
+
+// StartRecv receives into buf what node from sends with StartSend. Call it in the event context.
+func (n *Node) StartRecv(buf []byte, from NodeID, done func(error)) error {
+	work := make([]byte, len(buf))
+	plans := planPointToPoint(false, from, splitChannels(len(buf), n.weights()), 1, n.cfg.ChunkBytes)
+	return n.start(work, rings.U8, rings.Sum, plans, func() { copy(buf, work) }, done)
+}
+
+// run posts start to the event context and waits for its completion or ctx.
+func (n *Node) run(ctx context.Context, start func(done func(error)) error) error {
+	ch := make(chan error, 1)
+	n.ep.Post(func() {
+		if err := start(func(err error) { ch <- err }); err != nil {
+			ch <- err
+		}
+	})
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// AllReduce is the blocking form of StartAllReduce, for providers whose event context is a goroutine
+// of their own. If ctx ends first it returns ctx.Err(); the operation keeps running to its end and may
+// still write recv, so the caller must not reuse recv before a later operation has returned.
+func (n *Node) AllReduce(ctx context.Context, send, recv []byte, dt rings.DType, op rings.Op) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartAllReduce(send, recv, dt, op, done) })
+}
+
+// ReduceScatter is the blocking form of StartReduceScatter (see AllReduce for the rules).
+func (n *Node) ReduceScatter(ctx context.Context, send, recv []byte, dt rings.DType, op rings.Op) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartReduceScatter(send, recv, dt, op, done) })
+}
+
+// AllGather is the blocking form of StartAllGather (see AllReduce for the rules).
+func (n *Node) AllGather(ctx context.Context, send, recv []byte, dt rings.DType) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartAllGather(send, recv, dt, done) })
+}
+
+// Broadcast is the blocking form of StartBroadcast (see AllReduce for the rules).
+func (n *Node) Broadcast(ctx context.Context, buf []byte, dt rings.DType, root NodeID) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartBroadcast(buf, dt, root, done) })
+}
+
+// Send is the blocking form of StartSend (see AllReduce for the rules).
+func (n *Node) Send(ctx context.Context, buf []byte, to NodeID) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartSend(buf, to, done) })
+}
+
+// Recv is the blocking form of StartRecv (see AllReduce for the rules).
+func (n *Node) Recv(ctx context.Context, buf []byte, from NodeID) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartRecv(buf, from, done) })
+}

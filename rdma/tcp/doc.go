@@ -1,0 +1,34 @@
+// Package tcp is the socket provider of the rdma fabric: every NIC is a network interface with its own
+// address, and every connection is one TCP socket bound to that interface at both ends.
+//
+// # NICs and failures
+//
+// A NIC is described by a NICConfig (from HostNICs, which reads the interfaces of the current namespace
+// and their NUMA node from sysfs, or written by hand). Each NIC listens on its address, and each socket
+// is bound to the NIC's address and, with SO_BINDTODEVICE, to its interface, so its traffic never
+// leaves through another NIC. A NIC is healthy while its interface is up and has a carrier. The
+// endpoint watches link state through a netlink subscription, the analogue of an RDMA port event: when
+// a NIC's interface goes down, a PortChanged event is delivered and every data and control connection
+// of that NIC fails at once with rdma.ErrNICDown. The far end learns from its socket: a veth taken
+// down resets nothing, so sockets set TCP_USER_TIMEOUT (Config.UserTimeout) and keepalives, and fail
+// once their data stays unacknowledged that long. Runtimes keep their own, shorter deadlines and tell
+// the far end out of band.
+//
+// # Message flow
+//
+// Of the two nodes of a connection, the one with the smaller id dials the peer NIC's listen address
+// and sends a hello (its node, the target node, both NICs, class and index); the acceptor pairs the
+// socket with its own Connect of the mirrored spec (parking it until that call comes) and answers
+// helloAck. Both ends then report ConnUp. On the socket, chunk frames carry (tag, seq, data); the
+// receiver hands each to its handler as an Arrived event and, when the handler has returned, sends an
+// ack, which the sender reports as Completed. Probe connections carry probe and probeReply frames
+// only. Each connection has a writer goroutine, which sends acks and probes before any queued chunk,
+// and a reader goroutine; events go through the endpoint's one event goroutine. The frame layout is in
+// wire.go.
+//
+// # Namespaces
+//
+// Config.NetNS puts an endpoint into a network namespace other than the process's: its sockets are
+// created on an OS thread locked into that namespace (and discarded afterwards), and its link watch
+// subscribes there. Tests use this to run several nodes of an internal/netlab testbed in one process.
+package tcp
