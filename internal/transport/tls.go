@@ -316,3 +316,24 @@ func reportRefused(log *slog.Logger, onRefused func(net.Addr, error), name strin
 	}
 	log.Warn(name+": refused an incoming connection", "remote", remote.String(), "err", err)
 }
+
+// Names of the transports that Select knows.
+var Names = []string{"tcp", "tls", "quic"}
+
+// Select returns the transport called name ("tcp", "tls" or "quic") with its defaults and, for tls
+// and quic, the authentication a. tcp ignores a: it neither encrypts nor authenticates.
+func Select(name string, a AuthConfig) (Transport, error) {
+	switch name {
+	case "tcp":
+		return NewTCP(TCPConfig{}), nil
+	case "tls", "quic":
+		if err := a.Validate(); err != nil {
+			return nil, fmt.Errorf("transport %s: %w", name, err)
+		}
+		if name == "tls" {
+			return NewTLS(TLSConfig{Auth: a}), nil
+		}
+		return NewQUIC(QUICConfig{Auth: a}), nil
+	}
+	return nil, fmt.Errorf("transport %q: want tcp, tls or quic", name)
+}
