@@ -359,3 +359,67 @@ func TestQUICKindsDoNotMix(t *testing.T) {
 	defer ss.Close()
 	checkStream(t, cs, ss)
 }
+
+// TestAuthReplayedTLSHandshake records every byte an honest dialler sends through a transparent relay
+// (which therefore succeeds), then replays the recording on a new connection: the listener's new
+// handshake does not match the recorded one, so the replay is refused before any proof is accepted.
+func TestAuthReplayedTLSHandshake(t *testing.T) {
+	r := newRefusals()
+	k := authKinds[0]
+	addr := serveOne(t, k.make(testSecret, r.add))
+	relay, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	recorded := make(chan []byte, 1)
+	go func() {
+		in, err := relay.Accept()
+		if err != nil {
+			recorded <- nil
+			return
+		}
+		defer in.Close()
+		out, err := net.Dial("tcp", addr)
+		if err != nil {
+			recorded <- nil
+			return
+		}
+		defer out.Close()
+		go io.Copy(in, out)
+		var rec []byte
+		buf := make([]byte, 4096)
+		for {
+			n, err := in.Read(buf)
+			rec = append(rec, buf[:n]...)
+			out.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		recorded <- rec
+	}()
+	c, err := k.make(testSecret, nil).Dial(context.Background(), relay.Addr().String())
+	if err != nil {
+		t.Fatalf("Dial through a transparent relay: %v", err)
+	}
+	c.Write([]byte("ping"))
+	if got, err := readN(c, 4); err != nil || string(got) != "ping" {
+		t.Fatalf("echo = %q, %v", got, err)
+	}
+	c.Close()
+	rec := <-recorded
+	if len(rec) == 0 {
+		t.Fatal("nothing recorded")
+	}
+	replay, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replay.Close()
+	replay.Write(rec)
+	if err := r.wait(t); !errors.Is(err, ErrAuth) {
+		t.Fatalf("listener reported %v for a replayed handshake, want ErrAuth", err)
+	}
+	checkGood(t, k, addr)
+}

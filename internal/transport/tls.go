@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -184,15 +185,20 @@ func tlsHandshakeError(err error, other string) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrReset) {
 		return fmt.Errorf("the %s hung up during the TLS handshake (is it plaintext, or does it not know us?): %w", other, ErrRefused)
 	}
-	var alert tls.AlertError
-	if errors.As(err, &alert) {
-		switch alert {
-		case 42, 43, 44, 45, 46, 48, 116: // bad_certificate ... unknown_ca, certificate_required
-			return fmt.Errorf("%w: the %s refused our certificate: %v", ErrAuth, other, err)
-		}
-	}
 	if errors.Is(err, ErrAuth) {
-		return err
+		return err // our own check of the other end's certificate
+	}
+	// crypto/tls reports an alert from the other end as a *net.OpError "remote error" around an
+	// unexported type; the certificate alerts say that the other end refused our certificate.
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" && strings.Contains(op.Err.Error(), "certificate") {
+		return fmt.Errorf("%w: the %s refused our certificate: %v", ErrAuth, other, op.Err)
+	}
+	// Records that do not decrypt under this handshake's keys: the other end does not hold them, as
+	// when a handshake recorded elsewhere is replayed.
+	if errors.As(err, &op) && op.Op == "local error" &&
+		(strings.Contains(op.Err.Error(), "bad record MAC") || strings.Contains(op.Err.Error(), "decrypt")) {
+		return fmt.Errorf("%w: the %s's handshake does not match its keys (replayed or tampered): %v", ErrAuth, other, op.Err)
 	}
 	return fmt.Errorf("tls handshake: %w", err)
 }
