@@ -51,3 +51,5 @@ func TestQUICConfig(t *testing.T) {
 		t.Fatal("sessions and byte streams share an application protocol")
 	}
 }
+
+func BenchmarkStreamQUIC(b *testing.B) { benchmarkStream(b, quicSetup()) }

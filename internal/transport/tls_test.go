@@ -21,3 +21,5 @@ func TestSessionConformanceTLS(t *testing.T) {
 		return sessionSetup{conformanceSetup: tlsSetup()}
 	})
 }
+
+func BenchmarkStreamTLS(b *testing.B) { benchmarkStream(b, tlsSetup()) }
