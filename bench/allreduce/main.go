@@ -17,15 +17,24 @@
 // reduce-scatter, (N-1)·D bytes at the add rate Red of two goroutines, give limit_reduce_seconds =
 // (N-1)·D·(2/L + 1/Red), the true ceiling when both share the same cores.
 //
-// Progress goes to stderr. Stdout gets the baseline harness's line
+// --transport picks what the master and the peers talk over: tcp (the default), tls (TLS 1.3 over
+// TCP) or quic, each of the last two authenticated with a run secret drawn for the run; a
+// comma-separated list (--transport tcp,tls,quic) runs the whole benchmark once per transport, one
+// after the other, for figures side by side.
+//
+// Progress goes to stderr. Stdout gets, per transport, the baseline harness's line
 //
 //	RESULT lib=concord n=N bytes=D median_s=... min_s=... max_s=... iters=K check=ok|FAIL
 //
-// and, last, one JSON object with the figures.
+// (lib=concord-tls, lib=concord-quic for the others) and, last, one JSON object with the figures:
+// for a single transport the figures themselves; for several, {"transports": {name: figures},
+// "seconds_vs_tcp": {name: median over tcp's median}}.
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -35,12 +44,14 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/concord-ccl/concord/bench/internal/measure"
 	"github.com/concord-ccl/concord/bench/internal/workload"
 	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
 )
@@ -55,7 +66,9 @@ const (
 const (
 	envMaster  = "CONCORD_BENCH_MASTER"
 	envParams  = "CONCORD_BENCH_PARAMS"
+	envSecret  = "CONCORD_BENCH_SECRET"
 	rolePeer   = "peer"
+	roleMaster = "transport-master"
 	addThreads = 2 // goroutines of the add-rate measurement: one per core of the reference machine
 )
 
@@ -68,6 +81,7 @@ type params struct {
 	Pool       int    `json:"pool"`
 	Part       int    `json:"part"`
 	ProfileDir string `json:"profile_dir"`
+	Transport  string `json:"transport"` // tcp, tls or quic; empty means tcp
 }
 
 // iterEvent is the line a peer prints after each iteration.
@@ -84,6 +98,7 @@ type iterEvent struct {
 
 // result is the last line on stdout.
 type result struct {
+	Transport          string    `json:"transport"`
 	Peers              int       `json:"peers"`
 	Bytes              int       `json:"bytes"`
 	Iters              int       `json:"iters"`
@@ -111,7 +126,7 @@ type result struct {
 }
 
 // roles are the roles this program runs as a child.
-var roles = map[string]func() int{rolePeer: peerMain, measure.RoleRing: measure.RingMain}
+var roles = map[string]func() int{rolePeer: peerMain, roleMaster: masterMain, measure.RoleRing: measure.RingMain}
 
 func main() {
 	cluster.Main(roles)
@@ -132,6 +147,7 @@ func run() int {
 	ringReps := fs.Int("ring-reps", 5, "timed repetitions of the loopback ring measurement")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
 	profDir := fs.String("cpuprofile-dir", "", "write a CPU profile of every peer's timed iterations to this directory")
+	transports := fs.String("transport", "tcp", "tcp, tls or quic, or a comma-separated list to run one after the other")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./bench/allreduce [flags]\n")
 		fs.VisitAll(func(f *flag.Flag) {
@@ -166,35 +182,61 @@ func run() int {
 			return 2
 		}
 	}
-	p := params{Peers: *peers, Bytes: int(size), Iters: *iters, Warmup: *warmup, Pool: *pool, Part: int(part), ProfileDir: *profDir}
-
+	names := strings.Split(*transports, ",")
+	for _, name := range names {
+		if !slices.Contains(transport.Names, name) {
+			fmt.Fprintf(os.Stderr, "allreduce: --transport %q: want a list of %s\n", name, strings.Join(transport.Names, ", "))
+			return 2
+		}
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
 	defer cancelT()
-	c := cluster.New(cluster.Config{})
-	res, err := bench(ctx, c, p, *ringReps)
-	if cerr := c.Close(); cerr != nil {
-		fmt.Fprintln(os.Stderr, "allreduce:", cerr)
+	code := 0
+	results := make(map[string]result)
+	for _, name := range names {
+		p := params{Peers: *peers, Bytes: int(size), Iters: *iters, Warmup: *warmup, Pool: *pool, Part: int(part), ProfileDir: *profDir, Transport: name}
+		progress("transport %s", name)
+		c := cluster.New(cluster.Config{})
+		res, err := bench(ctx, c, p, *ringReps)
+		if cerr := c.Close(); cerr != nil {
+			fmt.Fprintln(os.Stderr, "allreduce:", cerr)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "allreduce: FAILED:", err)
+			res.Failure = err.Error()
+		}
+		check := "ok"
+		if !res.Correct {
+			check = "FAIL"
+		}
+		lib := "concord"
+		if name != "tcp" {
+			lib += "-" + name
+		}
+		if res.SecondsMedian > 0 {
+			fmt.Printf("RESULT lib=%s n=%d bytes=%d median_s=%.6f min_s=%.6f max_s=%.6f iters=%d check=%s\n",
+				lib, p.Peers, p.Bytes, res.SecondsMedian, res.SecondsMin, res.SecondsMax, len(res.Seconds), check)
+		}
+		if err != nil || !res.Correct {
+			code = 1
+		}
+		results[name] = res
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "allreduce: FAILED:", err)
-		res.Failure = err.Error()
+	var out any = results[names[0]]
+	if len(names) > 1 {
+		vs := make(map[string]float64)
+		if tcp, ok := results["tcp"]; ok && tcp.SecondsMedian > 0 {
+			for name, r := range results {
+				vs[name] = r.SecondsMedian / tcp.SecondsMedian
+			}
+		}
+		out = map[string]any{"transports": results, "seconds_vs_tcp": vs}
 	}
-	check := "ok"
-	if !res.Correct {
-		check = "FAIL"
-	}
-	if res.SecondsMedian > 0 {
-		fmt.Printf("RESULT lib=concord n=%d bytes=%d median_s=%.6f min_s=%.6f max_s=%.6f iters=%d check=%s\n",
-			p.Peers, p.Bytes, res.SecondsMedian, res.SecondsMin, res.SecondsMax, len(res.Seconds), check)
-	}
-	js, _ := json.Marshal(res)
+	js, _ := json.Marshal(out)
 	fmt.Println(string(js))
-	if err != nil || !res.Correct {
-		return 1
-	}
-	return 0
+	return code
 }
 
 func progress(format string, args ...any) {
@@ -205,7 +247,10 @@ func progress(format string, args ...any) {
 // failure.
 func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (result, error) {
 	n, d := p.Peers, float64(p.Bytes)
-	res := result{Peers: n, Bytes: p.Bytes, Iters: p.Iters, Warmup: p.Warmup, Pool: p.Pool, PartBytes: p.Part}
+	if p.Transport == "" {
+		p.Transport = "tcp"
+	}
+	res := result{Transport: p.Transport, Peers: n, Bytes: p.Bytes, Iters: p.Iters, Warmup: p.Warmup, Pool: p.Pool, PartBytes: p.Part}
 
 	progress("measuring the loopback ring: %d processes, %d bytes each, 1+%d repetitions", n, p.Bytes, ringReps)
 	ring, err := measure.LoopbackRing(ctx, c, n, p.Bytes, 1, ringReps)
@@ -216,19 +261,32 @@ func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (res
 	res.AddRateGBps = red / 1e9
 	progress("add rate (%d goroutines): %.3f GB/s", addThreads, res.AddRateGBps)
 
-	_, addr, err := c.StartMaster(ctx, master.LAN())
+	// A secret of 256 random bits for this run, handed to the children in their environment.
+	var secret [32]byte
+	rand.Read(secret[:])
+	js, _ := json.Marshal(p)
+	env := []string{envParams + "=" + string(js), envSecret + "=" + hex.EncodeToString(secret[:])}
+	mp, err := c.Spawn(cluster.Spec{Role: roleMaster, Name: "master", Env: env})
 	if err != nil {
 		return res, fmt.Errorf("master: %w", err)
 	}
-	js, _ := json.Marshal(p)
-	env := []string{envMaster + "=" + addr, envParams + "=" + string(js)}
+	l, err := mp.Await(ctx, "listening")
+	if err != nil {
+		return res, fmt.Errorf("master: %w", err)
+	}
+	var ev cluster.ListeningEvent
+	if err := l.Decode(&ev); err != nil {
+		return res, fmt.Errorf("master: %w", err)
+	}
+	addr := ev.Addr
+	env = append(env, envMaster+"="+addr)
 	procs := make([]*cluster.Proc, n)
 	for i := range procs {
 		if procs[i], err = c.Spawn(cluster.Spec{Role: rolePeer, Name: fmt.Sprintf("peer-%d", i), Env: env}); err != nil {
 			return res, err
 		}
 	}
-	progress("master on %s, %d peers started", addr, n)
+	progress("master on %s (%s), %d peers started", addr, p.Transport, n)
 
 	total := p.Warmup + p.Iters
 	times := make([]float64, total)
@@ -314,6 +372,47 @@ func awaitEvent(ctx context.Context, pr *cluster.Proc, event string) (cluster.Li
 	}
 }
 
+// childTransport builds the transport named in p with the run secret of the environment.
+func childTransport(p params) (transport.Transport, error) {
+	name := p.Transport
+	if name == "" {
+		name = "tcp"
+	}
+	return transport.Select(name, transport.AuthConfig{Secret: []byte(os.Getenv(envSecret))})
+}
+
+// masterMain is the master role: a master server on 127.0.0.1:0 over the run's transport, until
+// SIGTERM, SIGINT or the end of stdin.
+func masterMain() int {
+	var p params
+	if err := json.Unmarshal([]byte(os.Getenv(envParams)), &p); err != nil {
+		fmt.Fprintf(os.Stderr, "master: %s: %v\n", envParams, err)
+		return 1
+	}
+	tr, err := childTransport(p)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "master: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ln, err := tr.Listen("127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "master: %v\n", err)
+		return 1
+	}
+	srv := master.NewServer(master.ServerConfig{Config: master.LAN(), Logger: cluster.Logger()})
+	if err := cluster.Emit(cluster.ListeningEvent{Event: "listening", Addr: ln.Addr().String()}); err != nil {
+		fmt.Fprintf(os.Stderr, "master: %v\n", err)
+		return 1
+	}
+	if err := srv.Serve(ctx, ln); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "master: serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
 // peerMain is the peer role.
 func peerMain() int {
 	if err := peer(); err != nil {
@@ -337,6 +436,11 @@ func peer() error {
 		cfg.PoolSize = p.Pool
 	}
 	cfg.PartBytes = p.Part
+	tr, err := childTransport(p)
+	if err != nil {
+		return err
+	}
+	cfg.Transport = tr
 	comm, err := pccl.Connect(ctx, cfg)
 	if err != nil {
 		return err

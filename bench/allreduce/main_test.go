@@ -38,8 +38,32 @@ func TestBenchSmall(t *testing.T) {
 		t.Fatalf("figures missing: %+v", res)
 	}
 	for _, pr := range c.Procs() {
-		if pr.Role() != cluster.RoleMaster && pr.ExitCode() != 0 {
+		if pr.Role() != roleMaster && pr.ExitCode() != 0 {
 			t.Errorf("%s exited with %d", pr.Name(), pr.ExitCode())
 		}
+	}
+}
+
+// TestBenchTransports runs the benchmark over tls and quic on a small buffer: the master and every
+// peer talk over the authenticated transport, and every element must be right.
+func TestBenchTransports(t *testing.T) {
+	for _, name := range []string{"tls", "quic"} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c := cluster.New(cluster.Config{Stderr: io.Discard})
+			defer c.Close()
+			p := params{Peers: 2, Bytes: 256<<10 + 4, Iters: 1, Warmup: 1, Part: 64 << 10, Transport: name}
+			res, err := bench(ctx, c, p, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Transport != name || !res.Correct || !res.HashesEqual {
+				t.Fatalf("result not correct: %+v", res)
+			}
+			if want := int64(2 * 2 * p.Bytes / 4); res.ElementsChecked != want {
+				t.Fatalf("checked %d elements, want %d", res.ElementsChecked, want)
+			}
+		})
 	}
 }

@@ -16,7 +16,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/concord-ccl/concord/internal/auth"
 	"github.com/concord-ccl/concord/internal/logx"
+	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/pccl/master"
 	"github.com/concord-ccl/concord/pccl/master/status"
 )
@@ -55,6 +57,16 @@ func app() *cli.App {
 				Usage: "timing preset: lan (heartbeat 250ms, gone after 1.5s) or wan (1s, gone after 6s)"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"CONCORD_TOKEN"},
 				Usage: "run token; peers with another token are refused"},
+			&cli.StringFlag{Name: "transport", Value: "tcp", EnvVars: []string{"CONCORD_TRANSPORT"},
+				Usage: "tcp (plaintext), tls (TLS 1.3 over TCP) or quic; tls and quic need the run secret"},
+			&cli.StringFlag{Name: "secret", EnvVars: []string{"CONCORD_SECRET"},
+				Usage: "run secret for tls and quic: at least 16 random bytes (e.g. `openssl rand -hex 32`); prefer --secret-file"},
+			&cli.StringFlag{Name: "secret-file", EnvVars: []string{"CONCORD_SECRET_FILE"},
+				Usage: "file holding the run secret (a trailing newline is ignored)"},
+			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CONCORD_TLS_CA"},
+				Usage: "PEM file of the run's CA: every end must then present a certificate it issued"},
+			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CONCORD_TLS_CERT"}, Usage: "PEM certificate issued by --tls-ca"},
+			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CONCORD_TLS_KEY"}, Usage: "PEM private key of --tls-cert"},
 			&cli.IntFlag{Name: "min-peers", Value: 1, EnvVars: []string{"CONCORD_MIN_PEERS"},
 				Usage: "collectives fail with ErrTooFewPeers while fewer peers are accepted"},
 			&cli.DurationFlag{Name: "heartbeat-interval", EnvVars: []string{"CONCORD_HEARTBEAT_INTERVAL"},
@@ -114,7 +126,11 @@ func run(cc *cli.Context) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ln, err := net.Listen("tcp", cc.String("listen"))
+	tr, err := transportFromFlags(cc)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	ln, err := tr.Listen(cc.String("listen"))
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("listen: %v", err), 1)
 	}
@@ -130,11 +146,22 @@ func run(cc *cli.Context) error {
 		defer hs.Close()
 		log.Info("status page", "url", "http://"+hln.Addr().String()+"/")
 	}
-	log.Info("master listening", "addr", ln.Addr().String(), "preset", cc.String("preset"),
+	log.Info("master listening", "addr", ln.Addr().String(), "transport", tr.Name(), "preset", cc.String("preset"),
 		"heartbeat_timeout", cfg.HeartbeatTimeout, "min_peers", cfg.MinPeers)
 	if err := srv.Serve(ctx, ln); err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
 	log.Info("master stopped")
 	return nil
+}
+
+// transportFromFlags builds the transport named by --transport with the run secret and CA flags.
+func transportFromFlags(cc *cli.Context) (transport.Transport, error) {
+	secret, err := auth.LoadSecret(cc.String("secret"), cc.String("secret-file"))
+	if err != nil {
+		return nil, fmt.Errorf("--secret: %w", err)
+	}
+	return transport.Select(cc.String("transport"), transport.AuthConfig{
+		Secret: secret, CAFile: cc.String("tls-ca"), CertFile: cc.String("tls-cert"), KeyFile: cc.String("tls-key"),
+	})
 }

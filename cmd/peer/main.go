@@ -13,7 +13,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/concord-ccl/concord/internal/auth"
 	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/internal/transport"
 )
 
 func main() {
@@ -45,6 +47,16 @@ func commonFlags() []cli.Flag {
 		&cli.StringFlag{Name: "master", Required: true, EnvVars: []string{"CONCORD_MASTER"},
 			Usage: "master address host:port"},
 		&cli.StringFlag{Name: "token", EnvVars: []string{"CONCORD_TOKEN"}, Usage: "run token"},
+		&cli.StringFlag{Name: "transport", Value: "tcp", EnvVars: []string{"CONCORD_TRANSPORT"},
+			Usage: "tcp (plaintext), tls (TLS 1.3 over TCP) or quic, as the master's; tls and quic need the run secret"},
+		&cli.StringFlag{Name: "secret", EnvVars: []string{"CONCORD_SECRET"},
+			Usage: "run secret for tls and quic: at least 16 random bytes (e.g. `openssl rand -hex 32`); prefer --secret-file"},
+		&cli.StringFlag{Name: "secret-file", EnvVars: []string{"CONCORD_SECRET_FILE"},
+			Usage: "file holding the run secret (a trailing newline is ignored)"},
+		&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CONCORD_TLS_CA"},
+			Usage: "PEM file of the run's CA: every end must then present a certificate it issued"},
+		&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CONCORD_TLS_CERT"}, Usage: "PEM certificate issued by --tls-ca"},
+		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CONCORD_TLS_KEY"}, Usage: "PEM private key of --tls-cert"},
 		&cli.StringFlag{Name: "listen", Value: "0.0.0.0:0", EnvVars: []string{"CONCORD_PEER_LISTEN"},
 			Usage: "address ring neighbours connect to (host:port; port 0 picks one)"},
 		&cli.StringFlag{Name: "advertise", EnvVars: []string{"CONCORD_ADVERTISE"},
@@ -58,4 +70,15 @@ func commonFlags() []cli.Flag {
 		&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"CONCORD_LOG_LEVEL"},
 			Usage: "log level: debug, info, warn or error"},
 	}
+}
+
+// transportFromFlags builds the transport named by --transport with the run secret and CA flags.
+func transportFromFlags(cc *cli.Context) (transport.Transport, error) {
+	secret, err := auth.LoadSecret(cc.String("secret"), cc.String("secret-file"))
+	if err != nil {
+		return nil, fmt.Errorf("--secret: %w", err)
+	}
+	return transport.Select(cc.String("transport"), transport.AuthConfig{
+		Secret: secret, CAFile: cc.String("tls-ca"), CertFile: cc.String("tls-cert"), KeyFile: cc.String("tls-key"),
+	})
 }

@@ -15,7 +15,13 @@
 //     links with the same faults (loss drops a datagram instead of delaying it). It is built only on
 //     channels and the standard timers, so protocol tests can run it inside a testing/synctest bubble
 //     with fake time and get deterministic timings.
-//   - QUIC, whose connections are sessions natively (not in this package yet).
+//   - TLS ([NewTLS]): TLS 1.3 over TCP, every connection authenticated by the run secret (package
+//     auth: a proof of the secret bound to the TLS session, so it cannot be replayed or relayed).
+//     Sessions are built as TCP's, each stream a TLS connection of its own.
+//   - QUIC ([NewQUIC]): quic-go, always encrypted and authenticated as TLS is. Its connections are
+//     sessions natively: streams are QUIC streams and datagrams QUIC datagrams. Every dialled
+//     connection has a UDP socket and a congestion controller of its own, so striping one transfer
+//     over K connections opens K QUIC connections (see quic.go for the tuning and the close protocol).
 //
 // Errors that callers branch on are the standard ones, so code written against one implementation
 // works against the others: [net.ErrClosed] for an operation on a locally closed connection, session

@@ -41,8 +41,9 @@ type Session interface {
 	// RemoteAddr returns the peer's address.
 	RemoteAddr() net.Addr
 	// Close closes the session and every stream of it, and waits for the goroutines the session
-	// started. Data already written on a stream is still delivered by tcp and mem (not by QUIC, which
-	// resets its streams), so a caller that needs it delivered waits for a reply first. Blocked calls
+	// started. Data already written on a stream is still delivered (QUIC keeps its connection open for
+	// a bounded time to do so, see QUICConfig.Linger), but a caller that needs to know it arrived waits
+	// for a reply first. Blocked calls
 	// return net.ErrClosed; the peer's return ErrSessionClosed once the close reaches it. Close is
 	// idempotent and returns nil.
 	Close() error

@@ -20,6 +20,9 @@ type sessionSetup struct {
 	conformanceSetup
 	// datagrams tells whether sessions carry datagrams.
 	datagrams bool
+	// native tells that sessions are not built on byte streams with preambles (QUIC), so the tests
+	// of preambles do not apply.
+	native bool
 }
 
 // testSessionConformance checks the session behaviour every Transport must share. wrap runs each test
@@ -290,6 +293,9 @@ func testSessionConformance(t *testing.T, wrap func(t *testing.T, body func(t *t
 	})
 
 	run("NotASessionListener", func(t *testing.T, s sessionSetup) {
+		if s.native {
+			t.Skip("no preambles")
+		}
 		// A plain listener that reads the preamble and hangs up: the dial is refused.
 		l, err := s.server.Listen(s.listenAddr)
 		if err != nil {
@@ -313,6 +319,9 @@ func testSessionConformance(t *testing.T, wrap func(t *testing.T, body func(t *t
 	})
 
 	run("BadPreamblesDisturbNothing", func(t *testing.T, s sessionSetup) {
+		if s.native {
+			t.Skip("no preambles")
+		}
 		l, err := s.server.ListenSession(s.listenAddr)
 		if err != nil {
 			t.Fatalf("ListenSession: %v", err)

@@ -9,7 +9,7 @@ import (
 // Transport opens byte-stream connections. Implementations are safe for concurrent use by any number
 // of goroutines.
 type Transport interface {
-	// Name returns the short name of the implementation: "tcp" or "mem".
+	// Name returns the short name of the implementation: "tcp", "tls", "quic" or "mem".
 	Name() string
 	// Listen starts accepting connections on addr, given as "host:port"; port 0 picks a free port,
 	// which the listener's Addr reports. The caller owns the listener and must close it.
