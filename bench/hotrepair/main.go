@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -361,18 +362,28 @@ func (b *bench) op(ctx context.Context, label string, fault bool) ([]report, err
 }
 
 // measureRepair fills the repair figures from the nodes' counters after the healthy and failed calls.
+// The runtime's counters are cumulative and keep only the first detection and resumption of a node,
+// so: affected paths are those first failed over during the failed call; a node whose first detection
+// came before the fault (a false alarm earlier) counts in early_detections and its times are unknown;
+// a path with an end of unknown time is left out of detect_ms and repair_ms (-1 when none is left).
 func (b *bench) measureRepair(res *result, healthy, failed []report) {
-	detect := make(map[int]int64)
-	resume := make(map[int]int64)
+	detect := make(map[int]int64) // first detection at or after the fault, by node
+	resume := make(map[int]int64) // first resumption after it, by node
 	for _, r := range failed {
-		res.RetransmittedBytes += r.Stats.RetransmittedBytes - healthy[r.Node].Stats.RetransmittedBytes
-		res.Failovers += r.Stats.Failovers - healthy[r.Node].Stats.Failovers
-		detect[r.Node] = r.Stats.FirstDetectNs
-		resume[r.Node] = r.Stats.FirstResumeNs
+		before := healthy[r.Node].Stats
+		res.RetransmittedBytes += r.Stats.RetransmittedBytes - before.RetransmittedBytes
+		res.Failovers += r.Stats.Failovers - before.Failovers
 		if r.Stats.FirstDetectNs != 0 && r.Stats.FirstDetectNs < b.faultNs {
 			res.EarlyDetections++
+		} else {
+			detect[r.Node] = r.Stats.FirstDetectNs
+			resume[r.Node] = r.Stats.FirstResumeNs
 		}
-		res.AffectedPaths = append(res.AffectedPaths, r.Stats.AffectedPaths...)
+		for _, p := range r.Stats.AffectedPaths {
+			if !slices.Contains(before.AffectedPaths, p) {
+				res.AffectedPaths = append(res.AffectedPaths, p)
+			}
+		}
 	}
 	res.AffectedChannels = len(res.AffectedPaths)
 	res.RetransmittedLimit = int64(targetChunksPerPath * res.ChunkBytes * max(res.AffectedChannels, 1))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -31,19 +32,30 @@ func TestSpanIsFromTheLastStartToTheLastEnd(t *testing.T) {
 func TestMeasureRepairTakesTheWorstPath(t *testing.T) {
 	b := &bench{faultNs: 1_000_000_000}
 	ms := int64(time.Millisecond)
-	healthy := []report{{Node: 0}, {Node: 1, Stats: nodeStats{RetransmittedBytes: 10}}, {Node: 2}}
+	healthy := []report{
+		{Node: 0},
+		{Node: 1, Stats: nodeStats{RetransmittedBytes: 10}},
+		{Node: 2},
+		{Node: 3, Stats: nodeStats{Failovers: 1, AffectedPaths: []string{"3->0/ch0"}}},
+	}
 	failed := []report{
-		{Node: 0, Stats: nodeStats{ChunkBytes: 100, RetransmittedBytes: 150, FirstDetectNs: b.faultNs + 5*ms,
+		{Node: 0, Stats: nodeStats{ChunkBytes: 100, RetransmittedBytes: 150, Failovers: 1, FirstDetectNs: b.faultNs + 5*ms,
 			FirstResumeNs: b.faultNs + 12*ms, AffectedPaths: []string{"0->1/ch1"}}},
-		{Node: 1, Stats: nodeStats{RetransmittedBytes: 110, FirstDetectNs: b.faultNs + 1*ms,
+		{Node: 1, Stats: nodeStats{RetransmittedBytes: 110, Failovers: 1, FirstDetectNs: b.faultNs + 1*ms,
 			FirstResumeNs: b.faultNs + 4*ms, AffectedPaths: []string{"1->2/ch1"}}},
 		{Node: 2, Stats: nodeStats{FirstDetectNs: b.faultNs + 3*ms}},
+		// Node 3 raised a false alarm before the fault: its path is not new and its times are unknown.
+		{Node: 3, Stats: nodeStats{Failovers: 1, FirstDetectNs: b.faultNs - 500*ms, FirstResumeNs: b.faultNs - 400*ms,
+			AffectedPaths: []string{"3->0/ch0"}}},
 	}
 	res := result{ChunkBytes: 100}
 	b.measureRepair(&res, healthy, failed)
-	if res.AffectedChannels != 2 || res.RetransmittedBytes != 250 || res.RetransmittedLimit != 400 {
-		t.Errorf("affected %d, retransmitted %d (limit %d), want 2, 250 (400)",
-			res.AffectedChannels, res.RetransmittedBytes, res.RetransmittedLimit)
+	if res.AffectedChannels != 2 || !slices.Equal(res.AffectedPaths, []string{"0->1/ch1", "1->2/ch1"}) {
+		t.Errorf("affected %d %v, want 0->1/ch1 and 1->2/ch1", res.AffectedChannels, res.AffectedPaths)
+	}
+	if res.RetransmittedBytes != 250 || res.RetransmittedLimit != 400 || res.Failovers != 2 || res.EarlyDetections != 1 {
+		t.Errorf("retransmitted %d (limit %d), failovers %d, early %d, want 250 (400), 2, 1",
+			res.RetransmittedBytes, res.RetransmittedLimit, res.Failovers, res.EarlyDetections)
 	}
 	// Path 0->1: both know at +5ms, resumed at +12ms. Path 1->2: both know at +3ms, resumed at +4ms.
 	if math.Abs(res.DetectMs-5) > 1e-9 || math.Abs(res.RepairMs-7) > 1e-9 {
