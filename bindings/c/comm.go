@@ -19,18 +19,20 @@ import (
 	"github.com/concord-ccl/concord/pccl"
 )
 
-// comm is the Go side of a pcclComm_t.
+// comm is the Go side of a pcclComm_t. Any C thread may call into it; mu serializes the calls that
+// change membership (update topology, sync, optimize, the re-wire after a failure) with the launch
+// and completion of all-reduces, which is the "no collective in flight" rule of those calls.
 type comm struct {
-	cfg   pccl.Config
-	group uint32 // the peer group given at creation (see connect)
+	group uint32 // the peer group given at creation; not yet forwarded (pccl.Config has no group)
 	ctx   context.Context
-	stop  context.CancelFunc
+	stop  context.CancelFunc // cancels ctx: pcclDestroyCommunicator ends blocked calls
 
-	mu       sync.Mutex
+	mu       sync.Mutex // guards the fields below
+	cfg      pccl.Config
 	c        *pccl.Communicator // nil until connected
 	ops      map[uint64]*pending
 	dirty    bool // a collective failed because a peer left: re-wire before the next one
-	explicit struct{ listen, preset, pool bool }
+	explicit struct{ pool bool }
 }
 
 // pending is an async all-reduce launched and not yet awaited.

@@ -253,6 +253,25 @@ static void reduce_every_type(pcclComm_t *comm) {
     }
 }
 
+/* While an async all-reduce is not awaited, membership changes and syncs are refused. */
+static void pending_ops_block_membership(pcclComm_t *comm) {
+    double x[3] = {1, 2, 3};
+    pcclReduceDescriptor_t d = desc_of(pcclDouble, pcclSum, 300, 3);
+    pcclAsyncReduceOp_t h;
+    CHECK(pcclAllReduceAsync(x, x, &d, comm, &h));
+    pcclAsyncReduceOp_t again;
+    if (pcclAllReduceAsync(x, x, &d, comm, &again) != pcclInvalidArgument) die("a tag in flight was reused");
+    if (pcclUpdateTopology(comm) != pcclPendingAsyncOps) die("update topology with an all-reduce in flight");
+    pcclTensorInfo_t info = {"x", x, 3, pcclDouble, pcclDeviceCpu, false};
+    pcclSharedState_t st = {9, 1, &info};
+    if (pcclSynchronizeSharedState(comm, &st, PCCL_SHARED_STATE_SYNC_STRATEGY_ENFORCE_POPULAR, NULL) != pcclPendingAsyncOps)
+        die("shared-state sync with an all-reduce in flight");
+    CHECK(pcclAwaitAsyncReduce(&h, NULL));
+    for (int i = 0; i < 3; i++)
+        if (x[i] != 3.0 * (i + 1)) die("x[%d] = %g", i, x[i]);
+    if (pcclAwaitAsyncReduce(&h, NULL) != pcclInvalidArgument) die("an all-reduce was awaited twice");
+}
+
 #define BIG (4u << 20) /* floats in the all-reduce that peer 2 dies in */
 
 static void survive_a_kill(pcclComm_t *comm) {
@@ -317,6 +336,9 @@ static int peer(uint16_t port) {
 
     sync_state(comm, 1, me == 2);
     reduce_every_type(comm);
+    pending_ops_block_membership(comm);
+    CHECK(pcclOptimizeTopology(comm));
+    if (world_size(comm) != NPEERS) die("world size %d after optimizing", world_size(comm));
 
     /* Misuse is reported, not crashed on. */
     pcclReduceDescriptor_t bad = desc_of((pcclDataType_t)99, pcclSum, 1, 4);

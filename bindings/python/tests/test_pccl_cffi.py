@@ -37,12 +37,14 @@ def test_ddp_loop_with_a_kill(children):
         peers = [children.python(WORKERS / "cffi_ddp_peer.py", os.environ["CONCORD_LIB"], str(port[0]), str(i),
                                  str(steps), env={"PYTHONPATH": str(WORKERS)}) for i in range(3)]
         victim = peers[2]
+        said = []
         for line in victim.stdout:
+            said.append(line)
             if "step 10 " in line:
                 os.kill(victim.pid, signal.SIGKILL)
                 break
         victim.wait(timeout=30)
-        assert victim.returncode == -signal.SIGKILL
+        assert victim.returncode == -signal.SIGKILL, "".join(said)
         hashes, outs = [], []
         for p in peers[:2]:
             out, _ = p.communicate(timeout=120)

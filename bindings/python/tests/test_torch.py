@@ -17,6 +17,16 @@ TORCH_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, 
                 torch.float32, torch.float64]
 
 
+def linear(seed):
+    """A Linear layer whose parameters come from seed (threads must not share torch's global RNG)."""
+    g = torch.Generator().manual_seed(seed)
+    m = torch.nn.Linear(8, 4)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    return m
+
+
 def test_torch_tensors_in_place():
     n, count = 3, 513
     errors = []
@@ -48,13 +58,10 @@ def test_torch_tensors_in_place():
                     want = sum(contribution(torch.float64, r) for r in range(n)).to(dt)
                     assert torch.equal(t, want), dt
                 # a model's parameters as shared state
-                torch.manual_seed(1 if i < 2 else 2)
-                model = torch.nn.Linear(8, 4)
+                model = linear(1 if i < 2 else 2)
                 st = concord.SharedState({name: p.data for name, p in model.named_parameters()}, revision=5)
                 comm.sync_shared_state(st)
-                torch.manual_seed(1)
-                ref = torch.nn.Linear(8, 4)
-                for (_, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+                for (_, p), (_, q) in zip(model.named_parameters(), linear(1).named_parameters()):
                     assert torch.equal(p, q)
                 with pytest.raises(concord.InvalidError):
                     comm.all_reduce(torch.zeros(4, 4)[:, 0])

@@ -2,10 +2,14 @@
 package drives libpccl.so; it knows nothing of Concord.
 
 argv: libpccl.so path, master port, peer index, steps. Each step: update the topology (not on the
-first), sync the weights as shared state (revision = step), all-reduce (average) this peer's gradient
+first; the first step waits for all three peers), sync the weights as shared state (revision = step), all-reduce (average) this peer's gradient
 (index + 1 everywhere) with retry while more than one peer is left, check every element against the
 world size the all-reduce reports, and apply it. At the end it prints the weights' hash.
 """
+
+import faulthandler
+
+faulthandler.dump_traceback_later(100, exit=True)  # a hang shows where it is
 
 import hashlib
 import sys
@@ -66,7 +70,7 @@ while step < steps:
         ok(lib.pcclUpdateTopology(comm), "pcclUpdateTopology")
     first = False
     ok(lib.pcclGetAttribute(comm, lib.PCCL_ATTRIBUTE_GLOBAL_WORLD_SIZE, world), "pcclGetAttribute")
-    if world[0] < 2:
+    if world[0] < (3 if step == 0 else 2):  # start with all three, go on while two are left
         continue
     state.revision = step + 1
     ok(lib.pcclSynchronizeSharedState(comm, state, lib.PCCL_SHARED_STATE_SYNC_STRATEGY_ENFORCE_POPULAR, sync_info),

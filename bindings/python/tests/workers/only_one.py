@@ -1,6 +1,10 @@
 """Runs two peers in threads with only one array library importable: argv[1] is "numpy" or "torch";
 the other one is blocked before concord is imported."""
 
+import faulthandler
+
+faulthandler.dump_traceback_later(100, exit=True)  # a hang shows where it is
+
 import sys
 import threading
 
