@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,8 +26,15 @@ def pytest_configure(config):
     from concord import _lib
 
     out = pathlib.Path(tempfile.mkdtemp(prefix="concord-lib-")) / _lib.LIB_NAME
+    config._concord_lib_dir = out.parent
     _lib.build(out)
     os.environ["CONCORD_LIB"] = str(out)
+
+
+def pytest_unconfigure(config):
+    d = getattr(config, "_concord_lib_dir", None)
+    if d is not None:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class Children:
