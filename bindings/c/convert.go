@@ -92,6 +92,9 @@ func descOf(d *C.pcclReduceDescriptor_t) (pccl.Desc, error) {
 	default:
 		return pccl.Desc{}, fmt.Errorf("%w: quantization algorithm %d", pccl.ErrInvalid, d.quantization_options.algorithm)
 	}
+	if !q.Supports(dt) {
+		return pccl.Desc{}, fmt.Errorf("%w: quantization %v of %v (float and double only)", pccl.ErrInvalid, q, dt)
+	}
 	return pccl.Desc{Tag: uint64(d.tag), Count: int(d.count), DType: dt, Op: op, Quant: q}, nil
 }
 

@@ -253,6 +253,32 @@ static void reduce_every_type(pcclComm_t *comm) {
     }
 }
 
+/* Quantized all-reduces: the result is close to the exact sum (both algorithms, uint8 and uint16). */
+static void reduce_quantized(pcclComm_t *comm) {
+    const pcclQuantizationAlgorithm_t algs[2] = {pcclQuantMinMax, pcclQuantZeroPointScale};
+    const pcclDataType_t qtypes[2] = {pcclUint8, pcclUint16};
+    float *x = malloc(COUNT * sizeof(float));
+    for (int a = 0; a < 2; a++) {
+        for (int q = 0; q < 2; q++) {
+            for (size_t i = 0; i < COUNT; i++) x[i] = (float)contribution(pcclFloat, me, i);
+            pcclReduceDescriptor_t d = desc_of(pcclFloat, pcclSum, 400 + 2 * a + q, COUNT);
+            d.quantization_options.algorithm = algs[a];
+            d.quantization_options.quantized_datatype = qtypes[q];
+            CHECK(pcclAllReduce(x, x, &d, comm, NULL));
+            for (size_t i = 0; i < COUNT; i++) {
+                double want = 0;
+                for (int r = 0; r < NPEERS; r++) want += contribution(pcclFloat, r, i);
+                if (x[i] < want - 0.5 || x[i] > want + 0.5) die("quantized sum[%zu] = %g, want about %g", i, x[i], want);
+            }
+        }
+    }
+    pcclReduceDescriptor_t bad = desc_of(pcclInt32, pcclSum, 410, COUNT);
+    bad.quantization_options.algorithm = pcclQuantMinMax;
+    bad.quantization_options.quantized_datatype = pcclUint8;
+    if (pcclAllReduce(x, x, &bad, comm, NULL) != pcclInvalidArgument) die("quantized int32 accepted");
+    free(x);
+}
+
 /* While an async all-reduce is not awaited, membership changes and syncs are refused. */
 static void pending_ops_block_membership(pcclComm_t *comm) {
     double x[3] = {1, 2, 3};
@@ -336,6 +362,7 @@ static int peer(uint16_t port) {
 
     sync_state(comm, 1, me == 2);
     reduce_every_type(comm);
+    reduce_quantized(comm);
     pending_ops_block_membership(comm);
     CHECK(pcclOptimizeTopology(comm));
     if (world_size(comm) != NPEERS) die("world size %d after optimizing", world_size(comm));

@@ -69,6 +69,12 @@ def test_all_reduce_every_dtype_sync_and_async():
         comm.all_reduce_many(many, op=concord.ReduceOp.AVG, first_tag=200, max_in_flight=2)
         for j, m in enumerate(many):
             np.testing.assert_array_equal(m, contribution(np.float64, 1, 10 + j))
+        q = contribution(np.float32, i, count)
+        comm.all_reduce(q, tag=300, quant=concord.Quant.MINMAX_U8)
+        exact = sum(contribution(np.float64, r, count) for r in range(n))
+        assert np.all(np.abs(q - exact) <= 0.5)
+        with pytest.raises(concord.InvalidError):
+            comm.all_reduce(contribution(np.int32, i, count), tag=301, quant=concord.Quant.MINMAX_U8)
         return True
 
     with concord.Master() as master:
