@@ -30,6 +30,9 @@ else:
     def values(x):
         return x.float().tolist()
 
+# Torch imports parts of itself lazily on first use; two threads doing that at once can deadlock on
+# the import lock, so the first use happens here, before the peer threads start.
+values(make(0))
 failures = []
 
 
