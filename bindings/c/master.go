@@ -1,0 +1,203 @@
+package main
+
+/*
+#include "impl.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime/cgo"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// masterInst is the Go side of a pcclMasterInstance_t: a master.Server served in the background.
+type masterInst struct {
+	addr string
+	cfg  master.Config
+
+	mu      sync.Mutex
+	ln      net.Listener
+	stop    context.CancelFunc
+	done    chan struct{} // closed when Serve returned
+	running bool
+}
+
+// masterOf returns the master behind a C handle.
+func masterOf(p *C.pcclMasterInstance_t) (*masterInst, error) {
+	if p == nil {
+		return nil, errNull("master instance")
+	}
+	h := cgo.Handle(p.handle)
+	if h == 0 {
+		return nil, errUnknownHandle
+	}
+	m, ok := h.Value().(*masterInst)
+	if !ok {
+		return nil, errUnknownHandle
+	}
+	return m, nil
+}
+
+//export pcclCreateMaster
+func pcclCreateMaster(addr C.ccoip_socket_address_t, out **C.pcclMasterInstance_t) C.pcclResult_t {
+	if out == nil {
+		return fail(C.pcclInvalidArgument, errNull("p_master_handle_out"))
+	}
+	s, err := addrString(&addr)
+	if err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	m := &masterInst{addr: s, cfg: master.LAN()}
+	p := (*C.pcclMasterInstance_t)(C.calloc(1, C.sizeof_struct_pcclMasterInstanceState_t))
+	p.handle = C.uintptr_t(cgo.NewHandle(m))
+	*out = p
+	return C.pcclSuccess
+}
+
+//export pcclRunMaster
+func pcclRunMaster(p *C.pcclMasterInstance_t) C.pcclResult_t {
+	m, err := masterOf(p)
+	if err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done != nil {
+		return fail(C.pcclInvalidArgument, errors.New("pccl: the master already ran"))
+	}
+	if err := m.cfg.Validate(); err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	ln, err := net.Listen("tcp", m.addr)
+	if err != nil {
+		return fail(C.pcclInternalError, fmt.Errorf("pccl: master: listen on %s: %w", m.addr, err))
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	srv := master.NewServer(master.ServerConfig{Config: m.cfg})
+	m.ln, m.stop, m.done, m.running = ln, stop, make(chan struct{}), true
+	go func(done chan struct{}) {
+		defer close(done)
+		srv.Serve(ctx, ln)
+	}(m.done)
+	return C.pcclSuccess
+}
+
+//export pcclInterruptMaster
+func pcclInterruptMaster(p *C.pcclMasterInstance_t) C.pcclResult_t {
+	m, err := masterOf(p)
+	if err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stop == nil {
+		return fail(C.pcclInvalidArgument, errors.New("pccl: the master is not running"))
+	}
+	m.stop()
+	return C.pcclSuccess
+}
+
+//export pcclMasterAwaitTermination
+func pcclMasterAwaitTermination(p *C.pcclMasterInstance_t) C.pcclResult_t {
+	m, err := masterOf(p)
+	if err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	m.mu.Lock()
+	done := m.done
+	m.mu.Unlock()
+	if done == nil {
+		return fail(C.pcclInvalidArgument, errors.New("pccl: the master never ran"))
+	}
+	<-done
+	m.mu.Lock()
+	m.running = false
+	m.mu.Unlock()
+	return C.pcclSuccess
+}
+
+//export pcclDestroyMaster
+func pcclDestroyMaster(p *C.pcclMasterInstance_t) C.pcclResult_t {
+	m, err := masterOf(p)
+	if err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	m.mu.Lock()
+	running := m.running
+	m.mu.Unlock()
+	if running {
+		return fail(C.pcclInvalidUsage, errors.New("pccl: destroy a master only after pcclMasterAwaitTermination"))
+	}
+	cgo.Handle(p.handle).Delete()
+	p.handle = 0
+	C.free(unsafe.Pointer(p))
+	return C.pcclSuccess
+}
+
+// configureMaster applies f to a master that has not run yet.
+func configureMaster(p *C.pcclMasterInstance_t, f func(m *masterInst) error) C.pcclResult_t {
+	m, err := masterOf(p)
+	if err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done != nil {
+		return fail(C.pcclInvalidUsage, errors.New("pccl: the master already runs"))
+	}
+	if err := f(m); err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	return C.pcclSuccess
+}
+
+//export concordMasterSetPreset
+func concordMasterSetPreset(p *C.pcclMasterInstance_t, preset *C.char) C.pcclResult_t {
+	return configureMaster(p, func(m *masterInst) error {
+		base := m.cfg
+		switch goString(preset) {
+		case "lan":
+			base = master.LAN()
+		case "wan":
+			base = master.WAN()
+		default:
+			return fmt.Errorf("%w: master preset %q (want lan or wan)", pccl.ErrInvalid, goString(preset))
+		}
+		m.cfg.HeartbeatInterval, m.cfg.HeartbeatTimeout = base.HeartbeatInterval, base.HeartbeatTimeout
+		return nil
+	})
+}
+
+//export concordMasterSetSecret
+func concordMasterSetSecret(p *C.pcclMasterInstance_t, token *C.char) C.pcclResult_t {
+	return configureMaster(p, func(m *masterInst) error { m.cfg.Token = goString(token); return nil })
+}
+
+//export concordMasterGetPort
+func concordMasterGetPort(p *C.pcclMasterInstance_t, out *C.uint16_t) C.pcclResult_t {
+	m, err := masterOf(p)
+	if err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	if out == nil {
+		return fail(C.pcclInvalidArgument, errNull("port_out"))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ln == nil {
+		return fail(C.pcclInvalidUsage, errors.New("pccl: the master is not running"))
+	}
+	_, port, _ := net.SplitHostPort(m.ln.Addr().String())
+	n, _ := strconv.Atoi(port)
+	*out = C.uint16_t(n)
+	return C.pcclSuccess
+}
