@@ -98,6 +98,7 @@ func pcclCreateCommunicator(params *C.pcclCommCreateParams_t, out **C.pcclComm_t
 	}
 	c := &comm{cfg: pccl.LAN(), group: uint32(params.peer_group), ops: map[uint64]*pending{}}
 	c.cfg.Master = addr
+	c.cfg.Group = c.group
 	if n := params.p2p_connection_pool_size; n > 0 {
 		if n > 64 {
 			return fail(C.pcclInvalidArgument, fmt.Errorf("%w: p2p_connection_pool_size %d exceeds 64", pccl.ErrInvalid, n))
