@@ -126,6 +126,9 @@ func (c *Communicator) report(call uint64, ch chan reply, tag uint64, done *wire
 // runOp moves the data of a commenced collective and reports it to the master.
 func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h *opHandle, st *opStart, send, recv []byte, d Desc) error {
 	what := fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, st.seq)
+	if hv, ok := c.links.hierarchyFor(st.ring); ok {
+		return c.runHierarchical(ctx, call, ch, h, st, hv, send, recv, d)
+	}
 	rank, world := slices.Index(st.ring, c.id), len(st.ring)
 	var s rings.Stream = nopStream{}
 	var ls *stream
