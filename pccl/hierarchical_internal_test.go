@@ -1,6 +1,7 @@
 package pccl
 
 import (
+	"errors"
 	"slices"
 	"testing"
 )
@@ -45,6 +46,23 @@ func TestDeriveHierarchy(t *testing.T) {
 	for _, tc := range flat {
 		if h, ok := deriveHierarchy(tc.ring, func(id uint64) string { return tc.sites[id] }, 1); ok {
 			t.Errorf("%s: hierarchical %+v, want flat", tc.name, h)
+		}
+	}
+}
+
+func TestValidateNICs(t *testing.T) {
+	for _, tc := range []struct {
+		nics []string
+		ok   bool
+	}{
+		{nil, true},
+		{[]string{"eth0", "10.0.0.2"}, true},
+		{[]string{"eth0", ""}, false},
+		{[]string{"eth0", "eth1", "eth0"}, false},
+	} {
+		err := Config{Master: "m:1", NICs: tc.nics}.Validate()
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
+			t.Errorf("NICs %q: %v", tc.nics, err)
 		}
 	}
 }

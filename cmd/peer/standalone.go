@@ -99,6 +99,7 @@ func standalone(cc *cli.Context, body func(context.Context, *pccl.Communicator, 
 	}
 	cfg.Master, cfg.Token, cfg.Site, cfg.Logger = cc.String("master"), cc.String("token"), cc.String("site"), log
 	cfg.ListenAddr, cfg.AdvertiseAddr = cc.String("listen"), cc.String("advertise")
+	cfg.NICs = cc.StringSlice("nics")
 	ctx, stop := signal.NotifyContext(cc.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(os.Stderr, "connecting to %s (waiting to be accepted by the running peers)...\n", cfg.Master)
