@@ -295,3 +295,124 @@ func TestHierarchicalPeerDies(t *testing.T) {
 		}
 	}
 }
+
+// TestHierarchicalQuantized runs three sites of two peers with an all-gather encoding, which the WAN
+// phase applies: results are bit-identical on every peer and close to the exact sum.
+func TestHierarchicalQuantized(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	const sites, per = 3, 2
+	comms, _ := g.startSites(ctx, sites, per)
+	defer closeAll(comms)
+	requireHierarchical(t, comms, sites, per)
+	const count = 10007
+	n := len(comms)
+	bufs := make([][]float32, n)
+	want := make([]float32, count)
+	for i := range bufs {
+		bufs[i] = fill(count, uint64(i+5))
+		for j, v := range bufs[i] {
+			want[j] += v
+		}
+	}
+	errs := each(comms, func(i int, c *pccl.Communicator) error {
+		b := pccl.Bytes(bufs[i])
+		return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 6, Count: count, DType: pccl.F32, Op: pccl.Sum, Quant: pccl.MinMaxU8})
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("peer %d: %v", i, err)
+		}
+		if !bytes.Equal(pccl.Bytes(bufs[i]), pccl.Bytes(bufs[0])) {
+			t.Fatalf("peer %d: result differs from peer 0's", i)
+		}
+		for j := range want {
+			// One 8-bit encoding of a range of at most 2*n*100 loses at most that range / 255.
+			if d := math.Abs(float64(bufs[i][j] - want[j])); d > 2*float64(n)*100/255+1 {
+				t.Fatalf("peer %d element %d: %v, want %v", i, j, bufs[i][j], want[j])
+			}
+		}
+	}
+}
+
+// TestHierarchicalAfterReplacement loses a peer of two sites of two, runs the retry on the flat ring,
+// then admits a replacement in the same site: the next AllReduce is hierarchical again and correct.
+func TestHierarchicalAfterReplacement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	comms, hosts := g.startSites(ctx, 2, 2)
+	defer closeAll(comms)
+	requireHierarchical(t, comms, 2, 2)
+	const victim = 3 // in site1
+	g.net.Crash(hosts[victim])
+	comms[victim].Close()
+	survivors := comms[:victim]
+	sum := func(cs []*pccl.Communicator) error {
+		want := float32(0)
+		for i := range cs {
+			want += float32(i + 1)
+		}
+		errs := each(cs, func(i int, c *pccl.Communicator) error {
+			v := make([]float32, 999)
+			for j := range v {
+				v[j] = float32(i + 1)
+			}
+			if err := c.AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 7, Count: len(v), DType: pccl.F32, Op: pccl.Sum}); err != nil {
+				return err
+			}
+			for j := range v {
+				if v[j] != want {
+					return fmt.Errorf("element %d: %v, want %v", j, v[j], want)
+				}
+			}
+			return nil
+		})
+		return errors.Join(errs...)
+	}
+	// The first AllReduce may find the crash (ErrPeerLeft) or the master may have dropped the peer
+	// already (the collective then runs on the survivors); either way the retry after
+	// UpdateTopology works.
+	for attempt := 0; ; attempt++ {
+		errs := each(survivors, func(_ int, c *pccl.Communicator) error { return c.UpdateTopology(ctx) })
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		if survivors[0].WorldSize() == len(survivors) {
+			break
+		}
+		if attempt > 100 {
+			t.Fatal("the crashed peer never left the ring")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := sum(survivors); err != nil {
+		t.Fatal(err)
+	}
+	h := g.host()
+	var newcomer *pccl.Communicator
+	joined := make(chan error, 1)
+	go func() {
+		var err error
+		newcomer, err = pccl.Connect(ctx, pccl.Config{Master: g.addr, ListenAddr: h + ":9000", Transport: g.net.Host(h),
+			PartBytes: 4096, Site: "site1"})
+		joined <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); len(g.srv.Snapshot().Peers) != 4; {
+		if time.Now().After(deadline) {
+			t.Fatal("the newcomer did not register")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	errs := each(survivors, func(_ int, c *pccl.Communicator) error { return c.UpdateTopology(ctx) })
+	if err := errors.Join(append(errs, <-joined)...); err != nil {
+		t.Fatal(err)
+	}
+	defer newcomer.Close()
+	all := append(slices.Clone(survivors), newcomer)
+	requireHierarchical(t, all, 2, 2)
+	if err := sum(all); err != nil {
+		t.Fatal(err)
+	}
+}
