@@ -295,12 +295,9 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 	var verdict error
 	commit := func() error {
 		reported = true
-		done := &wire.Done{Code: wire.CodeOK}
-		for _, s := range streams {
-			done.LinkBytes += s.sentBytes
-			done.LinkNanos += s.sentNanos
-		}
-		verdict = c.report(call, ch, d.Tag, done, what)
+		// No link telemetry: the master attributes it to the flat ring's edges, which carried
+		// nothing of this collective.
+		verdict = c.report(call, ch, d.Tag, &wire.Done{Code: wire.CodeOK}, what)
 		return verdict
 	}
 	p := hv.plan(d.Count, d, c.cfg.PartBytes, streams[0], streams[1], streams[2])
