@@ -29,6 +29,7 @@ func (g *group) startSites(ctx context.Context, sites, per int) ([]*pccl.Communi
 			Transport:  g.net.Host(hosts[i]),
 			PartBytes:  4096,
 			Site:       fmt.Sprintf("site%d", i%sites),
+			NICs:       nicsOf(hosts[i]),
 		})
 	}
 	for i := range hosts {
@@ -65,6 +66,9 @@ func (g *group) startSites(ctx context.Context, sites, per int) ([]*pccl.Communi
 	return comms, hosts
 }
 
+// nicsOf returns the NICs the test's peer on host announces.
+func nicsOf(host string) []string { return []string{host + "-rail0", host + "-rail1"} }
+
 // requireHierarchical checks that every peer runs its next AllReduce hierarchically, with a site ring
 // of per peers and a WAN ring of sites peers.
 func requireHierarchical(t *testing.T, comms []*pccl.Communicator, sites, per int) {
@@ -86,6 +90,17 @@ func TestHierarchicalAllReduce(t *testing.T) {
 	defer closeAll(comms)
 	requireHierarchical(t, comms, sites, per)
 	n := len(comms)
+	// The master knows every peer's site and NICs as announced at join.
+	byID := map[uint64]master.PeerInfo{}
+	for _, p := range g.srv.Snapshot().Peers {
+		byID[uint64(p.ID)] = p
+	}
+	for i, c := range comms {
+		p := byID[c.ID()]
+		if p.Site != fmt.Sprintf("site%d", i%sites) || !slices.Equal(p.NICs, nicsOf(hosts[i])) {
+			t.Fatalf("peer %d: master has site %q NICs %q", i, p.Site, p.NICs)
+		}
+	}
 
 	// Counts that do not divide evenly among the site's peers, and one smaller than the site.
 	for _, count := range []int{1, 2, 1000, 33331} {
