@@ -26,9 +26,9 @@ type Config struct {
 	// hierarchically: inside each site, then across sites on one WAN ring per site rank.
 	Site string
 	// NICs lists the local network interfaces (names or addresses) this peer may use for traffic
-	// inside its site. Entries must be non-empty and distinct. They are checked by Validate but not
-	// yet used: the intra-site phases of the hierarchical AllReduce run over this peer's links from
-	// ListenAddr. Default: none.
+	// inside its site. Entries must be non-empty and distinct. They are announced to the master, which
+	// lists them with the peer; the intra-site phases of the hierarchical AllReduce do not use them yet
+	// and run over this peer's links from ListenAddr. Default: none.
 	NICs []string
 	// Group is the peer group this peer joins (a 32-bit id, as in PCCL): shared state and collectives
 	// span one group, and each group has its own ring and epochs under the one master. Default 0.
