@@ -163,7 +163,7 @@ func (c *Communicator) hello(ctx context.Context, adv string) (*wire.Welcome, er
 	if err := wire.Exchange(c.master, wire.KindControl); err != nil {
 		return nil, fmt.Errorf("pccl: master handshake: %w", err)
 	}
-	if _, err := c.master.Write(wire.AppendFrame(nil, &wire.Hello{Token: c.cfg.Token, Addr: adv, Site: c.cfg.Site, Peer: c.cfg.ID, Group: c.cfg.Group})); err != nil {
+	if _, err := c.master.Write(wire.AppendFrame(nil, &wire.Hello{Token: c.cfg.Token, Addr: adv, Site: c.cfg.Site, Peer: c.cfg.ID, Group: c.cfg.Group, NICs: c.cfg.NICs})); err != nil {
 		return nil, fmt.Errorf("pccl: send hello: %w: %w", ErrMasterLost, err)
 	}
 	msg, _, err := wire.ReadFrame(c.master, 0, nil)

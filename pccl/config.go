@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 )
 
@@ -20,8 +21,15 @@ type Config struct {
 	ListenAddr string
 	// AdvertiseAddr is the address neighbours dial. Default: the listener's address.
 	AdvertiseAddr string
-	// Site names the datacenter or region this peer runs in, for the status page and topology.
+	// Site names the datacenter or region this peer runs in, for the status page and topology. When
+	// the ring holds several sites of the same size (at least two peers each), AllReduce runs
+	// hierarchically: inside each site, then across sites on one WAN ring per site rank.
 	Site string
+	// NICs lists the local network interfaces (names or addresses) this peer may use for traffic
+	// inside its site. Entries must be non-empty and distinct. They are announced to the master, which
+	// lists them with the peer; the intra-site phases of the hierarchical AllReduce do not use them yet
+	// and run over this peer's links from ListenAddr. Default: none.
+	NICs []string
 	// Group is the peer group this peer joins (a 32-bit id, as in PCCL): shared state and collectives
 	// span one group, and each group has its own ring and epochs under the one master. Default 0.
 	Group uint32
@@ -101,6 +109,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Config.ProgressTimeout is %v, must be >= 0", ErrInvalid, c.ProgressTimeout)
 	case c.MasterTimeout < 0:
 		return fmt.Errorf("%w: Config.MasterTimeout is %v, must be >= 0", ErrInvalid, c.MasterTimeout)
+	}
+	for i, nic := range c.NICs {
+		if nic == "" {
+			return fmt.Errorf("%w: Config.NICs[%d] is empty", ErrInvalid, i)
+		}
+		if slices.Contains(c.NICs[:i], nic) {
+			return fmt.Errorf("%w: Config.NICs lists %q twice", ErrInvalid, nic)
+		}
 	}
 	return nil
 }

@@ -48,6 +48,7 @@ type links struct {
 	isDirty  bool          // a link failed; ask for a re-wire
 	outBroke bool          // a connection of the pool to next failed: re-dial it
 	isClosed bool
+	hier     hierLinks // sub-ring pools of the hierarchical AllReduce
 	wg       sync.WaitGroup
 }
 
@@ -87,6 +88,7 @@ func (l *links) close() {
 	l.mu.Lock()
 	l.isClosed = true
 	l.ln.Close()
+	l.hier.closeAll()
 	for _, oc := range l.out {
 		oc.conn.Close()
 	}
@@ -106,6 +108,9 @@ func (l *links) close() {
 // lead there and are healthy), and drops incoming pools from peers that are no longer the predecessor.
 // On failure it returns the peers it could not reach.
 func (l *links) wire(m *wire.Connect) ([]uint64, error) {
+	if failed, err := l.wireHier(m); err != nil {
+		return failed, err
+	}
 	me := l.c.id
 	i := slices.IndexFunc(m.Ring, func(p wire.PeerInfo) bool { return p.ID == me })
 	if i < 0 {
@@ -125,7 +130,7 @@ func (l *links) wire(m *wire.Connect) ([]uint64, error) {
 		stale, l.out, l.next = l.out, nil, 0
 	}
 	for from, pool := range l.in {
-		if from != prev.ID {
+		if from != prev.ID && !l.hier.expects(from) {
 			for _, ic := range pool {
 				if ic != nil {
 					ic.conn.Close()
@@ -422,26 +427,39 @@ func (l *links) observe(n int, d time.Duration) {
 func (l *links) stream(tag, seq, epoch uint64, prev uint64, h *opHandle) (*stream, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := &stream{l: l, key: inboxKey{tag, seq}, epoch: epoch, h: h, aborted: h.aborted, t0: time.Now()}
 	if len(l.out) == 0 {
 		l.isDirty = true
 		return nil, fmt.Errorf("%w: no link to the successor", ErrPeerLeft)
 	}
-	s.outs = slices.Clone(l.out)
-	for _, ic := range l.in[prev] {
+	// The pool from prev is as long as prev's pool; past hierIndexBase it also holds sub-ring links,
+	// and peers that use sub-rings have pools of the same size.
+	n := len(l.in[prev])
+	if n > hierIndexBase {
+		n = l.c.cfg.PoolSize
+	}
+	return l.openStream(inboxKey{tag, seq}, epoch, l.out, prev, 0, n, h), nil
+}
+
+// openStream registers the stream of key over outs and the n incoming connections from prev that
+// start at pool index base (l.mu held).
+func (l *links) openStream(key inboxKey, epoch uint64, outs []*outConn, prev uint64, base, n int, h *opHandle) *stream {
+	s := &stream{l: l, key: key, epoch: epoch, h: h, aborted: h.aborted, t0: time.Now()}
+	s.outs = slices.Clone(outs)
+	pool := l.in[prev]
+	for k := base; k < base+n; k++ {
 		var conn net.Conn
-		if ic != nil {
-			conn = ic.conn
+		if k < len(pool) && pool[k] != nil {
+			conn = pool[k].conn
 		}
 		s.ins = append(s.ins, conn)
 	}
-	s.box = &inbox{s: s, reqs: make([]chan *recvReq, max(len(s.ins), 1))}
+	s.box = &inbox{s: s, base: base, reqs: make([]chan *recvReq, max(len(s.ins), 1))}
 	for i := range s.box.reqs {
 		s.box.reqs[i] = make(chan *recvReq)
 	}
 	l.inboxes[s.key] = s.box
 	l.notify()
-	return s, nil
+	return s
 }
 
 // release forgets a stream's inbox; late frames of its operation are dropped.
@@ -508,15 +526,17 @@ type recvReq struct {
 // frames that travel on pool connection k.
 type inbox struct {
 	s    *stream
+	base int // pool index of reqs[0]
 	reqs []chan *recvReq
 }
 
 // deliver reads the payload of the frame with header h from conn, the pool connection with the given
 // index, into the buffer the collective posted. It is called by the reader goroutine of the connection.
 func (ib *inbox) deliver(conn net.Conn, index int, h wire.DataHeader) error {
-	if index >= len(ib.reqs) {
-		return fmt.Errorf("frame on pool connection %d, the collective uses %d", index, len(ib.reqs))
+	if index < ib.base || index-ib.base >= len(ib.reqs) {
+		return fmt.Errorf("frame on pool connection %d, the collective uses %d from %d", index, len(ib.reqs), ib.base)
 	}
+	index -= ib.base
 	var req *recvReq
 	select {
 	case req = <-ib.reqs[index]:

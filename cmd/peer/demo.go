@@ -33,6 +33,9 @@ func demoCommand() *cli.Command {
 			&cli.StringFlag{Name: "trainer", Value: "diloco", EnvVars: []string{"CONCORD_TRAINER"},
 				Usage: "ddp, diloco, async-diloco, or allreduce (a loop of checked AllReduces)"},
 			&cli.IntFlag{Name: "peers", Value: 4, EnvVars: []string{"CONCORD_PEERS"}, Usage: "number of peer processes"},
+			&cli.IntFlag{Name: "sites", EnvVars: []string{"CONCORD_SITES"},
+				Usage: "simulated sites; with --per-site, replaces --peers, and AllReduce runs hierarchically (0: one flat ring)"},
+			&cli.IntFlag{Name: "per-site", Value: 2, EnvVars: []string{"CONCORD_PER_SITE"}, Usage: "peer processes per site with --sites"},
 			&cli.IntFlag{Name: "inner-steps", Value: 20, EnvVars: []string{"CONCORD_H"}, Usage: "H: DiLoCo inner steps per outer step"},
 			&cli.IntFlag{Name: "batch", Value: 64, EnvVars: []string{"CONCORD_BATCH"}, Usage: "minibatch size per peer"},
 			&cli.DurationFlag{Name: "duration", Value: 90 * time.Second, EnvVars: []string{"CONCORD_DURATION"},
@@ -52,6 +55,7 @@ func demoCommand() *cli.Command {
 // peerView is what the demo knows of one peer process.
 type peerView struct {
 	proc  *cluster.Proc
+	site  string
 	last  event
 	done  *event
 	alive bool
@@ -85,8 +89,15 @@ func demo(cc *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("--trainer %q: want ddp, diloco, async-diloco or allreduce", trainer), 2)
 	}
 	n := cc.Int("peers")
+	sites, perSite := cc.Int("sites"), cc.Int("per-site")
+	if sites > 0 {
+		if perSite < 1 {
+			return cli.Exit("--per-site must be at least 1", 2)
+		}
+		n = sites * perSite
+	}
 	if n < 2 {
-		return cli.Exit("--peers must be at least 2", 2)
+		return cli.Exit("--peers (or --sites times --per-site) must be at least 2", 2)
 	}
 	duration := cc.Duration("duration")
 	killMin, killMax := cc.Duration("kill-min"), cc.Duration("kill-max")
@@ -106,30 +117,39 @@ func demo(cc *cli.Context) error {
 	}
 	wcfg := workerConfig{Master: addr, Trainer: trainer, H: cc.Int("inner-steps"), Batch: cc.Int("batch"), Seed: cc.Uint64("seed"),
 		Size: cc.Int("size"), Life: duration + 90*time.Second}
-	raw, _ := json.Marshal(wcfg)
-	env := []string{envWorkerCfg + "=" + string(raw)}
 	st := &demoState{start: time.Now(), peers: map[string]*peerView{}}
 	if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		st.tty = true
 	}
-	spawn := func() error {
-		p, err := cl.Spawn(cluster.Spec{Role: roleWorker, Env: env})
+	// spawn starts a peer process in site (empty without --sites).
+	spawn := func(site string) error {
+		c := wcfg
+		c.Site = site
+		raw, _ := json.Marshal(c)
+		p, err := cl.Spawn(cluster.Spec{Role: roleWorker, Env: []string{envWorkerCfg + "=" + string(raw)}})
 		if err != nil {
 			return err
 		}
 		st.spawned++
-		st.peers[p.Name()] = &peerView{proc: p, alive: true}
+		st.peers[p.Name()] = &peerView{proc: p, site: site, alive: true}
 		st.order = append(st.order, p.Name())
 		return nil
 	}
 	fmt.Printf("Concord demo: master on %s, %d peers, trainer %s, %v", addr, n, trainer, duration)
+	if sites > 0 {
+		fmt.Printf(", %d sites of %d peers", sites, perSite)
+	}
 	if killMin > 0 {
 		fmt.Printf(", a peer killed every %v-%v\n", killMin, killMax)
 	} else {
 		fmt.Println(", no churn")
 	}
-	for range n {
-		if err := spawn(); err != nil {
+	for i := range n {
+		site := ""
+		if sites > 0 {
+			site = fmt.Sprintf("site%d", i%sites)
+		}
+		if err := spawn(site); err != nil {
 			return cli.Exit(err.Error(), 1)
 		}
 	}
@@ -157,7 +177,7 @@ func demo(cc *cli.Context) error {
 				st.killAt = append(st.killAt, now)
 				st.killStep = append(st.killStep, st.step)
 				st.print(fmt.Sprintf("killed %s (SIGKILL) at step %d; starting a replacement", v.proc.Name(), st.step))
-				if err := spawn(); err != nil {
+				if err := spawn(v.site); err != nil { // the replacement joins the victim's site
 					return cli.Exit(err.Error(), 1)
 				}
 			}

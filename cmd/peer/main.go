@@ -63,6 +63,8 @@ func commonFlags() []cli.Flag {
 			Usage: "address neighbours should dial, if not the listen address (e.g. behind NAT)"},
 		&cli.StringFlag{Name: "site", EnvVars: []string{"CONCORD_SITE"},
 			Usage: "datacenter or region of this peer, used to order the ring"},
+		&cli.StringSliceFlag{Name: "nics", EnvVars: []string{"CONCORD_NICS"},
+			Usage: "network interfaces (names or addresses) this peer may use inside its site, comma-separated"},
 		&cli.StringFlag{Name: "preset", Value: "lan", EnvVars: []string{"CONCORD_PRESET"},
 			Usage: "connection preset: lan (1 connection per neighbour) or wan (4, more patience)"},
 		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"CONCORD_LOG_FORMAT"},

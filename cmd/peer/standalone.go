@@ -102,6 +102,7 @@ func standalone(cc *cli.Context, body func(context.Context, *pccl.Communicator, 
 	if cfg.Transport, err = transportFromFlags(cc); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
+	cfg.NICs = cc.StringSlice("nics")
 	ctx, stop := signal.NotifyContext(cc.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(os.Stderr, "connecting to %s (waiting to be accepted by the running peers)...\n", cfg.Master)

@@ -56,8 +56,13 @@ func Decode(t Type, p []byte) (Message, error) {
 	var m Message
 	switch t {
 	case TypeHello:
-		m = &Hello{Token: d.str("token"), Addr: d.str("addr"), Site: d.str("site"), Caps: d.u64("caps"),
+		v := &Hello{Token: d.str("token"), Addr: d.str("addr"), Site: d.str("site"), Caps: d.u64("caps"),
 			Peer: d.u64("peer"), Group: d.u32("group")}
+		n := d.count(4, "nics")
+		for i := 0; i < n; i++ {
+			v.NICs = append(v.NICs, d.str("nic"))
+		}
+		m = v
 	case TypeVoteTopology:
 		m = &VoteTopology{Rewire: d.boolean("rewire")}
 	case TypeLinksReady:
@@ -164,12 +169,13 @@ func Decode(t Type, p []byte) (Message, error) {
 // still counts as live. Group is the peer group the peer joins (for example one per pipeline stage):
 // rings, epochs, collectives and shared-state syncs span one group; 0 is the default group.
 type Hello struct {
-	Token string // the run token; the master refuses peers with another token
-	Addr  string // the address ring neighbours dial, host:port
-	Site  string // the site (datacenter, region) the peer runs in; may be empty
-	Caps  uint64 // capability bits, reserved
-	Peer  uint64 // the chosen peer id, or 0 for one assigned by the master
-	Group uint32 // the peer group, 0 by default
+	Token string   // the run token; the master refuses peers with another token
+	Addr  string   // the address ring neighbours dial, host:port
+	Site  string   // the site (datacenter, region) the peer runs in; may be empty
+	Caps  uint64   // capability bits, reserved
+	Peer  uint64   // the chosen peer id, or 0 for one assigned by the master
+	Group uint32   // the peer group, 0 by default
+	NICs  []string // the interfaces the peer may use inside its site (names or addresses); may be empty
 }
 
 // VoteTopology is an accepted peer's vote in UpdateTopology. Rewire asks for the ring's links to be
@@ -401,7 +407,12 @@ func (m *Hello) Append(b []byte) []byte {
 	b = appendString(b, m.Site)
 	b = appendU64(b, m.Caps)
 	b = appendU64(b, m.Peer)
-	return appendU32(b, m.Group)
+	b = appendU32(b, m.Group)
+	b = appendU32(b, uint32(len(m.NICs)))
+	for _, nic := range m.NICs {
+		b = appendString(b, nic)
+	}
+	return b
 }
 
 func (m *VoteTopology) Append(b []byte) []byte { return appendBool(b, m.Rewire) }

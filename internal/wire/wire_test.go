@@ -10,7 +10,7 @@ import (
 
 func sampleMessages() []Message {
 	return []Message{
-		&Hello{Token: "run-1", Addr: "127.0.0.1:4000", Site: "eu", Caps: 7},
+		&Hello{Token: "run-1", Addr: "127.0.0.1:4000", Site: "eu", Caps: 7, NICs: []string{"eth0", "10.1.0.2"}},
 		&Hello{Token: "run-1", Addr: "127.0.0.1:4001", Peer: 1 << 40, Group: 3},
 		&VoteTopology{Rewire: true},
 		&LinksReady{Epoch: 3, OK: false, Failed: []uint64{4, 9}, Detail: "dial refused"},

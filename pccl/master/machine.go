@@ -209,7 +209,7 @@ func (m *Machine) Snapshot(now time.Time) Snapshot {
 		Counters: m.counters, Events: slices.Clone(m.events)}
 	for _, id := range m.ids {
 		p := m.peers[id]
-		s.Peers = append(s.Peers, PeerInfo{ID: id, Group: p.group.id, Addr: p.hello.Addr, Site: p.hello.Site,
+		s.Peers = append(s.Peers, PeerInfo{ID: id, Group: p.group.id, Addr: p.hello.Addr, Site: p.hello.Site, NICs: slices.Clone(p.hello.NICs),
 			State: p.state, Joined: p.joined, LastSeen: p.lastSeen, Step: p.step.Step, InOptimizer: p.step.InOptimizer, HasStep: p.hasStep})
 	}
 	for _, gid := range m.gids {

@@ -31,6 +31,7 @@ type PeerInfo struct {
 	Group    GroupID
 	Addr     string
 	Site     string
+	NICs     []string // the interfaces the peer announced for traffic inside its site
 	State    PeerState
 	Joined   time.Time
 	LastSeen time.Time

@@ -1,0 +1,351 @@
+// Command hierarchical compares the flat ring with the hierarchical AllReduce on a run of several
+// sites, on the in-memory network.
+//
+// Peer i runs in site i mod --sites. Links inside a site run at --nic-mbit with --lan-rtt; links
+// between sites run at --wan-mbit with --wan-rtt. The in-memory network shapes each ordered pair of
+// hosts on its own, so a WAN link here is one peer pair's path, not one pipe shared by the whole site.
+//
+// The command builds two groups on the same network: one whose peers announce no site (the flat ring,
+// installed in site order so it crosses between sites only --sites times), and one whose peers announce
+// their site (the hierarchical AllReduce). It times --iters AllReduces of --size bytes of f32 Sum on
+// each (median, flat_seconds and hier_seconds), counts the bytes sent between hosts of different sites
+// per AllReduce (flat_wan_bytes, hier_wan_bytes), and checks every element on every peer and that the
+// results are bit-identical (correct). It then kills one peer of the hierarchical group while an
+// AllReduce moves data and checks that every survivor gets ErrPeerLeft with its buffer unchanged and
+// that the retry after UpdateTopology is correct (peer_kill_aborted). A NIC failure inside a site is
+// not exercised: the intra-site phases run over the peers' TCP links, not over the rdma tier, so
+// nic_fault_correct is null. The last line of output is JSON.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+func main() {
+	sites := flag.Int("sites", 2, "number of sites")
+	perSite := flag.Int("per-site", 4, "peers per site")
+	size := flag.Int("size", 64<<20, "AllReduce size in bytes per peer (a multiple of 4)")
+	iters := flag.Int("iters", 3, "timed AllReduces per configuration (median)")
+	nicMbit := flag.Float64("nic-mbit", 8000, "rate of a link inside a site, Mbit/s")
+	wanMbit := flag.Float64("wan-mbit", 800, "rate of a link between sites, Mbit/s")
+	lanRTT := flag.Duration("lan-rtt", 200*time.Microsecond, "round-trip time inside a site")
+	wanRTT := flag.Duration("wan-rtt", 40*time.Millisecond, "round-trip time between sites")
+	flag.Parse()
+	if *sites < 2 || *perSite < 2 || *size <= 0 || *size%4 != 0 || *iters < 1 {
+		log.Fatal("need --sites >= 2, --per-site >= 2, --size a positive multiple of 4, --iters >= 1")
+	}
+	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters}
+	out, err := b.run(shape{nic: *nicMbit * 1e6 / 8, wan: *wanMbit * 1e6 / 8, lanRTT: *lanRTT, wanRTT: *wanRTT})
+	if err != nil {
+		log.Fatal(err)
+	}
+	raw, _ := json.Marshal(out)
+	fmt.Println(string(raw))
+}
+
+// shape holds the link parameters, rates in bytes per second.
+type shape struct {
+	nic, wan       float64
+	lanRTT, wanRTT time.Duration
+}
+
+type bench struct {
+	sites, per, size, iters int
+}
+
+// group is a master and its peers on the shared network.
+type group struct {
+	net   *pccl.Network
+	srv   *master.Server
+	hosts []string
+	comms []*pccl.Communicator
+	stop  func()
+}
+
+func (b *bench) siteOf(i int) int { return i % b.sites }
+
+func (b *bench) run(sh shape) (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	n := b.sites * b.per
+	netw := pccl.NewNetwork()
+	// Two sets of hosts, one per group, shaped alike.
+	for _, prefix := range []string{"flat", "hier"} {
+		for i := range n {
+			for j := range n {
+				if i == j {
+					continue
+				}
+				lc := pccl.LinkConfig{Bandwidth: sh.nic, Latency: sh.lanRTT / 2}
+				if b.siteOf(i) != b.siteOf(j) {
+					lc = pccl.LinkConfig{Bandwidth: sh.wan, Latency: sh.wanRTT / 2}
+				}
+				netw.SetLink(host(prefix, i), host(prefix, j), lc)
+			}
+		}
+	}
+	out := map[string]any{"sites": b.sites, "per_site": b.per, "bytes": b.size, "iters": b.iters,
+		"nic_mbit": sh.nic * 8 / 1e6, "wan_mbit": sh.wan * 8 / 1e6, "wan_rtt_ms": float64(sh.wanRTT) / 1e6,
+		"nic_fault_correct": nil}
+
+	flat, err := b.start(ctx, netw, "flat", false)
+	if err != nil {
+		return nil, err
+	}
+	// The flat baseline is the site-ordered ring, which crosses between sites only once per site.
+	var order []uint64
+	for s := range b.sites {
+		for i, c := range flat.comms {
+			if b.siteOf(i) == s {
+				order = append(order, c.ID())
+			}
+		}
+	}
+	flat.srv.ForceRing(order)
+	if err := all(flat.comms, func(_ int, c *pccl.Communicator) error { return c.OptimizeTopology(ctx) }); err != nil {
+		flat.close()
+		return nil, err
+	}
+	fsec, fwan, fok, err := b.timed(ctx, flat)
+	flat.close()
+	if err != nil {
+		return nil, fmt.Errorf("flat: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "flat ring: %.3f s, %d WAN bytes per AllReduce\n", fsec, fwan)
+
+	hier, err := b.start(ctx, netw, "hier", true)
+	if err != nil {
+		return nil, err
+	}
+	defer hier.close()
+	hsec, hwan, hok, err := b.timed(ctx, hier)
+	if err != nil {
+		return nil, fmt.Errorf("hierarchical: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "hierarchical: %.3f s, %d WAN bytes per AllReduce\n", hsec, hwan)
+	killed, err := b.kill(ctx, hier)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "peer kill: %v\n", err)
+	}
+	out["flat_seconds"], out["hier_seconds"] = fsec, hsec
+	out["flat_wan_bytes"], out["hier_wan_bytes"] = fwan, hwan
+	out["speedup"] = fsec / hsec
+	out["wan_bytes_ratio"] = float64(hwan) / float64(max(fwan, 1))
+	out["correct"] = fok && hok
+	out["peer_kill_aborted"] = killed
+	return out, nil
+}
+
+func host(prefix string, i int) string { return fmt.Sprintf("%s%d", prefix, i) }
+
+// start connects the peers of one group and admits them in one UpdateTopology.
+func (b *bench) start(ctx context.Context, netw *pccl.Network, prefix string, withSites bool) (*group, error) {
+	n := b.sites * b.per
+	addr := prefix + "-master:7000"
+	ln, err := netw.Host(prefix + "-master").Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	g := &group{net: netw, srv: master.NewServer(master.ServerConfig{}), comms: make([]*pccl.Communicator, n)}
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- g.srv.Serve(sctx, ln) }()
+	g.stop = func() { stop(); <-served }
+	connect := func(i int) error {
+		cfg := pccl.Config{Master: addr, ListenAddr: host(prefix, i) + ":9000", Transport: netw.Host(host(prefix, i)),
+			PoolSize: 2, ProgressTimeout: time.Minute}
+		if withSites {
+			cfg.Site = fmt.Sprintf("site%d", b.siteOf(i))
+		}
+		var err error
+		g.comms[i], err = pccl.Connect(ctx, cfg)
+		return err
+	}
+	for i := range n {
+		g.hosts = append(g.hosts, host(prefix, i))
+	}
+	if err := connect(0); err != nil {
+		g.close()
+		return nil, err
+	}
+	errs := make(chan error, n)
+	for i := 1; i < n; i++ {
+		go func() { errs <- connect(i) }()
+	}
+	for len(g.srv.Snapshot().Peers) < n {
+		time.Sleep(time.Millisecond)
+	}
+	err = g.comms[0].UpdateTopology(ctx)
+	for i := 1; i < n; i++ {
+		err = errors.Join(err, <-errs)
+	}
+	if err != nil {
+		g.close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *group) close() {
+	for _, c := range g.comms {
+		if c != nil {
+			c.Close()
+		}
+	}
+	g.stop()
+}
+
+// wanBytes is the number of bytes sent so far between hosts of different sites.
+func (b *bench) wanBytes(g *group) int64 {
+	var sum int64
+	for i, a := range g.hosts {
+		for j, c := range g.hosts {
+			if b.siteOf(i) != b.siteOf(j) {
+				sum += g.net.Stats(a, c)
+			}
+		}
+	}
+	return sum
+}
+
+// input returns peer i's contribution: small integers, so that every sum is exact.
+func (b *bench) input(i int) []float32 {
+	r := rand.New(rand.NewPCG(uint64(i), 3))
+	v := make([]float32, b.size/4)
+	for k := range v {
+		v[k] = float32(r.IntN(64) - 32)
+	}
+	return v
+}
+
+// timed runs iters AllReduces on g and returns the median seconds, the WAN bytes of one AllReduce, and
+// whether every result was correct and bit-identical.
+func (b *bench) timed(ctx context.Context, g *group) (float64, int64, bool, error) {
+	n := len(g.comms)
+	in := make([][]float32, n)
+	want := make([]float32, b.size/4)
+	for i := range in {
+		in[i] = b.input(i)
+		for k, v := range in[i] {
+			want[k] += v
+		}
+	}
+	recv := make([][]float32, n)
+	for i := range recv {
+		recv[i] = make([]float32, b.size/4)
+	}
+	var secs []float64
+	var wan int64
+	ok := true
+	for it := range b.iters {
+		w0 := b.wanBytes(g)
+		t0 := time.Now()
+		err := all(g.comms, func(i int, c *pccl.Communicator) error {
+			return c.AllReduce(ctx, pccl.Bytes(in[i]), pccl.Bytes(recv[i]), pccl.Desc{Tag: 1, Count: b.size / 4, DType: pccl.F32, Op: pccl.Sum})
+		})
+		if err != nil {
+			return 0, 0, false, err
+		}
+		secs = append(secs, time.Since(t0).Seconds())
+		wan = b.wanBytes(g) - w0
+		for i := range recv {
+			if !slices.Equal(recv[i], want) || !bytes.Equal(pccl.Bytes(recv[i]), pccl.Bytes(recv[0])) {
+				ok = false
+			}
+		}
+		fmt.Fprintf(os.Stderr, "  iteration %d: %.3f s\n", it+1, secs[len(secs)-1])
+	}
+	sort.Float64s(secs)
+	return secs[len(secs)/2], wan, ok, nil
+}
+
+// kill crashes one peer of g while an AllReduce moves data and reports whether every survivor got
+// ErrPeerLeft with its buffer unchanged and the retry after UpdateTopology was correct.
+func (b *bench) kill(ctx context.Context, g *group) (bool, error) {
+	n := len(g.comms)
+	victim := n - 1
+	bufs := make([][]float32, n)
+	orig := make([][]byte, n)
+	for i := range bufs {
+		bufs[i] = b.input(i + 100)
+		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
+	}
+	started := b.wanBytes(g)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range g.comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := pccl.Bytes(bufs[i])
+			errs[i] = c.AllReduce(ctx, buf, buf, pccl.Desc{Tag: 2, Count: b.size / 4, DType: pccl.F32, Op: pccl.Sum})
+		}()
+	}
+	for b.wanBytes(g) == started {
+		time.Sleep(100 * time.Microsecond)
+	}
+	g.net.Crash(g.hosts[victim])
+	wg.Wait()
+	g.comms[victim].Close()
+	survivors := g.comms[:victim]
+	for i := range survivors {
+		if !errors.Is(errs[i], pccl.ErrPeerLeft) {
+			return false, fmt.Errorf("survivor %d: %v, want ErrPeerLeft", i, errs[i])
+		}
+		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
+			return false, fmt.Errorf("survivor %d: buffer changed by the aborted AllReduce", i)
+		}
+	}
+	want := make([]float32, b.size/4)
+	for _, buf := range bufs[:victim] {
+		for k, v := range buf {
+			want[k] += v
+		}
+	}
+	err := all(survivors, func(i int, c *pccl.Communicator) error {
+		if err := c.UpdateTopology(ctx); err != nil {
+			return err
+		}
+		buf := pccl.Bytes(bufs[i])
+		return c.AllReduce(ctx, buf, buf, pccl.Desc{Tag: 2, Count: b.size / 4, DType: pccl.F32, Op: pccl.Sum})
+	})
+	if err != nil {
+		return false, fmt.Errorf("retry: %w", err)
+	}
+	for i := range survivors {
+		if !slices.Equal(bufs[i], want) {
+			return false, fmt.Errorf("survivor %d: retry result is wrong", i)
+		}
+	}
+	return true, nil
+}
+
+// all runs f for every communicator at once and joins the errors.
+func all(comms []*pccl.Communicator, f func(int, *pccl.Communicator) error) error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i, c)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

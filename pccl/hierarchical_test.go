@@ -1,0 +1,433 @@
+package pccl_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// startSites connects sites*per peers, peer i in site i%sites, and admits them in one UpdateTopology.
+func (g *group) startSites(ctx context.Context, sites, per int) ([]*pccl.Communicator, []string) {
+	g.t.Helper()
+	n := sites * per
+	hosts := make([]string, n)
+	comms := make([]*pccl.Communicator, n)
+	errs := make([]error, n)
+	connect := func(i int) {
+		comms[i], errs[i] = pccl.Connect(ctx, pccl.Config{
+			Master:     g.addr,
+			ListenAddr: hosts[i] + ":9000",
+			Transport:  g.net.Host(hosts[i]),
+			PartBytes:  4096,
+			Site:       fmt.Sprintf("site%d", i%sites),
+			NICs:       nicsOf(hosts[i]),
+		})
+	}
+	for i := range hosts {
+		hosts[i] = g.host()
+	}
+	connect(0)
+	if errs[0] != nil {
+		g.t.Fatal(errs[0])
+	}
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			connect(i)
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(g.srv.Snapshot().Peers) != n; {
+		if time.Now().After(deadline) {
+			g.t.Fatal("peers did not register")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := comms[0].UpdateTopology(ctx); err != nil {
+		g.t.Fatal(err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			closeAll(comms)
+			g.t.Fatalf("peer %d: %v", i, err)
+		}
+	}
+	return comms, hosts
+}
+
+// nicsOf returns the NICs the test's peer on host announces.
+func nicsOf(host string) []string { return []string{host + "-rail0", host + "-rail1"} }
+
+// requireHierarchical checks that every peer runs its next AllReduce hierarchically, with a site ring
+// of per peers and a WAN ring of sites peers.
+func requireHierarchical(t *testing.T, comms []*pccl.Communicator, sites, per int) {
+	t.Helper()
+	for i, c := range comms {
+		site, wan, ok := pccl.HierarchyForTest(c)
+		if !ok || len(site) != per || len(wan) != sites || !slices.Contains(site, c.ID()) || !slices.Contains(wan, c.ID()) {
+			t.Fatalf("peer %d: hierarchical %v, site ring %v, WAN ring %v", i, ok, site, wan)
+		}
+	}
+}
+
+func TestHierarchicalAllReduce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	const sites, per = 2, 3
+	comms, hosts := g.startSites(ctx, sites, per)
+	defer closeAll(comms)
+	requireHierarchical(t, comms, sites, per)
+	n := len(comms)
+	// The master knows every peer's site and NICs as announced at join.
+	byID := map[uint64]master.PeerInfo{}
+	for _, p := range g.srv.Snapshot().Peers {
+		byID[uint64(p.ID)] = p
+	}
+	for i, c := range comms {
+		p := byID[c.ID()]
+		if p.Site != fmt.Sprintf("site%d", i%sites) || !slices.Equal(p.NICs, nicsOf(hosts[i])) {
+			t.Fatalf("peer %d: master has site %q NICs %q", i, p.Site, p.NICs)
+		}
+	}
+
+	// Counts that do not divide evenly among the site's peers, and one smaller than the site.
+	for _, count := range []int{1, 2, 1000, 33331} {
+		t.Run(fmt.Sprintf("f32 sum %d", count), func(t *testing.T) {
+			bufs := make([][]float32, n)
+			want := make([]float32, count)
+			for i := range bufs {
+				bufs[i] = fill(count, uint64(i+1))
+				for j, v := range bufs[i] {
+					want[j] += v
+				}
+			}
+			errs := each(comms, func(i int, c *pccl.Communicator) error {
+				b := pccl.Bytes(bufs[i])
+				return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 3, Count: count, DType: pccl.F32, Op: pccl.Sum})
+			})
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("peer %d: %v", i, err)
+				}
+				for j := range want {
+					if bufs[i][j] != want[j] {
+						t.Fatalf("peer %d element %d: %v, want %v", i, j, bufs[i][j], want[j])
+					}
+				}
+			}
+		})
+	}
+
+	t.Run("f64 avg bit-identical", func(t *testing.T) {
+		const count = 5001
+		bufs := make([][]float64, n)
+		want := make([]float64, count)
+		for i := range bufs {
+			bufs[i] = make([]float64, count)
+			for j := range bufs[i] {
+				bufs[i][j] = math.Sin(float64(i*count+j)) * 1e3
+				want[j] += bufs[i][j]
+			}
+		}
+		recv := make([][]float64, n)
+		errs := each(comms, func(i int, c *pccl.Communicator) error {
+			recv[i] = make([]float64, count)
+			return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(recv[i]), pccl.Desc{Tag: 4, Count: count, DType: pccl.F64, Op: pccl.Avg})
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d: %v", i, err)
+			}
+			if !bytes.Equal(pccl.Bytes(recv[i]), pccl.Bytes(recv[0])) {
+				t.Fatalf("peer %d: result differs from peer 0's", i)
+			}
+			for j := range want {
+				if w := want[j] / float64(n); math.Abs(recv[i][j]-w) > 1e-9*math.Max(1, math.Abs(w)) {
+					t.Fatalf("peer %d element %d: %v, want %v", i, j, recv[i][j], w)
+				}
+			}
+		}
+	})
+
+	for _, op := range []pccl.Op{pccl.Sum, pccl.Avg, pccl.Max, pccl.Min, pccl.Prod} {
+		t.Run(fmt.Sprintf("i64 %v", op), func(t *testing.T) {
+			const count = 777
+			bufs := make([][]int64, n)
+			for i := range bufs {
+				bufs[i] = make([]int64, count)
+				for j := range bufs[i] {
+					bufs[i][j] = int64((i*31+j*7)%13 + 1)
+				}
+			}
+			want := make([]int64, count)
+			for j := range want {
+				acc := bufs[0][j]
+				for i := 1; i < n; i++ {
+					switch op {
+					case pccl.Sum, pccl.Avg:
+						acc += bufs[i][j]
+					case pccl.Max:
+						acc = max(acc, bufs[i][j])
+					case pccl.Min:
+						acc = min(acc, bufs[i][j])
+					case pccl.Prod:
+						acc *= bufs[i][j]
+					}
+				}
+				if op == pccl.Avg {
+					acc /= int64(n)
+				}
+				want[j] = acc
+			}
+			errs := each(comms, func(i int, c *pccl.Communicator) error {
+				b := pccl.Bytes(bufs[i])
+				return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 5, Count: count, DType: pccl.I64, Op: op})
+			})
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("peer %d: %v", i, err)
+				}
+				for j := range want {
+					if bufs[i][j] != want[j] {
+						t.Fatalf("peer %d element %d: %d, want %d", i, j, bufs[i][j], want[j])
+					}
+				}
+			}
+		})
+	}
+
+	// Every peer sent data to its successor in its WAN ring, in the other site.
+	for i, c := range comms {
+		_, wan, _ := pccl.HierarchyForTest(c)
+		next := wan[(slices.Index(wan, c.ID())+1)%len(wan)]
+		j := slices.IndexFunc(comms, func(d *pccl.Communicator) bool { return d.ID() == next })
+		if g.net.Stats(hosts[i], hosts[j]) == 0 {
+			t.Fatalf("peer %d sent nothing to its WAN successor %d", i, j)
+		}
+	}
+}
+
+// TestHierarchicalPeerDies kills a peer in the middle of a hierarchical AllReduce: every survivor gets
+// ErrPeerLeft with its buffer untouched, and the retry after UpdateTopology (on unequal sites, so on
+// the flat ring) is correct.
+func TestHierarchicalPeerDies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	const sites, per = 2, 3
+	comms, hosts := g.startSites(ctx, sites, per)
+	defer closeAll(comms)
+	requireHierarchical(t, comms, sites, per)
+	const count = 1 << 18
+	const victim = 4
+	bufs := make([][]float32, len(comms))
+	orig := make([][]byte, len(comms))
+	for i := range comms {
+		bufs[i] = fill(count, uint64(i+11))
+		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(comms))
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := pccl.Bytes(bufs[i])
+			errs[i] = c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		}()
+	}
+	sent := func() (n int64) {
+		for i, h := range hosts {
+			if i != victim {
+				n += g.net.Stats(hosts[victim], h)
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(20 * time.Second); sent() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the collective never started moving data")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	g.net.Crash(hosts[victim])
+	wg.Wait()
+	comms[victim].Close()
+	var survivors []*pccl.Communicator
+	var sbufs [][]float32
+	for i, c := range comms {
+		if i == victim {
+			continue
+		}
+		if !errors.Is(errs[i], pccl.ErrPeerLeft) {
+			t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, errs[i])
+		}
+		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
+			t.Fatalf("survivor %d: buffer changed by the aborted call", i)
+		}
+		survivors = append(survivors, c)
+		sbufs = append(sbufs, bufs[i])
+	}
+	want := make([]float32, count)
+	for _, b := range sbufs {
+		for j, v := range b {
+			want[j] += v
+		}
+	}
+	errs = each(survivors, func(i int, c *pccl.Communicator) error {
+		if err := c.UpdateTopology(ctx); err != nil {
+			return err
+		}
+		if _, _, ok := pccl.HierarchyForTest(c); ok {
+			return errors.New("sites of 3 and 2 peers run hierarchically")
+		}
+		b := pccl.Bytes(sbufs[i])
+		return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
+	})
+	for i, c := range survivors {
+		if errs[i] != nil {
+			t.Fatalf("survivor %d retry: %v", i, errs[i])
+		}
+		if c.WorldSize() != len(survivors) {
+			t.Fatalf("world size %d after the crash, want %d", c.WorldSize(), len(survivors))
+		}
+		for j := range want {
+			if sbufs[i][j] != want[j] {
+				t.Fatalf("survivor %d element %d: %v, want %v", i, j, sbufs[i][j], want[j])
+			}
+		}
+	}
+}
+
+// TestHierarchicalQuantized runs three sites of two peers with an all-gather encoding, which the WAN
+// phase applies: results are bit-identical on every peer and close to the exact sum.
+func TestHierarchicalQuantized(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	const sites, per = 3, 2
+	comms, _ := g.startSites(ctx, sites, per)
+	defer closeAll(comms)
+	requireHierarchical(t, comms, sites, per)
+	const count = 10007
+	n := len(comms)
+	bufs := make([][]float32, n)
+	want := make([]float32, count)
+	for i := range bufs {
+		bufs[i] = fill(count, uint64(i+5))
+		for j, v := range bufs[i] {
+			want[j] += v
+		}
+	}
+	errs := each(comms, func(i int, c *pccl.Communicator) error {
+		b := pccl.Bytes(bufs[i])
+		return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 6, Count: count, DType: pccl.F32, Op: pccl.Sum, Quant: pccl.MinMaxU8})
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("peer %d: %v", i, err)
+		}
+		if !bytes.Equal(pccl.Bytes(bufs[i]), pccl.Bytes(bufs[0])) {
+			t.Fatalf("peer %d: result differs from peer 0's", i)
+		}
+		for j := range want {
+			// One 8-bit encoding of a range of at most 2*n*100 loses at most that range / 255.
+			if d := math.Abs(float64(bufs[i][j] - want[j])); d > 2*float64(n)*100/255+1 {
+				t.Fatalf("peer %d element %d: %v, want %v", i, j, bufs[i][j], want[j])
+			}
+		}
+	}
+}
+
+// TestHierarchicalAfterReplacement loses a peer of two sites of two, runs the retry on the flat ring,
+// then admits a replacement in the same site: the next AllReduce is hierarchical again and correct.
+func TestHierarchicalAfterReplacement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	comms, hosts := g.startSites(ctx, 2, 2)
+	defer closeAll(comms)
+	requireHierarchical(t, comms, 2, 2)
+	const victim = 3 // in site1
+	g.net.Crash(hosts[victim])
+	comms[victim].Close()
+	survivors := comms[:victim]
+	sum := func(cs []*pccl.Communicator) error {
+		want := float32(0)
+		for i := range cs {
+			want += float32(i + 1)
+		}
+		errs := each(cs, func(i int, c *pccl.Communicator) error {
+			v := make([]float32, 999)
+			for j := range v {
+				v[j] = float32(i + 1)
+			}
+			if err := c.AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 7, Count: len(v), DType: pccl.F32, Op: pccl.Sum}); err != nil {
+				return err
+			}
+			for j := range v {
+				if v[j] != want {
+					return fmt.Errorf("element %d: %v, want %v", j, v[j], want)
+				}
+			}
+			return nil
+		})
+		return errors.Join(errs...)
+	}
+	// The first AllReduce may find the crash (ErrPeerLeft) or the master may have dropped the peer
+	// already (the collective then runs on the survivors); either way the retry after
+	// UpdateTopology works.
+	for attempt := 0; ; attempt++ {
+		errs := each(survivors, func(_ int, c *pccl.Communicator) error { return c.UpdateTopology(ctx) })
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		if survivors[0].WorldSize() == len(survivors) {
+			break
+		}
+		if attempt > 100 {
+			t.Fatal("the crashed peer never left the ring")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := sum(survivors); err != nil {
+		t.Fatal(err)
+	}
+	h := g.host()
+	var newcomer *pccl.Communicator
+	joined := make(chan error, 1)
+	go func() {
+		var err error
+		newcomer, err = pccl.Connect(ctx, pccl.Config{Master: g.addr, ListenAddr: h + ":9000", Transport: g.net.Host(h),
+			PartBytes: 4096, Site: "site1"})
+		joined <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); len(g.srv.Snapshot().Peers) != 4; {
+		if time.Now().After(deadline) {
+			t.Fatal("the newcomer did not register")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	errs := each(survivors, func(_ int, c *pccl.Communicator) error { return c.UpdateTopology(ctx) })
+	if err := errors.Join(append(errs, <-joined)...); err != nil {
+		t.Fatal(err)
+	}
+	defer newcomer.Close()
+	all := append(slices.Clone(survivors), newcomer)
+	requireHierarchical(t, all, 2, 2)
+	if err := sum(all); err != nil {
+		t.Fatal(err)
+	}
+}
