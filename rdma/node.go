@@ -446,6 +446,10 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 	n.op = o
 	var opens []Open
 	for _, cp := range plans {
+		outNIC, inNIC := NICID(cp.channel), NICID(cp.channel)
+		if cp.routed {
+			outNIC, inNIC = cp.outNIC, cp.inNIC
+		}
 		var in *inStream
 		if cp.in != nil && len(cp.in.frames) > 0 {
 			id := PathID{Src: cp.in.from, Dst: n.ep.Node(), Channel: cp.channel}
@@ -453,7 +457,7 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 			in = &inStream{path: id, plan: cp.in, op: n.pathOps[id]}
 			o.in[id] = in
 			o.open++
-			opens = append(opens, Open{Path: id, Op: in.op, Primary: NICID(cp.channel), Chunks: uint64(len(cp.in.frames))})
+			opens = append(opens, Open{Path: id, Op: in.op, Primary: inNIC, Chunks: uint64(len(cp.in.frames))})
 			n.ensurePeer(cp.in.from)
 		}
 		if cp.out != nil && len(cp.out.frames) > 0 {
@@ -463,7 +467,7 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 			o.out[id] = s
 			o.outs = append(o.outs, s)
 			o.open++
-			opens = append(opens, Open{Path: id, Op: s.op, Primary: NICID(cp.channel), Chunks: uint64(len(cp.out.frames))})
+			opens = append(opens, Open{Path: id, Op: s.op, Primary: outNIC, Chunks: uint64(len(cp.out.frames))})
 			n.ensurePeer(cp.out.to)
 		}
 	}

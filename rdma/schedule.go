@@ -32,6 +32,9 @@ type channelPlan struct {
 	channel uint16
 	out     *outPlan
 	in      *inPlan
+	// routed paths start on outNIC (outgoing) and inNIC (incoming) rather than on NIC channel.
+	routed        bool
+	outNIC, inNIC NICID
 }
 
 type outPlan struct {
