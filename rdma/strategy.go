@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -388,8 +389,9 @@ func abs(v int) int {
 // ring is a ring of nodes, each channel of it on one NIC. Like the Node's Start methods, its methods
 // belong to the event context.
 type Planned struct {
-	n *Node
-	p *plan.Planner
+	n   *Node
+	p   *plan.Planner
+	cfg plan.Config
 }
 
 // NewPlanned returns a planned runner of n's AllReduce for topology t (health included) with planner
@@ -414,7 +416,7 @@ func NewPlanned(n *Node, t plan.Topology, cfg plan.Config) (*Planned, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Planned{n: n, p: p}, nil
+	return &Planned{n: n, p: p, cfg: cfg}, nil
 }
 
 // Planner returns the planner, for inspection.
@@ -461,7 +463,7 @@ func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
 	for _, pt := range pl.Parts {
 		if pt.Offset%int64(esz) != 0 {
 			// The planner's alignment differs from the element size: rebuild at this one.
-			pl, err = plan.Build(t, pl.Estimate, bytes, int64(esz), plan.Model{})
+			pl, err = plan.Build(t, pl.Estimate, bytes, int64(esz), s.cfg.Model)
 			if err != nil {
 				return plan.Plan{}, err
 			}
@@ -496,4 +498,29 @@ func (s *Planned) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op,
 		return plan.Plan{}, err
 	}
 	return pl, s.n.StartPlannedAllReduce(s.p.Topology(), pl, send, recv, dt, op, done)
+}
+
+// PlannedAllReduce is the blocking form of StartPlannedAllReduce (see AllReduce for the rules).
+func (n *Node) PlannedAllReduce(ctx context.Context, t plan.Topology, p plan.Plan, send, recv []byte, dt rings.DType, op rings.Op) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartPlannedAllReduce(t, p, send, recv, dt, op, done) })
+}
+
+// Do runs f in the Node's event context and waits for it: the way to call Planned's methods (and
+// read the Node's state) from another goroutine.
+func (n *Node) Do(f func()) {
+	ch := make(chan struct{})
+	n.ep.Post(func() { f(); close(ch) })
+	<-ch
+}
+
+// AllReduce is the blocking form of StartAllReduce (see [Node.AllReduce] for the rules). It returns
+// the plan it ran.
+func (s *Planned) AllReduce(ctx context.Context, send, recv []byte, dt rings.DType, op rings.Op) (plan.Plan, error) {
+	var pl plan.Plan
+	err := s.n.run(ctx, func(done func(error)) error {
+		var err error
+		pl, err = s.StartAllReduce(send, recv, dt, op, done)
+		return err
+	})
+	return pl, err
 }
