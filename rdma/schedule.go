@@ -35,6 +35,9 @@ type channelPlan struct {
 	// routed paths start on outNIC (outgoing) and inNIC (incoming) rather than on NIC channel.
 	routed        bool
 	outNIC, inNIC NICID
+	// gate, when not zero, holds the plan's out path and the application of its received chunks until
+	// gate gate opens; feeds, when not zero, counts the plan's in path towards opening gate feeds.
+	gate, feeds int
 }
 
 type outPlan struct {

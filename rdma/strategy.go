@@ -15,14 +15,16 @@ import (
 // A [plan.Plan] names, for every node index i (the node at position i of the Node's ring), how the
 // message is split into parts, which ring of nodes reduces each part and which nodes outside that ring
 // receive its result by broadcast, and how each node's channels map onto its NICs. The Node runs a plan
-// in up to three operations, one after the other:
+// as one operation whose paths all start together, held back only where they must wait:
 //
 //	gather     every node outside a part's ring sends its input for the part to its host, the first
-//	           ring node after it in the global ring order; the host folds it into its own input;
-//	reduce     every part's ring AllReduce runs at the same time (reduce-scatter then all-gather), each
-//	           channel of each ring on its own paths;
+//	           ring node after it in the global ring order; the host folds it into its own input
+//	           before its ring paths of that part start (a gate);
+//	reduce     every part's ring AllReduce (reduce-scatter then all-gather), each channel of each ring
+//	           on its own paths; the global ring runs while the faster rings gather and reduce;
 //	broadcast  each part's result goes down a pipelined chain from the host of the first outside node
-//	           through the outside nodes in the plan's dependency order.
+//	           through the outside nodes in the plan's dependency order, once the head has the whole
+//	           part (a gate).
 //
 // Routes: a ring channel's blocks are cut into pieces at the route boundaries of every ring node for
 // that channel, so a piece is carried by one NIC at each node; a path between two nodes uses the NIC of
@@ -46,6 +48,7 @@ type planExec struct {
 	topo plan.Topology
 	esz  int
 	me   int // this node's index
+	ch   int // the next channel number: every node numbers every path of the plan alike
 }
 
 // StartPlannedAllReduce runs an AllReduce of send into recv (same length) by plan p, made by package
@@ -78,28 +81,17 @@ func (n *Node) StartPlannedAllReduce(t plan.Topology, p plan.Plan, send, recv []
 		rings.Finalize(dt, op, work, 1)
 		return n.start(work, dt, op, nil, func() { copy(recv, work) }, done)
 	}
-	reduce := func(err error) {
-		if err != nil {
-			done(err)
-			return
-		}
-		err = n.start(work, dt, op, x.reducePlans(), nil, func(err error) {
-			if err != nil {
-				done(err)
-				return
-			}
-			err = n.start(work, dt, op, x.broadcastPlans(), func() { copy(recv, work) }, done)
-			if err != nil {
-				done(err)
-			}
-		})
-		if err != nil {
-			done(err)
-		}
-	}
-	gplans, stage, fold := x.gatherPlans(work, dt, op)
-	return n.start(stage, dt, op, gplans, fold, reduce)
+	gplans, work, folds := x.gatherPlans(work, dt, op)
+	plans := append(gplans, x.reducePlans()...)
+	plans = append(plans, x.broadcastPlans()...)
+	return n.startGated(work, dt, op, plans, folds, func() { copy(recv, work[:len(recv)]) }, done)
 }
+
+// Gates of part k: ringGate(k) holds a host's ring paths of the part until the inputs it hosts have
+// arrived and are folded in; bcastGate(k) holds the broadcast from the chain's head until its ring
+// has finished the part (or, for a ring of one node, until the hosted inputs are folded in).
+func ringGate(k int) int  { return 2*k + 1 }
+func bcastGate(k int) int { return 2*k + 2 }
 
 // host returns the ring node of part pt that folds in outside node b's input: the first node of the
 // part's ring after b in the global ring order.
@@ -147,46 +139,59 @@ func nicPieces(off, n int, w []float64) (spans []rings.Span, nics []NICID) {
 	return spans, nics
 }
 
-// gatherPlans builds the gather operation: its staging buffer (this node's inputs to send, or the
-// room for the inputs it hosts), its channel plans, and the fold that adds hosted inputs to work.
-func (x *planExec) gatherPlans(work []byte, dt rings.DType, op rings.Op) ([]channelPlan, []byte, func()) {
+// gatherPlans builds the gather paths: every node outside a part's ring sends a copy of its input
+// for the part to its host, which receives it into room after the message. It returns the plans, the
+// working buffer extended by that room, and per gate the fold that adds the hosted inputs to the
+// part, in the order of the part's BroadcastTo (so the result does not depend on arrival order).
+func (x *planExec) gatherPlans(work []byte, dt rings.DType, op rings.Op) ([]channelPlan, []byte, map[int]func()) {
 	var plans []channelPlan
-	var stage []byte
-	var folds []func()
-	ch := 0
-	for _, pt := range x.p.Parts {
+	folds := map[int]func(){}
+	for k, pt := range x.p.Parts {
 		lo, hi := int(pt.Offset), int(pt.Offset+pt.Bytes)
+		g := ringGate(k)
+		if len(pt.Ring) < 2 {
+			g = bcastGate(k)
+		}
+		var hosted []int // offsets of the hosted inputs in work
 		for _, b := range pt.BroadcastTo {
 			h := x.host(pt, b)
 			spans, nics := nicPieces(0, (hi-lo)/x.esz, x.commonNICs(b, h))
-			base := len(stage)
+			base := len(work)
 			switch x.me {
 			case b:
-				stage = append(stage, work[lo:hi]...)
+				work = append(work, work[lo:hi]...)
 			case h:
-				stage = append(stage, make([]byte, hi-lo)...)
-				folds = append(folds, func() { rings.Accumulate(dt, op, work[lo:hi], stage[base:base+hi-lo]) })
+				work = append(work, make([]byte, hi-lo)...)
+				hosted = append(hosted, base)
 			}
-			for k, sp := range spans {
-				id := uint16(ch)
-				ch++
+			for i, sp := range spans {
+				id := uint16(x.ch)
+				x.ch++
 				if x.me != b && x.me != h {
 					continue
 				}
 				cp := planPointToPoint(x.me == b, x.n.ring[h], []rings.Span{{Off: base/x.esz + sp.Off, Len: sp.Len}}, x.esz, x.n.cfg.ChunkBytes)[0]
 				if x.me == h {
 					cp.in.from = x.n.ring[b]
+					cp.feeds = g
 				}
-				cp.channel, cp.routed, cp.outNIC, cp.inNIC = id, true, nics[k], nics[k]
+				cp.channel, cp.routed, cp.outNIC, cp.inNIC = id, true, nics[i], nics[i]
 				plans = append(plans, cp)
 			}
 		}
-	}
-	return plans, stage, func() {
-		for _, f := range folds {
-			f()
+		single := len(pt.Ring) < 2
+		if len(hosted) > 0 || single {
+			folds[g] = func() {
+				for _, off := range hosted {
+					rings.Accumulate(dt, op, work[lo:hi], work[off:off+hi-lo])
+				}
+				if single {
+					rings.Finalize(dt, op, work[lo:hi], len(x.n.ring))
+				}
+			}
 		}
 	}
+	return plans, work, folds
 }
 
 // piece is a fraction [lo, hi) of every block of one ring channel, carried by NIC nic[u] at node u.
@@ -260,18 +265,21 @@ func (p piece) cut(n int) (int, int) {
 // bandwidth), and blocks as the standard ring's.
 func (x *planExec) reducePlans() []channelPlan {
 	var plans []channelPlan
-	ch := 0
-	for _, pt := range x.p.Parts {
+	for k, pt := range x.p.Parts {
 		ring := pt.Ring
 		world := len(ring)
+		head := -1 // the head of the part's broadcast chain
+		if len(pt.BroadcastTo) > 0 {
+			head = x.host(pt, pt.BroadcastTo[0])
+		}
 		rank := slices.Index(ring, x.me)
 		count := int(pt.Bytes) / x.esz
 		base := int(pt.Offset) / x.esz
 		for c, sp := range splitChannels(count, x.n.weights()) {
 			blocks := rings.Partition(sp.Len, world)
 			for _, pc := range x.pieces(ring, c) {
-				id := uint16(ch)
-				ch++
+				id := uint16(x.ch)
+				x.ch++
 				if rank < 0 || world < 2 {
 					continue
 				}
@@ -308,10 +316,14 @@ func (x *planExec) reducePlans() []channelPlan {
 						}
 						return recvCopy
 					}, boff, blen, x.n.cfg.ChunkBytes, x.esz)
-				plans = append(plans, channelPlan{channel: id, routed: true,
+				cp := channelPlan{channel: id, routed: true, gate: ringGate(k),
 					out:    &outPlan{to: x.n.ring[succ], frames: out},
 					in:     &inPlan{from: x.n.ring[pred], frames: in},
-					outNIC: pathNIC(pc, c, x.me, succ), inNIC: pathNIC(pc, c, pred, x.me)})
+					outNIC: pathNIC(pc, c, x.me, succ), inNIC: pathNIC(pc, c, pred, x.me)}
+				if x.me == head {
+					cp.feeds = bcastGate(k)
+				}
+				plans = append(plans, cp)
 			}
 		}
 	}
@@ -322,17 +334,16 @@ func (x *planExec) reducePlans() []channelPlan {
 // its outside nodes in dependency order, split over the NICs healthy along the whole chain.
 func (x *planExec) broadcastPlans() []channelPlan {
 	var plans []channelPlan
-	ch := 0
-	for _, pt := range x.p.Parts {
+	for k, pt := range x.p.Parts {
 		if len(pt.BroadcastTo) == 0 {
 			continue
 		}
 		chain := append([]int{x.host(pt, pt.BroadcastTo[0])}, pt.BroadcastTo...)
 		q := slices.Index(chain, x.me)
 		spans, nics := nicPieces(int(pt.Offset)/x.esz, int(pt.Bytes)/x.esz, x.commonNICs(chain...))
-		for k, sp := range spans {
-			id := uint16(ch)
-			ch++
+		for i, sp := range spans {
+			id := uint16(x.ch)
+			x.ch++
 			if q < 0 {
 				continue
 			}
@@ -344,7 +355,10 @@ func (x *planExec) broadcastPlans() []channelPlan {
 				pred = x.n.ring[chain[q-1]]
 			}
 			cp := planBroadcast(q, len(chain), []rings.Span{sp}, x.esz, x.n.cfg.ChunkBytes, succ, pred)[0]
-			cp.channel, cp.routed, cp.outNIC, cp.inNIC = id, true, nics[k], nics[k]
+			cp.channel, cp.routed, cp.outNIC, cp.inNIC = id, true, nics[i], nics[i]
+			if q == 0 {
+				cp.gate = bcastGate(k)
+			}
 			plans = append(plans, cp)
 		}
 	}
