@@ -159,3 +159,80 @@ func TestPlannerPredictionVersusSimulation(t *testing.T) {
 		}
 	}
 }
+
+// TestPlannedFollowsNICHealth runs planned calls while a NIC fails and heals: each node's planner
+// learns the failure from the runtime's hot-repair view (Sync), re-plans away from the standard ring,
+// and returns to it once the NIC has healed.
+func TestPlannedFollowsNICHealth(t *testing.T) {
+	c := newCluster(t, stNodes, stNICs, scConfig())
+	ps := make([]*rdma.Planned, stNodes)
+	for i, n := range c.nodes {
+		p, err := rdma.NewPlanned(n, stTopology(nil), plan.Config{Align: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[i] = p
+	}
+	inputs := integerInputs(rand.New(rand.NewPCG(4, 4)), stNodes, stCount)
+	call := func(want func(plan.Strategy) bool) {
+		t.Helper()
+		out := make([][]byte, stNodes)
+		chosen := make([]plan.Strategy, stNodes)
+		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+			out[i] = make([]byte, len(inputs[i]))
+			p, err := ps[i].StartAllReduce(inputs[i], out[i], rings.F32, rings.Sum, done)
+			chosen[i] = p.Strategy
+			return err
+		})
+		for i := range out {
+			if chosen[i] != chosen[0] || !want(chosen[i]) {
+				t.Fatalf("node %d chose %v (node 0 %v)", i, chosen[i], chosen[0])
+			}
+			got, a := rings.View[float32](out[i]), make([]float32, stCount)
+			for k := range inputs {
+				for j, v := range rings.View[float32](inputs[k]) {
+					a[j] += v
+				}
+			}
+			for j := range got {
+				if got[j] != a[j] {
+					t.Fatalf("%v: node %d element %d: %v, want %v", chosen[i], i, j, got[j], a[j])
+				}
+			}
+		}
+	}
+	sync := func() {
+		for _, p := range ps {
+			p.Sync()
+		}
+	}
+	sync()
+	call(func(s plan.Strategy) bool { return s == plan.Ring })
+
+	c.net.SetPort(c.ring[1], 2, false)
+	c.net.RunUntil(c.net.Now() + 2*time.Millisecond)
+	sync()
+	for i, p := range ps {
+		if !p.Planner().Topology().Nodes[1].NICs[2].Down {
+			t.Fatalf("node %d's planner does not know that NIC 2 of node 1 is down", i)
+		}
+	}
+	call(func(s plan.Strategy) bool { return s != plan.Ring })
+
+	c.net.SetPort(c.ring[1], 2, true)
+	healed := func() bool {
+		for _, n := range c.nodes {
+			if n.Repair().Health(rdma.NICRef{Node: c.ring[1], NIC: 2}) == rdma.Down {
+				return false
+			}
+		}
+		return true
+	}
+	limit := c.net.Now() + 50*time.Millisecond
+	c.net.RunWhile(func() bool { return !healed() && c.net.Now() < limit })
+	if !healed() {
+		t.Fatal("the runtime did not see NIC 2 of node 1 heal")
+	}
+	sync()
+	call(func(s plan.Strategy) bool { return s == plan.Ring })
+}
