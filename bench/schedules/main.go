@@ -18,9 +18,10 @@
 //	                     R²CCL-AllReduce, recursive (with bridge re-ranking where the model finds it
 //	                     pays).
 //
-// Every case also runs the planner's choice for its health and size. Each call is one AllReduce of
-// --size bytes of float32 (sum), after one untimed warm-up call; its time is from the last node's
-// start to the last node's end (one wall clock). Every node checks every element of its result
+// Every case also runs the planner's choice for its health and size. Each measurement is --reps
+// AllReduce calls of --size bytes of float32 (sum), after one untimed warm-up call; a call's time is
+// from the last node's start to the last node's end (one wall clock), and the fastest call counts
+// (the machine may be shared; every sample is in the output). Every node checks every element of its result
 // against the exact sum (inputs are small integers).
 //
 // Per case: ideal_seconds is the model's lower bound [plan.Ideal],
@@ -64,11 +65,14 @@ const (
 const idealFormula = "2*ceil(log2 n)*alpha + max(n*a*D/sum_i R_i, D/R_min), a = 2(n-1)/n, R_i = healthy NICs of node i x nic rate"
 
 type measured struct {
-	Strategy         string  `json:"strategy"`
-	Seconds          float64 `json:"seconds"`
-	PredictedSeconds float64 `json:"predicted_seconds"`
-	Correct          bool    `json:"correct"`
-	Err              string  `json:"err,omitempty"`
+	Strategy string `json:"strategy"`
+	// Seconds is the fastest of the repetitions (the one least disturbed by other load on the
+	// machine); Samples lists them all.
+	Seconds          float64   `json:"seconds"`
+	Samples          []float64 `json:"samples"`
+	PredictedSeconds float64   `json:"predicted_seconds"`
+	Correct          bool      `json:"correct"`
+	Err              string    `json:"err,omitempty"`
 }
 
 type caseResult struct {
@@ -96,6 +100,7 @@ type result struct {
 	NICs          int          `json:"nics"`
 	NICMbit       int          `json:"nic_mbit"`
 	Bytes         int64        `json:"bytes"`
+	Reps          int          `json:"reps"`
 	Alpha         float64      `json:"alpha_seconds"`
 	IdealFormula  string       `json:"ideal_formula"`
 	TargetVsBest  float64      `json:"target_planner_vs_best"`
@@ -134,13 +139,14 @@ func run(args []string) int {
 	sizeStr := fs.String("size", "256MiB", "AllReduce buffer size per node")
 	port := fs.Int("port", 7500, "port every NIC listens on, inside its namespace")
 	timeout := fs.Duration("timeout", 15*time.Minute, "give up (and remove everything) after this long")
+	reps := fs.Int("reps", 3, "timed calls of every strategy in every case (the fastest counts)")
 	index := fs.Int("node-index", -1, "internal: run as node process INDEX")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	size, err := measure.ParseSize(*sizeStr)
-	if err != nil || size <= 0 || size%4 != 0 || *nodes < 3 || *nics < 3 || *mbit <= 0 {
-		fmt.Fprintln(os.Stderr, "schedules: need --nodes >= 3, --nics >= 3, --nic-mbit > 0, --size a positive multiple of 4")
+	if err != nil || size <= 0 || size%4 != 0 || *nodes < 3 || *nics < 3 || *mbit <= 0 || *reps < 1 {
+		fmt.Fprintln(os.Stderr, "schedules: need --nodes >= 3, --nics >= 3, --nic-mbit > 0, --size a positive multiple of 4, --reps >= 1")
 		return 2
 	}
 	if *index >= 0 {
@@ -155,7 +161,7 @@ func run(args []string) int {
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
 	defer cancelT()
-	b := &bench{nodes: *nodes, nics: *nics, mbit: *mbit, size: size, port: *port, timeout: *timeout}
+	b := &bench{nodes: *nodes, nics: *nics, mbit: *mbit, size: size, port: *port, timeout: *timeout, reps: *reps}
 	res, err := b.run(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "schedules: FAILED:", err)
@@ -179,6 +185,7 @@ type bench struct {
 	nodes, nics, mbit, port int
 	size                    int64
 	timeout                 time.Duration
+	reps                    int
 
 	lab     *netlab.Lab
 	procs   []*proc
@@ -192,7 +199,7 @@ type proc struct {
 }
 
 func (b *bench) run(ctx context.Context) (result, error) {
-	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, Bytes: b.size, Alpha: alpha,
+	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, Bytes: b.size, Reps: b.reps, Alpha: alpha,
 		IdealFormula: idealFormula, TargetVsBest: targetVsBest, TargetVsIdeal: targetVsIdeal}
 	lab, err := netlab.New(netlab.Config{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit})
 	if err != nil {
@@ -330,25 +337,31 @@ func (b *bench) setDown(ctx context.Context, down [][2]int) error {
 	}
 }
 
-// call runs one AllReduce of the given strategy on every node and measures it.
+// call runs --reps AllReduce calls of the given strategy on every node and measures them.
 func (b *bench) call(ctx context.Context, label, strategy string, down [][2]int) (measured, error) {
-	reps, err := b.ask(ctx, command{Op: "run", Label: label, Strategy: strategy, Down: down}, "done")
-	if err != nil {
-		return measured{}, err
-	}
-	m := measured{Strategy: reps[0].Strategy, PredictedSeconds: reps[0].Predicted, Correct: true}
-	var start, end int64
-	for _, r := range reps {
-		if r.Err != "" {
-			return m, fmt.Errorf("node %d: %s: %s", r.Node, label, r.Err)
+	m := measured{Correct: true, Seconds: math.Inf(1)}
+	for rep := range b.reps {
+		l := fmt.Sprintf("%s#%d", label, rep)
+		reps, err := b.ask(ctx, command{Op: "run", Label: l, Strategy: strategy, Down: down}, "done")
+		if err != nil {
+			return measured{}, err
 		}
-		if r.Strategy != m.Strategy {
-			return m, fmt.Errorf("%s: node %d ran %s, node 0 %s", label, r.Node, r.Strategy, m.Strategy)
+		m.Strategy, m.PredictedSeconds = reps[0].Strategy, reps[0].Predicted
+		var start, end int64
+		for _, r := range reps {
+			if r.Err != "" {
+				return m, fmt.Errorf("node %d: %s: %s", r.Node, l, r.Err)
+			}
+			if r.Strategy != m.Strategy {
+				return m, fmt.Errorf("%s: node %d ran %s, node 0 %s", l, r.Node, r.Strategy, m.Strategy)
+			}
+			m.Correct = m.Correct && r.Correct
+			start, end = max(start, r.StartNs), max(end, r.EndNs)
 		}
-		m.Correct = m.Correct && r.Correct
-		start, end = max(start, r.StartNs), max(end, r.EndNs)
+		sec := float64(end-start) / 1e9
+		m.Samples = append(m.Samples, sec)
+		m.Seconds = min(m.Seconds, sec)
 	}
-	m.Seconds = float64(end-start) / 1e9
 	return m, nil
 }
 
