@@ -113,9 +113,10 @@ func nodeMain(a nodeArgs) int {
 		return fatal(err)
 	}
 	defer ep.Close()
-	// Deadlines for a shared machine: a late answer must not look like a failure; a NIC going down is
-	// seen at once through link state.
-	node, err := rdma.NewNode(ep, ring, rdma.Config{Repair: rdma.RepairConfig{MinAckTimeout: 2 * time.Second, ProbeTimeout: time.Second}})
+	// Deadlines for a shared, loaded machine: a late answer must not look like a failure (the plans
+	// route around NICs known to be down, and a NIC going down is seen at once through link state).
+	node, err := rdma.NewNode(ep, ring, rdma.Config{Repair: rdma.RepairConfig{MinAckTimeout: 5 * time.Second,
+		MaxAckTimeout: 10 * time.Second, ProbeTimeout: 2 * time.Second, StallTimeout: 20 * time.Second}})
 	if err != nil {
 		return fatal(err)
 	}
