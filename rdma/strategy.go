@@ -36,7 +36,9 @@ import (
 // starting at the node whose block holds it, and finalized by one node that the others copy, so every
 // node gets the same bits. Pieces cut every block of a channel rather than the channel's span, so an
 // element keeps the block, hence the reduction order, it has in the standard ring: the standard ring,
-// hot repair and Balance give bit-identical results whatever their routes. R²CCL-AllReduce and the
+// hot repair and Balance give bit-identical results whatever their routes (as long as the plan keeps
+// the Node's ring order, that is, bridge re-ranking did not reorder it). A part's channels and blocks
+// are split equally like the standard ring's, not by the plan's Owners. R²CCL-AllReduce and the
 // recursive schedule reduce a part on a smaller ring with the outside nodes' inputs folded in first, so
 // floating-point sums may round differently from the standard ring's (exact for integer types and for
 // floating-point values whose sums are exact); all nodes still agree bit for bit.
@@ -67,6 +69,9 @@ func (n *Node) StartPlannedAllReduce(t plan.Topology, p plan.Plan, send, recv []
 	}
 	var sum int64
 	for _, pt := range p.Parts {
+		if len(pt.Leaves) > 0 {
+			return fmt.Errorf("%w: plan parts with leaves (OptCC) are not supported", ErrInvalid)
+		}
 		if pt.Offset != sum || pt.Bytes%int64(dt.Size()) != 0 {
 			return fmt.Errorf("%w: plan part at %d of %d bytes does not tile the message in %v elements", ErrInvalid, pt.Offset, pt.Bytes, dt)
 		}
