@@ -71,8 +71,11 @@ type measured struct {
 	Seconds          float64   `json:"seconds"`
 	Samples          []float64 `json:"samples"`
 	PredictedSeconds float64   `json:"predicted_seconds"`
-	Correct          bool      `json:"correct"`
-	Err              string    `json:"err,omitempty"`
+	// Failovers counts the path failovers of every node during these calls: a schedule routes around
+	// the NICs it knows are down, so any failover is a false alarm or a connection the machine lost.
+	Failovers int    `json:"failovers"`
+	Correct   bool   `json:"correct"`
+	Err       string `json:"err,omitempty"`
 }
 
 type caseResult struct {
@@ -187,10 +190,11 @@ type bench struct {
 	timeout                 time.Duration
 	reps                    int
 
-	lab     *netlab.Lab
-	procs   []*proc
-	reports chan report
-	down    map[[2]int]bool
+	lab       *netlab.Lab
+	procs     []*proc
+	reports   chan report
+	down      map[[2]int]bool
+	failovers []int // every node's failovers after the last call
 }
 
 type proc struct {
@@ -259,7 +263,7 @@ func (b *bench) runCase(ctx context.Context, sc scenario) (caseResult, error) {
 		if err != nil {
 			return c, err
 		}
-		progress("%s: %s %.3fs (model %.3fs) correct %v", sc.name, m.Strategy, m.Seconds, m.PredictedSeconds, m.Correct)
+		progress("%s: %s %.3fs (model %.3fs) correct %v, %d failovers", sc.name, m.Strategy, m.Seconds, m.PredictedSeconds, m.Correct, m.Failovers)
 		c.Strategies = append(c.Strategies, m)
 		c.Correct = c.Correct && m.Correct
 		if m.Err == "" && m.Seconds < c.BestSeconds {
@@ -357,6 +361,11 @@ func (b *bench) call(ctx context.Context, label, strategy string, down [][2]int)
 			}
 			m.Correct = m.Correct && r.Correct
 			start, end = max(start, r.StartNs), max(end, r.EndNs)
+			if b.failovers == nil {
+				b.failovers = make([]int, b.nodes)
+			}
+			m.Failovers += r.Failovers - b.failovers[r.Node]
+			b.failovers[r.Node] = r.Failovers
 		}
 		sec := float64(end-start) / 1e9
 		m.Samples = append(m.Samples, sec)

@@ -47,6 +47,8 @@ type report struct {
 	Predicted float64 `json:"predicted,omitempty"`
 	// Down lists the (node, NIC) pairs the runtime's hot-repair view holds down ("health").
 	Down [][2]int `json:"down,omitempty"`
+	// Failovers counts the node's path failovers so far (cumulative).
+	Failovers int `json:"failovers"`
 }
 
 // topology is the planner's view of the testbed: every NIC at the shaped rate, one NUMA domain,
@@ -91,7 +93,10 @@ func nodeMain(a nodeArgs) int {
 	if err != nil {
 		return fatal(err)
 	}
-	cfg := tcp.Config{Node: rdma.NodeID(a.Index), NICs: nics, Peers: map[rdma.NodeID][]netip.AddrPort{}}
+	// TCP_USER_TIMEOUT well above the default: on a loaded machine, data queued behind the shaper
+	// for seconds must not kill a connection (that would count as a failure and fail the path over).
+	cfg := tcp.Config{Node: rdma.NodeID(a.Index), NICs: nics, Peers: map[rdma.NodeID][]netip.AddrPort{},
+		UserTimeout: 10 * time.Second}
 	for r := range cfg.NICs {
 		cfg.NICs[r].Port = uint16(a.Port)
 		cfg.NICs[r].Bandwidth = float64(a.Mbit) * 1e6 / 8
@@ -213,6 +218,7 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 	start := time.Now()
 	err = node.PlannedAllReduce(ctx, topo, p, rings.Bytes(send), rings.Bytes(recv), rings.F32, rings.Sum)
 	rep.StartNs, rep.EndNs = start.UnixNano(), time.Now().UnixNano()
+	node.Do(func() { rep.Failovers = node.Stats().Failovers })
 	if err != nil {
 		rep.Err = err.Error()
 		return rep
