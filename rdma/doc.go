@@ -26,6 +26,14 @@
 // one node in a fixed order and copied by the others, so results are bit-identical everywhere and do
 // not depend on failures.
 //
+// # Planned schedules
+//
+// [Node.StartPlannedAllReduce] runs an AllReduce by a plan of package rdma/plan: the standard ring,
+// hot repair, Balance (a degraded node's bytes spread over its healthy NICs by bandwidth),
+// R²CCL-AllReduce and the recursive schedule, in one operation whose dependent paths wait behind
+// gates. [Planned] asks the planner for each call's plan from the message size and the NIC health the
+// runtime has seen, so it re-plans when a NIC fails or heals.
+//
 // # Hot repair
 //
 // At start a node opens data, control and probe connections to its ring neighbours on every NIC: the

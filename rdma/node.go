@@ -408,6 +408,17 @@ type operation struct {
 	done   func(error)
 	over   bool
 	commit func()
+	gates  map[int]*opGate
+}
+
+// opGate holds gated paths until every in path feeding it is complete; fold runs as it opens.
+type opGate struct {
+	need  int
+	open  bool
+	fold  func()
+	outs  []*outStream
+	ins   []*inStream
+	feeds []*inStream
 }
 
 type outStream struct {
@@ -421,23 +432,46 @@ type outStream struct {
 	paused        bool
 	local, remote NICID
 	conn          Conn
+	gate          *opGate
 }
 
 type inStream struct {
-	op   uint64 // the path's operation number
-	path PathID
-	plan *inPlan
-	got  int
+	op      uint64 // the path's operation number
+	path    PathID
+	plan    *inPlan
+	got     int
+	gate    *opGate
+	feeds   *opGate
+	pending []pendingChunk // accepted before its gate opened
+}
+
+type pendingChunk struct {
+	seq  uint64
+	data []byte
 }
 
 // start begins an operation with the given channel plans on working buffer work. commit runs on
 // success before done.
 func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPlan, commit func(), done func(error)) error {
+	return n.startGated(work, dt, op, plans, nil, commit, done)
+}
+
+// startGated is start with gates: folds[g] runs when gate g opens (see channelPlan.gate).
+func (n *Node) startGated(work []byte, dt rings.DType, op rings.Op, plans []channelPlan, folds map[int]func(), commit func(), done func(error)) error {
 	if n.op != nil {
 		return ErrBusy
 	}
 	o := &operation{n: n, work: work, dt: dt, rop: op, world: len(n.ring), out: map[PathID]*outStream{},
-		in: map[PathID]*inStream{}, done: done, commit: commit}
+		in: map[PathID]*inStream{}, done: done, commit: commit, gates: map[int]*opGate{}}
+	gate := func(g int) *opGate {
+		if g == 0 {
+			return nil
+		}
+		if o.gates[g] == nil {
+			o.gates[g] = &opGate{fold: folds[g]}
+		}
+		return o.gates[g]
+	}
 	region, err := n.ep.Register(work)
 	if err != nil {
 		return err
@@ -446,25 +480,45 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 	n.op = o
 	var opens []Open
 	for _, cp := range plans {
+		outNIC, inNIC := NICID(cp.channel), NICID(cp.channel)
+		if cp.routed {
+			outNIC, inNIC = cp.outNIC, cp.inNIC
+		}
 		var in *inStream
 		if cp.in != nil && len(cp.in.frames) > 0 {
 			id := PathID{Src: cp.in.from, Dst: n.ep.Node(), Channel: cp.channel}
 			n.pathOps[id]++
-			in = &inStream{path: id, plan: cp.in, op: n.pathOps[id]}
+			in = &inStream{path: id, plan: cp.in, op: n.pathOps[id], gate: gate(cp.gate), feeds: gate(cp.feeds)}
+			if in.gate != nil {
+				in.gate.ins = append(in.gate.ins, in)
+			}
+			if in.feeds != nil {
+				in.feeds.need++
+				in.feeds.feeds = append(in.feeds.feeds, in)
+			}
 			o.in[id] = in
 			o.open++
-			opens = append(opens, Open{Path: id, Op: in.op, Primary: NICID(cp.channel), Chunks: uint64(len(cp.in.frames))})
+			opens = append(opens, Open{Path: id, Op: in.op, Primary: inNIC, Chunks: uint64(len(cp.in.frames))})
 			n.ensurePeer(cp.in.from)
 		}
 		if cp.out != nil && len(cp.out.frames) > 0 {
 			id := PathID{Src: n.ep.Node(), Dst: cp.out.to, Channel: cp.channel}
 			n.pathOps[id]++
-			s := &outStream{path: id, plan: cp.out, dep: in, paused: true, op: n.pathOps[id]}
+			s := &outStream{path: id, plan: cp.out, dep: in, paused: true, op: n.pathOps[id], gate: gate(cp.gate)}
+			if s.gate != nil {
+				s.gate.outs = append(s.gate.outs, s)
+			}
 			o.out[id] = s
 			o.outs = append(o.outs, s)
 			o.open++
-			opens = append(opens, Open{Path: id, Op: s.op, Primary: NICID(cp.channel), Chunks: uint64(len(cp.out.frames))})
+			opens = append(opens, Open{Path: id, Op: s.op, Primary: outNIC, Chunks: uint64(len(cp.out.frames))})
 			n.ensurePeer(cp.out.to)
+		}
+	}
+	for _, g := range o.gates {
+		g.open = g.need == 0
+		if g.open && g.fold != nil {
+			g.fold()
 		}
 	}
 	for _, in := range opens {
@@ -509,7 +563,7 @@ func (o *operation) resume(a Resume) {
 // pump posts the ready frames of s within the window.
 func (o *operation) pump(s *outStream) {
 	n := o.n
-	for !s.paused && !o.over && s.next < len(s.plan.frames) && s.next-s.acked < n.cfg.Window {
+	for !s.paused && !o.over && (s.gate == nil || s.gate.open) && s.next < len(s.plan.frames) && s.next-s.acked < n.cfg.Window {
 		f := s.plan.frames[s.next]
 		if f.dep >= 0 && (s.dep == nil || s.dep.got <= f.dep) {
 			return
@@ -563,9 +617,18 @@ func (o *operation) arrived(c Conn, tag uint32, seq uint64, data []byte) {
 	if !accept || o.over || int(seq) >= len(in.plan.frames) {
 		return
 	}
+	if in.gate != nil && !in.gate.open {
+		in.pending = append(in.pending, pendingChunk{seq, slices.Clone(data)})
+		return
+	}
+	o.apply(in, seq, data)
+}
+
+// apply applies an accepted chunk of in to the working buffer and moves what waited for it.
+func (o *operation) apply(in *inStream, seq uint64, data []byte) {
 	f := in.plan.frames[seq]
 	if len(data) != f.n {
-		o.finish(fmt.Errorf("%w: path %v chunk %d has %d bytes, want %d", ErrInvalid, id, seq, len(data), f.n))
+		o.finish(fmt.Errorf("%w: path %v chunk %d has %d bytes, want %d", ErrInvalid, in.path, seq, len(data), f.n))
 		return
 	}
 	dst := o.work[f.off : f.off+f.n]
@@ -584,7 +647,34 @@ func (o *operation) arrived(c Conn, tag uint32, seq uint64, data []byte) {
 			o.pump(s)
 		}
 	}
+	if g := in.feeds; g != nil && in.got == len(in.plan.frames) && !g.open {
+		g.need--
+		if g.need == 0 {
+			o.openGate(g)
+		}
+	}
 	o.check()
+}
+
+// openGate runs the gate's fold, applies the chunks its in paths held back and starts its out paths.
+func (o *operation) openGate(g *opGate) {
+	g.open = true
+	if g.fold != nil {
+		g.fold()
+	}
+	for _, in := range g.ins {
+		pend := in.pending
+		in.pending = nil
+		for _, pc := range pend {
+			if o.over {
+				return
+			}
+			o.apply(in, pc.seq, pc.data)
+		}
+	}
+	for _, s := range g.outs {
+		o.pump(s)
+	}
 }
 
 // check finishes the operation when every path is complete.

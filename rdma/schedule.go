@@ -32,6 +32,12 @@ type channelPlan struct {
 	channel uint16
 	out     *outPlan
 	in      *inPlan
+	// routed paths start on outNIC (outgoing) and inNIC (incoming) rather than on NIC channel.
+	routed        bool
+	outNIC, inNIC NICID
+	// gate, when not zero, holds the plan's out path and the application of its received chunks until
+	// gate gate opens; feeds, when not zero, counts the plan's in path towards opening gate feeds.
+	gate, feeds int
 }
 
 type outPlan struct {

@@ -1,0 +1,477 @@
+// Command schedules measures the failure-aware AllReduce schedules of the intra-site tier on a netns
+// testbed and compares the planner's choice with the best measured schedule and the model's bound.
+//
+//	go run ./bench/schedules --nodes 4 --nics 4 --nic-mbit 400 --size 256MiB
+//
+// It needs root. It builds a netns testbed (internal/netlab): --nodes namespaces with --nics veth NICs
+// each, one bridge per rail, every NIC limited to --nic-mbit in each direction. One node process per
+// namespace (this program, re-executed inside it) runs the rdma runtime on the tcp provider: a ring
+// over every node, one channel per NIC. The parent drives them over stdin and stdout.
+//
+// Cases, in this order (NICs are taken down inside their namespace between calls, and the one NIC the
+// last case no longer needs down is brought up again):
+//
+//	healthy              no NIC down: the standard ring;
+//	one_nic_x25          NIC 1 of node 1 down (X = 0.25): hot repair only, Balance, R²CCL-AllReduce;
+//	two_nics_x50         NICs 1 and 2 of node 1 down (X = 0.5): the same three;
+//	two_nodes_two_rails  NIC 1 of node 1 and NIC 2 of node 2 down: hot repair, Balance,
+//	                     R²CCL-AllReduce, recursive (with bridge re-ranking where the model finds it
+//	                     pays).
+//
+// Every case also runs the planner's choice for its health and size. Each measurement is --reps
+// AllReduce calls of --size bytes of float32 (sum), after one untimed warm-up call; a call's time is
+// from the last node's start to the last node's end (one wall clock), and the fastest call counts
+// (the machine may be shared; every sample is in the output). Every node checks every element of its result
+// against the exact sum (inputs are small integers).
+//
+// Per case: ideal_seconds is the model's lower bound [plan.Ideal],
+//
+//	ideal = 2⌈log₂ n⌉·α + max(n·a·D/Σ_i R_i, D/R_min),  a = 2(n−1)/n,
+//
+// R_i node i's remaining bandwidth (healthy NICs × --nic-mbit), D the size and α the latency given to
+// the model; best_seconds is the fastest strategy measured; fault_free_seconds is the measured healthy
+// call. Targets: planner_seconds ≤ 1.10 × best_seconds and ≤ 1.15 × ideal_seconds, every result
+// correct. Progress goes to stderr, the JSON result is the last line on stdout.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/concord-ccl/concord/bench/internal/measure"
+	"github.com/concord-ccl/concord/internal/netlab"
+	"github.com/concord-ccl/concord/rdma/plan"
+)
+
+// Targets of every case.
+const (
+	targetVsBest  = 1.10
+	targetVsIdeal = 1.15
+)
+
+// idealFormula states how ideal_seconds is computed.
+const idealFormula = "2*ceil(log2 n)*alpha + max(n*a*D/sum_i R_i, D/R_min), a = 2(n-1)/n, R_i = healthy NICs of node i x nic rate"
+
+type measured struct {
+	Strategy string `json:"strategy"`
+	// Seconds is the fastest of the repetitions (the one least disturbed by other load on the
+	// machine); Samples lists them all.
+	Seconds          float64   `json:"seconds"`
+	Samples          []float64 `json:"samples"`
+	PredictedSeconds float64   `json:"predicted_seconds"`
+	// Failovers counts the path failovers of every node during these calls: a schedule routes around
+	// the NICs it knows are down, so any failover is a false alarm or a connection the machine lost.
+	Failovers int    `json:"failovers"`
+	Correct   bool   `json:"correct"`
+	Err       string `json:"err,omitempty"`
+}
+
+type caseResult struct {
+	Name                  string     `json:"name"`
+	Down                  [][2]int   `json:"down"`
+	LostFraction          float64    `json:"lost_fraction"`
+	Strategies            []measured `json:"strategies"`
+	PlannerChoice         string     `json:"planner_choice"`
+	PlannerSeconds        float64    `json:"planner_seconds"`
+	PlannerPredicted      float64    `json:"planner_predicted_seconds"`
+	BestStrategy          string     `json:"best_strategy"`
+	BestSeconds           float64    `json:"best_seconds"`
+	IdealSeconds          float64    `json:"ideal_seconds"`
+	FaultFreeSeconds      float64    `json:"fault_free_seconds"`
+	FaultFreeModelSeconds float64    `json:"fault_free_model_seconds"`
+	PlannerVsBest         float64    `json:"planner_vs_best"`
+	PlannerVsIdeal        float64    `json:"planner_vs_ideal"`
+	PlannerVsFaultFree    float64    `json:"planner_vs_fault_free"`
+	Correct               bool       `json:"correct"`
+	TargetsMet            bool       `json:"targets_met"`
+}
+
+type result struct {
+	Nodes         int          `json:"nodes"`
+	NICs          int          `json:"nics"`
+	NICMbit       int          `json:"nic_mbit"`
+	Bytes         int64        `json:"bytes"`
+	Reps          int          `json:"reps"`
+	Alpha         float64      `json:"alpha_seconds"`
+	IdealFormula  string       `json:"ideal_formula"`
+	TargetVsBest  float64      `json:"target_planner_vs_best"`
+	TargetVsIdeal float64      `json:"target_planner_vs_ideal"`
+	Cases         []caseResult `json:"cases"`
+	Correct       bool         `json:"correct"`
+	TargetsMet    bool         `json:"targets_met"`
+	Failure       string       `json:"failure,omitempty"`
+}
+
+type scenario struct {
+	name       string
+	down       [][2]int
+	strategies []plan.Strategy
+}
+
+func scenarios() []scenario {
+	single := []plan.Strategy{plan.HotRepair, plan.Balance, plan.R2CCL}
+	return []scenario{
+		{"healthy", nil, []plan.Strategy{plan.Ring}},
+		{"one_nic_x25", [][2]int{{1, 1}}, single},
+		{"two_nics_x50", [][2]int{{1, 1}, {1, 2}}, single},
+		{"two_nodes_two_rails", [][2]int{{1, 1}, {2, 2}}, []plan.Strategy{plan.HotRepair, plan.Balance, plan.R2CCL, plan.Recursive}},
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("schedules", flag.ContinueOnError)
+	nodes := fs.Int("nodes", 4, "number of nodes (namespaces, node processes)")
+	nics := fs.Int("nics", 4, "NICs per node (rails)")
+	mbit := fs.Int("nic-mbit", 400, "rate limit of every NIC, Mbit/s in each direction")
+	sizeStr := fs.String("size", "256MiB", "AllReduce buffer size per node")
+	port := fs.Int("port", 7500, "port every NIC listens on, inside its namespace")
+	timeout := fs.Duration("timeout", 15*time.Minute, "give up (and remove everything) after this long")
+	reps := fs.Int("reps", 3, "timed calls of every strategy in every case (the fastest counts)")
+	index := fs.Int("node-index", -1, "internal: run as node process INDEX")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	size, err := measure.ParseSize(*sizeStr)
+	if err != nil || size <= 0 || size%4 != 0 || *nodes < 3 || *nics < 3 || *mbit <= 0 || *reps < 1 {
+		fmt.Fprintln(os.Stderr, "schedules: need --nodes >= 3, --nics >= 3, --nic-mbit > 0, --size a positive multiple of 4, --reps >= 1")
+		return 2
+	}
+	if *index >= 0 {
+		return nodeMain(nodeArgs{Index: *index, Nodes: *nodes, NICs: *nics, Mbit: *mbit, Size: int(size), Port: *port,
+			OpTimeout: *timeout})
+	}
+	if err := netlab.Available(); err != nil {
+		fmt.Fprintln(os.Stderr, "schedules:", err)
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, *timeout)
+	defer cancelT()
+	b := &bench{nodes: *nodes, nics: *nics, mbit: *mbit, size: size, port: *port, timeout: *timeout, reps: *reps}
+	res, err := b.run(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "schedules: FAILED:", err)
+		res.Failure = err.Error()
+		res.TargetsMet = false
+	}
+	js, _ := json.Marshal(res)
+	fmt.Println(string(js))
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "schedules: "+format+"\n", args...)
+}
+
+// bench is the parent: it owns the lab and the node processes. One goroutine uses it.
+type bench struct {
+	nodes, nics, mbit, port int
+	size                    int64
+	timeout                 time.Duration
+	reps                    int
+
+	lab       *netlab.Lab
+	procs     []*proc
+	reports   chan report
+	down      map[[2]int]bool
+	failovers []int // every node's failovers after the last call
+}
+
+type proc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+func (b *bench) run(ctx context.Context) (result, error) {
+	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, Bytes: b.size, Reps: b.reps, Alpha: alpha,
+		IdealFormula: idealFormula, TargetVsBest: targetVsBest, TargetVsIdeal: targetVsIdeal}
+	lab, err := netlab.New(netlab.Config{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit})
+	if err != nil {
+		return res, err
+	}
+	b.lab = lab
+	b.down = map[[2]int]bool{}
+	defer b.teardown(ctx)
+	progress("lab %s: %d nodes × %d NICs at %d Mbit/s, AllReduce of %d bytes", lab.Name(), b.nodes, b.nics, b.mbit, b.size)
+	if err := b.spawn(); err != nil {
+		return res, err
+	}
+	if _, err := b.collect(ctx, "ready", ""); err != nil {
+		return res, err
+	}
+	if _, err := b.call(ctx, "warmup", "ring", nil); err != nil {
+		return res, err
+	}
+	res.Correct, res.TargetsMet = true, true
+	var faultFree float64
+	for _, sc := range scenarios() {
+		if err := b.setDown(ctx, sc.down); err != nil {
+			return res, err
+		}
+		c, err := b.runCase(ctx, sc)
+		if err != nil {
+			return res, err
+		}
+		if sc.down == nil {
+			faultFree = c.BestSeconds
+		}
+		c.FaultFreeSeconds = faultFree
+		c.PlannerVsFaultFree = c.PlannerSeconds / faultFree
+		res.Cases = append(res.Cases, c)
+		res.Correct = res.Correct && c.Correct
+		res.TargetsMet = res.TargetsMet && c.TargetsMet
+	}
+	return res, nil
+}
+
+// runCase measures every strategy of sc and the planner's choice.
+func (b *bench) runCase(ctx context.Context, sc scenario) (caseResult, error) {
+	topo := topology(b.nodes, b.nics, b.mbit, sc.down)
+	c := caseResult{Name: sc.name, Down: sc.down, Correct: true, BestSeconds: math.Inf(1)}
+	for i := range topo.Nodes {
+		c.LostFraction = max(c.LostFraction, 1-topo.NodeBandwidth(i)/(float64(b.nics)*float64(b.mbit)*1e6/8))
+	}
+	var err error
+	if c.IdealSeconds, err = plan.Ideal(topo, float64(b.size)); err != nil {
+		return c, err
+	}
+	if c.FaultFreeModelSeconds, err = plan.FaultFree(topo, float64(b.size), plan.Model{}); err != nil {
+		return c, err
+	}
+	for _, st := range sc.strategies {
+		m, err := b.call(ctx, sc.name+"/"+st.String(), st.String(), sc.down)
+		if err != nil {
+			return c, err
+		}
+		progress("%s: %s %.3fs (model %.3fs) correct %v, %d failovers", sc.name, m.Strategy, m.Seconds, m.PredictedSeconds, m.Correct, m.Failovers)
+		c.Strategies = append(c.Strategies, m)
+		c.Correct = c.Correct && m.Correct
+		if m.Err == "" && m.Seconds < c.BestSeconds {
+			c.BestSeconds, c.BestStrategy = m.Seconds, m.Strategy
+		}
+	}
+	m, err := b.call(ctx, sc.name+"/planner", "planner", sc.down)
+	if err != nil {
+		return c, err
+	}
+	progress("%s: planner chose %s: %.3fs (model %.3fs) correct %v; ideal %.3fs", sc.name, m.Strategy, m.Seconds, m.PredictedSeconds, m.Correct, c.IdealSeconds)
+	c.PlannerChoice, c.PlannerSeconds, c.PlannerPredicted = m.Strategy, m.Seconds, m.PredictedSeconds
+	c.Correct = c.Correct && m.Correct
+	c.PlannerVsBest = c.PlannerSeconds / c.BestSeconds
+	c.PlannerVsIdeal = c.PlannerSeconds / c.IdealSeconds
+	c.TargetsMet = c.Correct && c.PlannerVsBest <= targetVsBest && c.PlannerVsIdeal <= targetVsIdeal
+	return c, nil
+}
+
+// setDown brings the lab's NICs to the given down set. After bringing NICs up it waits (up to 60s)
+// until every node's runtime holds them healthy again, so that their connections are renewed.
+func (b *bench) setDown(ctx context.Context, down [][2]int) error {
+	want := map[[2]int]bool{}
+	for _, d := range down {
+		want[d] = true
+	}
+	var healed [][2]int
+	for d := range b.down {
+		if !want[d] {
+			if err := b.lab.SetNIC(d[0], d[1], true); err != nil {
+				return err
+			}
+			healed = append(healed, d)
+			delete(b.down, d)
+			progress("nic%d of node %d is up", d[1], d[0])
+		}
+	}
+	for d := range want {
+		if !b.down[d] {
+			if err := b.lab.SetNIC(d[0], d[1], false); err != nil {
+				return err
+			}
+			b.down[d] = true
+			progress("nic%d of node %d is down", d[1], d[0])
+		}
+	}
+	if len(healed) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; ; i++ {
+		reps, err := b.ask(ctx, command{Op: "health", Label: strconv.Itoa(i)}, "health")
+		if err != nil {
+			return err
+		}
+		stale := false
+		for _, r := range reps {
+			for _, h := range healed {
+				stale = stale || slices.Contains(r.Down, h)
+			}
+		}
+		if !stale {
+			progress("every node's runtime holds the healed NICs up")
+			return nil
+		}
+		if time.Now().After(deadline) {
+			progress("the runtime still holds a healed NIC down after 60s; going on")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// call runs --reps AllReduce calls of the given strategy on every node and measures them.
+func (b *bench) call(ctx context.Context, label, strategy string, down [][2]int) (measured, error) {
+	m := measured{Correct: true, Seconds: math.Inf(1)}
+	for rep := range b.reps {
+		l := fmt.Sprintf("%s#%d", label, rep)
+		reps, err := b.ask(ctx, command{Op: "run", Label: l, Strategy: strategy, Down: down}, "done")
+		if err != nil {
+			return measured{}, err
+		}
+		m.Strategy, m.PredictedSeconds = reps[0].Strategy, reps[0].Predicted
+		var start, end int64
+		for _, r := range reps {
+			if r.Err != "" {
+				return m, fmt.Errorf("node %d: %s: %s", r.Node, l, r.Err)
+			}
+			if r.Strategy != m.Strategy {
+				return m, fmt.Errorf("%s: node %d ran %s, node 0 %s", l, r.Node, r.Strategy, m.Strategy)
+			}
+			m.Correct = m.Correct && r.Correct
+			start, end = max(start, r.StartNs), max(end, r.EndNs)
+			if b.failovers == nil {
+				b.failovers = make([]int, b.nodes)
+			}
+			m.Failovers += r.Failovers - b.failovers[r.Node]
+			b.failovers[r.Node] = r.Failovers
+		}
+		sec := float64(end-start) / 1e9
+		m.Samples = append(m.Samples, sec)
+		m.Seconds = min(m.Seconds, sec)
+	}
+	return m, nil
+}
+
+// ask sends cmd to every node and collects one report of event with cmd's label from each.
+func (b *bench) ask(ctx context.Context, cmd command, event string) ([]report, error) {
+	line, _ := json.Marshal(cmd)
+	for i, p := range b.procs {
+		if _, err := p.stdin.Write(append(line, '\n')); err != nil {
+			return nil, fmt.Errorf("node %d: %w", i, err)
+		}
+	}
+	return b.collect(ctx, event, cmd.Label)
+}
+
+// spawn starts one node process per namespace, inside it.
+func (b *bench) spawn() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	b.reports = make(chan report, 16*b.nodes)
+	for i := range b.nodes {
+		cmd := exec.Command(self, "--node-index", strconv.Itoa(i), "--nodes", strconv.Itoa(b.nodes),
+			"--nics", strconv.Itoa(b.nics), "--nic-mbit", strconv.Itoa(b.mbit), "--size", strconv.FormatInt(b.size, 10),
+			"--port", strconv.Itoa(b.port), "--timeout", (b.timeout / 4).String())
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := b.lab.Node(i).Start(cmd); err != nil {
+			return fmt.Errorf("node %d: %w", i, err)
+		}
+		b.procs = append(b.procs, &proc{cmd: cmd, stdin: stdin})
+		go b.read(i, stdout)
+	}
+	return nil
+}
+
+// read forwards a node's report lines; a line that is not a report ends the node's reports.
+func (b *bench) read(i int, r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var rep report
+		if err := json.Unmarshal(sc.Bytes(), &rep); err != nil {
+			rep = report{Event: "fatal", Node: i, Err: fmt.Sprintf("bad line %q", sc.Text())}
+		}
+		rep.Node = i
+		b.reports <- rep
+	}
+	b.reports <- report{Event: "exit", Node: i}
+}
+
+// collect waits for one report of the given event and label from every node.
+func (b *bench) collect(ctx context.Context, event, label string) ([]report, error) {
+	got := make([]report, b.nodes)
+	seen := 0
+	for seen < b.nodes {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %q %q from every node (%d of %d): %w", event, label, seen, b.nodes, ctx.Err())
+		case r := <-b.reports:
+			switch {
+			case r.Event == "fatal" || r.Event == "exit":
+				return nil, fmt.Errorf("node %d: %s %s", r.Node, r.Event, r.Err)
+			case r.Event == event && r.Label == label && got[r.Node].Event == "":
+				got[r.Node] = r
+				seen++
+			}
+		}
+	}
+	return got, nil
+}
+
+// teardown stops every node process and removes the lab.
+func (b *bench) teardown(ctx context.Context) {
+	quit, _ := json.Marshal(command{Op: "quit"})
+	for _, p := range b.procs {
+		if ctx.Err() != nil {
+			p.cmd.Process.Kill()
+		} else {
+			p.stdin.Write(append(quit, '\n'))
+		}
+		p.stdin.Close()
+	}
+	grace := time.After(5 * time.Second)
+	for _, p := range b.procs {
+		exited := make(chan struct{})
+		go func() { p.cmd.Wait(); close(exited) }()
+		select {
+		case <-exited:
+		case <-grace:
+			p.cmd.Process.Kill()
+			<-exited
+		}
+	}
+	if err := b.lab.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "schedules: teardown:", err)
+	}
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/concord-ccl/concord/internal/netlab"
+	"github.com/concord-ccl/concord/rdma"
+	"github.com/concord-ccl/concord/rdma/plan"
+	"github.com/concord-ccl/concord/rdma/tcp"
+	"github.com/concord-ccl/concord/rings"
+)
+
+// nodeArgs is what the parent tells a node process on its command line.
+type nodeArgs struct {
+	Index, Nodes, NICs, Mbit, Size, Port int
+	OpTimeout                            time.Duration
+}
+
+// command is one line from the parent on a node's stdin.
+type command struct {
+	Op       string   `json:"op"` // "run", "health" or "quit"
+	Label    string   `json:"label,omitempty"`
+	Strategy string   `json:"strategy,omitempty"` // a plan.Strategy name, or "planner"
+	Down     [][2]int `json:"down,omitempty"`     // (node, NIC) pairs that are down
+}
+
+// report is one line from a node on its stdout.
+type report struct {
+	Event string `json:"event"` // "ready", "done", "health" or "fatal"
+	Node  int    `json:"node"`
+	Label string `json:"label,omitempty"`
+	// StartNs and EndNs bound the node's AllReduce call (Unix nanoseconds, the machine's wall clock).
+	StartNs int64  `json:"start_ns,omitempty"`
+	EndNs   int64  `json:"end_ns,omitempty"`
+	Err     string `json:"err,omitempty"`
+	// Correct says every element of the result equals the exact sum of every node's input.
+	Correct bool `json:"correct"`
+	// Strategy is the strategy that ran and Predicted its modelled time.
+	Strategy  string  `json:"strategy,omitempty"`
+	Predicted float64 `json:"predicted,omitempty"`
+	// Down lists the (node, NIC) pairs the runtime's hot-repair view holds down ("health").
+	Down [][2]int `json:"down,omitempty"`
+	// Failovers counts the node's path failovers so far (cumulative).
+	Failovers int `json:"failovers"`
+}
+
+// topology is the planner's view of the testbed: every NIC at the shaped rate, one NUMA domain,
+// latency alpha, one rank per node, and the given NICs down.
+func topology(nodes, nics, mbit int, down [][2]int) plan.Topology {
+	t := plan.Uniform(nodes, nics, 1, alpha, float64(mbit)*1e6/8)
+	t.GPUsPerNode = 1
+	for _, d := range down {
+		t.Nodes[d[0]].NICs[d[1]].Down = true
+	}
+	return t
+}
+
+// alpha is the per-message latency the model is given for the testbed (veth, bridge, HTB, TCP).
+const alpha = 100e-6
+
+// value is node's input element i: small integers, so that float32 sums are exact in any order.
+func value(node, i int) float32 { return float32((i*7 + node*13) % 1021) }
+
+func strategyByName(s string) (plan.Strategy, bool) {
+	for _, st := range plan.AllStrategies {
+		if st.String() == s {
+			return st, true
+		}
+	}
+	return 0, false
+}
+
+// nodeMain runs one node inside its namespace: a tcp endpoint on the namespace's NICs, the runtime
+// on a ring of every node, and one AllReduce per "run" line on stdin.
+func nodeMain(a nodeArgs) int {
+	out := json.NewEncoder(os.Stdout)
+	fatal := func(err error) int {
+		out.Encode(report{Event: "fatal", Node: a.Index, Err: err.Error()})
+		return 1
+	}
+	names := make([]string, a.NICs)
+	for r := range names {
+		names[r] = netlab.NICName(r)
+	}
+	nics, err := tcp.HostNICs(names...)
+	if err != nil {
+		return fatal(err)
+	}
+	// TCP_USER_TIMEOUT well above the default: on a loaded machine, data queued behind the shaper
+	// for seconds must not kill a connection (that would count as a failure and fail the path over).
+	cfg := tcp.Config{Node: rdma.NodeID(a.Index), NICs: nics, Peers: map[rdma.NodeID][]netip.AddrPort{},
+		UserTimeout: 10 * time.Second}
+	for r := range cfg.NICs {
+		cfg.NICs[r].Port = uint16(a.Port)
+		cfg.NICs[r].Bandwidth = float64(a.Mbit) * 1e6 / 8
+	}
+	ring := make([]rdma.NodeID, a.Nodes)
+	for n := range a.Nodes {
+		ring[n] = rdma.NodeID(n)
+		if n == a.Index {
+			continue
+		}
+		addrs := make([]netip.AddrPort, a.NICs)
+		for r := range addrs {
+			addrs[r] = netip.AddrPortFrom(netlab.Addr(n, r), uint16(a.Port))
+		}
+		cfg.Peers[rdma.NodeID(n)] = addrs
+	}
+	ep, err := tcp.Listen(cfg)
+	if err != nil {
+		return fatal(err)
+	}
+	defer ep.Close()
+	// Deadlines for a shared, loaded machine: a late answer must not look like a failure (the plans
+	// route around NICs known to be down, and a NIC going down is seen at once through link state).
+	node, err := rdma.NewNode(ep, ring, rdma.Config{Repair: rdma.RepairConfig{MinAckTimeout: 5 * time.Second,
+		MaxAckTimeout: 10 * time.Second, ProbeTimeout: 2 * time.Second, StallTimeout: 20 * time.Second}})
+	if err != nil {
+		return fatal(err)
+	}
+	planned, err := rdma.NewPlanned(node, topology(a.Nodes, a.NICs, a.Mbit, nil), plan.Config{Align: 4})
+	if err != nil {
+		return fatal(err)
+	}
+
+	count := a.Size / 4
+	send := make([]float32, count)
+	for i := range send {
+		send[i] = value(a.Index, i)
+	}
+	recv := make([]float32, count)
+	out.Encode(report{Event: "ready", Node: a.Index})
+
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var cmd command
+		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
+			return fatal(fmt.Errorf("bad command %q: %w", in.Text(), err))
+		}
+		switch cmd.Op {
+		case "quit":
+			return 0
+		case "health":
+			rep := report{Event: "health", Node: a.Index, Label: cmd.Label}
+			node.Do(func() {
+				for u := range a.Nodes {
+					for j := range a.NICs {
+						if node.Repair().Health(rdma.NICRef{Node: rdma.NodeID(u), NIC: rdma.NICID(j)}) == rdma.Down {
+							rep.Down = append(rep.Down, [2]int{u, j})
+						}
+					}
+				}
+			})
+			out.Encode(rep)
+			continue
+		}
+		out.Encode(runOne(a, node, ep.NICs(), planned, cmd, send, recv))
+	}
+	return 0
+}
+
+// runOne runs one AllReduce by the command's strategy (or the planner's choice) on the command's
+// health and reports it.
+func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned, cmd command, send, recv []float32) report {
+	rep := report{Event: "done", Node: a.Index, Label: cmd.Label}
+	topo := topology(a.Nodes, a.NICs, a.Mbit, cmd.Down)
+	var p plan.Plan
+	var err error
+	node.Do(func() {
+		for u := range a.Nodes {
+			for j := range a.NICs {
+				if err == nil {
+					err = planned.SetNICDown(u, j, topo.Nodes[u].NICs[j].Down)
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+		if cmd.Strategy == "planner" {
+			p, err = planned.Plan(int64(a.Size), 4)
+			return
+		}
+		st, ok := strategyByName(cmd.Strategy)
+		if !ok {
+			err = fmt.Errorf("unknown strategy %q", cmd.Strategy)
+			return
+		}
+		var e plan.Estimate
+		if e, err = plan.Cost(topo, st, float64(a.Size), plan.Model{}); err != nil {
+			return
+		}
+		if math.IsInf(e.Seconds, 1) {
+			err = fmt.Errorf("strategy %v does not apply", st)
+			return
+		}
+		if p, err = plan.Build(topo, e, int64(a.Size), 4, plan.Model{}); err == nil {
+			p.Routes = rdma.RoutesFor(topo, st, nics)
+		}
+	})
+	if err != nil {
+		rep.Err = err.Error()
+		return rep
+	}
+	rep.Strategy, rep.Predicted = p.Strategy.String(), p.Seconds
+	for i := 0; i < len(recv); i += 1024 {
+		recv[i] = float32(math.NaN()) // a call that claims success without writing is caught
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.OpTimeout)
+	defer cancel()
+	start := time.Now()
+	err = node.PlannedAllReduce(ctx, topo, p, rings.Bytes(send), rings.Bytes(recv), rings.F32, rings.Sum)
+	rep.StartNs, rep.EndNs = start.UnixNano(), time.Now().UnixNano()
+	node.Do(func() { rep.Failovers = node.Stats().Failovers })
+	if err != nil {
+		rep.Err = err.Error()
+		return rep
+	}
+	rep.Correct = true
+	for i, v := range recv {
+		var want float32
+		for n := range a.Nodes {
+			want += value(n, i)
+		}
+		if v != want {
+			rep.Correct = false
+			break
+		}
+	}
+	return rep
+}

@@ -1,0 +1,545 @@
+package rdma
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/concord-ccl/concord/rdma/plan"
+	"github.com/concord-ccl/concord/rings"
+)
+
+// Executing planned AllReduce schedules.
+//
+// A [plan.Plan] names, for every node index i (the node at position i of the Node's ring), how the
+// message is split into parts, which ring of nodes reduces each part and which nodes outside that ring
+// receive its result by broadcast, and how each node's channels map onto its NICs. The Node runs a plan
+// as one operation whose paths all start together, held back only where they must wait:
+//
+//	gather     every node outside a part's ring sends its input for the part to its host, the first
+//	           ring node after it in the global ring order; the host folds it into its own input
+//	           before its ring paths of that part start (a gate);
+//	reduce     every part's ring AllReduce (reduce-scatter then all-gather), each channel of each ring
+//	           on its own paths; the global ring runs while the faster rings gather and reduce;
+//	broadcast  each part's result goes down a pipelined chain from the host of the first outside node
+//	           through the outside nodes in the plan's dependency order, once the head has the whole
+//	           part (a gate).
+//
+// Routes: a ring channel's blocks are cut into pieces at the route boundaries of every ring node for
+// that channel, so a piece is carried by one NIC at each node; a path between two nodes uses the NIC of
+// the end whose route is not the channel's own NIC (Balance spreads only a degraded node's bytes; its
+// neighbours receive them on the same rail). Hot repair plans route a failed NIC's channel to its
+// backup at the degraded node only.
+//
+// Reduction order: within a ring every element is reduced by the ring reduce-scatter in ring order
+// starting at the node whose block holds it, and finalized by one node that the others copy, so every
+// node gets the same bits. Pieces cut every block of a channel rather than the channel's span, so an
+// element keeps the block, hence the reduction order, it has in the standard ring: the standard ring,
+// hot repair and Balance give bit-identical results whatever their routes (as long as the plan keeps
+// the Node's ring order, that is, bridge re-ranking did not reorder it). A part's channels and blocks
+// are split equally like the standard ring's, not by the plan's Owners. R²CCL-AllReduce and the
+// recursive schedule reduce a part on a smaller ring with the outside nodes' inputs folded in first, so
+// floating-point sums may round differently from the standard ring's (exact for integer types and for
+// floating-point values whose sums are exact); all nodes still agree bit for bit.
+
+// planExec is a plan made concrete for one node of the ring.
+type planExec struct {
+	n    *Node
+	p    plan.Plan
+	topo plan.Topology
+	esz  int
+	me   int // this node's index
+	ch   int // the next channel number: every node numbers every path of the plan alike
+}
+
+// StartPlannedAllReduce runs an AllReduce of send into recv (same length) by plan p, made by package
+// plan for topology t with node index i standing for the node at position i of the Node's ring, for a
+// message of len(send) bytes split in multiples of the element size. Every node of the ring must start
+// the same plan. done is called in the event context. Call it in the event context.
+func (n *Node) StartPlannedAllReduce(t plan.Topology, p plan.Plan, send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
+	if err := checkBuffers(dt, op, send, recv); err != nil {
+		return err
+	}
+	if len(send) != len(recv) || int64(len(send)) != p.Bytes {
+		return fmt.Errorf("%w: send %d bytes, recv %d, plan %d", ErrInvalid, len(send), len(recv), p.Bytes)
+	}
+	if len(t.Nodes) != len(n.ring) || len(p.Routes) != len(n.ring) {
+		return fmt.Errorf("%w: plan for %d nodes, ring has %d", ErrInvalid, len(t.Nodes), len(n.ring))
+	}
+	var sum int64
+	for _, pt := range p.Parts {
+		if len(pt.Leaves) > 0 {
+			return fmt.Errorf("%w: plan parts with leaves (OptCC) are not supported", ErrInvalid)
+		}
+		if pt.Offset != sum || pt.Bytes%int64(dt.Size()) != 0 {
+			return fmt.Errorf("%w: plan part at %d of %d bytes does not tile the message in %v elements", ErrInvalid, pt.Offset, pt.Bytes, dt)
+		}
+		sum += pt.Bytes
+	}
+	if sum != p.Bytes {
+		return fmt.Errorf("%w: plan parts sum to %d bytes, want %d", ErrInvalid, sum, p.Bytes)
+	}
+	x := &planExec{n: n, p: p, topo: t, esz: dt.Size(), me: n.rank}
+	work := slices.Clone(send)
+	if len(n.ring) == 1 {
+		rings.Finalize(dt, op, work, 1)
+		return n.start(work, dt, op, nil, func() { copy(recv, work) }, done)
+	}
+	gplans, work, folds := x.gatherPlans(work, dt, op)
+	plans := append(gplans, x.reducePlans()...)
+	plans = append(plans, x.broadcastPlans()...)
+	return n.startGated(work, dt, op, plans, folds, func() { copy(recv, work[:len(recv)]) }, done)
+}
+
+// Gates of part k: ringGate(k) holds a host's ring paths of the part until the inputs it hosts have
+// arrived and are folded in; bcastGate(k) holds the broadcast from the chain's head until its ring
+// has finished the part (or, for a ring of one node, until the hosted inputs are folded in).
+func ringGate(k int) int  { return 2*k + 1 }
+func bcastGate(k int) int { return 2*k + 2 }
+
+// host returns the ring node of part pt that folds in outside node b's input: the first node of the
+// part's ring after b in the global ring order.
+func (x *planExec) host(pt plan.Part, b int) int {
+	g := x.p.Parts[0].Ring
+	i := slices.Index(g, b)
+	for k := 1; k <= len(g); k++ {
+		if v := g[(i+k)%len(g)]; slices.Contains(pt.Ring, v) {
+			return v
+		}
+	}
+	return pt.Ring[0]
+}
+
+// commonNICs returns the NICs healthy at every node of nodes, with their smallest bandwidth as weight;
+// all NICs when none is common (the runtime's hot repair then finds a way).
+func (x *planExec) commonNICs(nodes ...int) []float64 {
+	nics := len(x.topo.Nodes[0].NICs)
+	w := make([]float64, nics)
+	any := false
+	for j := range nics {
+		w[j] = math.Inf(1)
+		for _, u := range nodes {
+			w[j] = min(w[j], x.topo.Nodes[u].NICs[j].Bandwidth())
+		}
+		any = any || w[j] > 0
+	}
+	if !any {
+		for j := range w {
+			w[j] = 1
+		}
+	}
+	return w
+}
+
+// nicPieces splits n elements at element offset off over the NICs of weights w, each non-empty piece
+// with its NIC.
+func nicPieces(off, n int, w []float64) (spans []rings.Span, nics []NICID) {
+	for j, sp := range splitChannels(n, w) {
+		if sp.Len > 0 {
+			spans = append(spans, rings.Span{Off: off + sp.Off, Len: sp.Len})
+			nics = append(nics, NICID(j))
+		}
+	}
+	return spans, nics
+}
+
+// gatherPlans builds the gather paths: every node outside a part's ring sends a copy of its input
+// for the part to its host, which receives it into room after the message. It returns the plans, the
+// working buffer extended by that room, and per gate the fold that adds the hosted inputs to the
+// part, in the order of the part's BroadcastTo (so the result does not depend on arrival order).
+func (x *planExec) gatherPlans(work []byte, dt rings.DType, op rings.Op) ([]channelPlan, []byte, map[int]func()) {
+	var plans []channelPlan
+	folds := map[int]func(){}
+	for k, pt := range x.p.Parts {
+		lo, hi := int(pt.Offset), int(pt.Offset+pt.Bytes)
+		g := ringGate(k)
+		if len(pt.Ring) < 2 {
+			g = bcastGate(k)
+		}
+		var hosted []int // offsets of the hosted inputs in work
+		for _, b := range pt.BroadcastTo {
+			h := x.host(pt, b)
+			spans, nics := nicPieces(0, (hi-lo)/x.esz, x.commonNICs(b, h))
+			base := len(work)
+			switch x.me {
+			case b:
+				work = append(work, work[lo:hi]...)
+			case h:
+				work = append(work, make([]byte, hi-lo)...)
+				hosted = append(hosted, base)
+			}
+			for i, sp := range spans {
+				id := uint16(x.ch)
+				x.ch++
+				if x.me != b && x.me != h {
+					continue
+				}
+				cp := planPointToPoint(x.me == b, x.n.ring[h], []rings.Span{{Off: base/x.esz + sp.Off, Len: sp.Len}}, x.esz, x.n.cfg.ChunkBytes)[0]
+				if x.me == h {
+					cp.in.from = x.n.ring[b]
+					cp.feeds = g
+				}
+				cp.channel, cp.routed, cp.outNIC, cp.inNIC = id, true, nics[i], nics[i]
+				plans = append(plans, cp)
+			}
+		}
+		single := len(pt.Ring) < 2
+		if len(hosted) > 0 || single {
+			folds[g] = func() {
+				for _, off := range hosted {
+					rings.Accumulate(dt, op, work[lo:hi], work[off:off+hi-lo])
+				}
+				if single {
+					rings.Finalize(dt, op, work[lo:hi], len(x.n.ring))
+				}
+			}
+		}
+	}
+	return plans, work, folds
+}
+
+// piece is a fraction [lo, hi) of every block of one ring channel, carried by NIC nic[u] at node u.
+type piece struct {
+	lo, hi float64
+	nic    map[int]NICID
+}
+
+// routeNICs returns node u's routes of channel c as cumulative fractions and their NICs.
+func (x *planExec) routeNICs(u, c int) (cuts []float64, nics []NICID) {
+	var total int64
+	for _, r := range x.p.Routes[u] {
+		if r.Channel == c {
+			total += r.Bytes
+		}
+	}
+	var acc int64
+	for _, r := range x.p.Routes[u] {
+		if r.Channel == c && r.Bytes > 0 {
+			acc += r.Bytes
+			cuts = append(cuts, float64(acc)/float64(total))
+			nics = append(nics, NICID(r.NIC))
+		}
+	}
+	if len(cuts) == 0 {
+		return []float64{1}, []NICID{NICID(c)}
+	}
+	cuts[len(cuts)-1] = 1
+	return cuts, nics
+}
+
+// pieces cuts channel c of a ring over nodes at every ring node's route boundaries.
+func (x *planExec) pieces(nodes []int, c int) []piece {
+	bounds := []float64{0, 1}
+	for _, u := range nodes {
+		cuts, _ := x.routeNICs(u, c)
+		bounds = append(bounds, cuts...)
+	}
+	slices.Sort(bounds)
+	bounds = slices.Compact(bounds)
+	var out []piece
+	for i := 0; i+1 < len(bounds); i++ {
+		p := piece{lo: bounds[i], hi: bounds[i+1], nic: map[int]NICID{}}
+		mid := (p.lo + p.hi) / 2
+		for _, u := range nodes {
+			cuts, nics := x.routeNICs(u, c)
+			k, _ := slices.BinarySearch(cuts, mid)
+			p.nic[u] = nics[min(k, len(nics)-1)]
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// pathNIC returns the NIC pair index a piece of channel c uses from node u to node v.
+func pathNIC(p piece, c, u, v int) NICID {
+	if p.nic[u] != NICID(c) {
+		return p.nic[u]
+	}
+	return p.nic[v]
+}
+
+// cut returns the element range [lo, hi) of piece p within a block of n elements.
+func (p piece) cut(n int) (int, int) {
+	at := func(f float64) int { return int(math.Floor(f*float64(n) + 0.5)) }
+	return at(p.lo), at(p.hi)
+}
+
+// reducePlans builds the reduce operation: every part's ring AllReduce, channel by channel and piece
+// by piece. Channels split each part as the standard ring splits the message (by nominal NIC
+// bandwidth), and blocks as the standard ring's.
+func (x *planExec) reducePlans() []channelPlan {
+	var plans []channelPlan
+	for k, pt := range x.p.Parts {
+		ring := pt.Ring
+		world := len(ring)
+		head := -1 // the head of the part's broadcast chain
+		if len(pt.BroadcastTo) > 0 {
+			head = x.host(pt, pt.BroadcastTo[0])
+		}
+		rank := slices.Index(ring, x.me)
+		count := int(pt.Bytes) / x.esz
+		base := int(pt.Offset) / x.esz
+		for c, sp := range splitChannels(count, x.n.weights()) {
+			blocks := rings.Partition(sp.Len, world)
+			for _, pc := range x.pieces(ring, c) {
+				id := uint16(x.ch)
+				x.ch++
+				if rank < 0 || world < 2 {
+					continue
+				}
+				succ, pred := ring[(rank+1)%world], ring[(rank+world-1)%world]
+				boff := func(b int) int {
+					bl := blocks[mod(b, world)]
+					lo, _ := pc.cut(bl.Len)
+					return (base + sp.Off + bl.Off + lo) * x.esz
+				}
+				blen := func(b int) int {
+					lo, hi := pc.cut(blocks[mod(b, world)].Len)
+					return (hi - lo) * x.esz
+				}
+				rs := world - 1
+				out, in := ringPlan(2*world-2,
+					func(s int) int {
+						if s < rs {
+							return rank - s
+						}
+						return rank + 1 - (s - rs)
+					},
+					func(s int) int {
+						if s < rs {
+							return rank - s - 1
+						}
+						return rank - (s - rs)
+					},
+					func(s int) recvMode {
+						switch {
+						case s < rs-1:
+							return recvReduce
+						case s == rs-1:
+							return recvReduceLast
+						}
+						return recvCopy
+					}, boff, blen, x.n.cfg.ChunkBytes, x.esz)
+				cp := channelPlan{channel: id, routed: true, gate: ringGate(k),
+					out:    &outPlan{to: x.n.ring[succ], frames: out},
+					in:     &inPlan{from: x.n.ring[pred], frames: in},
+					outNIC: pathNIC(pc, c, x.me, succ), inNIC: pathNIC(pc, c, pred, x.me)}
+				if x.me == head {
+					cp.feeds = bcastGate(k)
+				}
+				plans = append(plans, cp)
+			}
+		}
+	}
+	return plans
+}
+
+// broadcastPlans builds the broadcast operation: each part's result goes down the chain host, then
+// its outside nodes in dependency order, split over the NICs healthy along the whole chain.
+func (x *planExec) broadcastPlans() []channelPlan {
+	var plans []channelPlan
+	for k, pt := range x.p.Parts {
+		if len(pt.BroadcastTo) == 0 {
+			continue
+		}
+		chain := append([]int{x.host(pt, pt.BroadcastTo[0])}, pt.BroadcastTo...)
+		q := slices.Index(chain, x.me)
+		spans, nics := nicPieces(int(pt.Offset)/x.esz, int(pt.Bytes)/x.esz, x.commonNICs(chain...))
+		for i, sp := range spans {
+			id := uint16(x.ch)
+			x.ch++
+			if q < 0 {
+				continue
+			}
+			var succ, pred NodeID
+			if q+1 < len(chain) {
+				succ = x.n.ring[chain[q+1]]
+			}
+			if q > 0 {
+				pred = x.n.ring[chain[q-1]]
+			}
+			cp := planBroadcast(q, len(chain), []rings.Span{sp}, x.esz, x.n.cfg.ChunkBytes, succ, pred)[0]
+			cp.channel, cp.routed, cp.outNIC, cp.inNIC = id, true, nics[i], nics[i]
+			if q == 0 {
+				cp.gate = bcastGate(k)
+			}
+			plans = append(plans, cp)
+		}
+	}
+	return plans
+}
+
+// hotRepairRoutes returns, per node, the standard ring's routes with each failed NIC's channel moved
+// whole to its backup: the nearest healthy NIC by the fabric's distance, ties to the lower index.
+func hotRepairRoutes(t plan.Topology, nics []NIC) [][]plan.Route {
+	out := make([][]plan.Route, len(t.Nodes))
+	for u, node := range t.Nodes {
+		for c := range node.NICs {
+			j := c
+			if node.NICs[c].Down {
+				j = -1
+				for k, nic := range node.NICs {
+					if nic.Down {
+						continue
+					}
+					d := abs(nics[k].Distance - nics[c].Distance)
+					if j < 0 || d < abs(nics[j].Distance-nics[c].Distance) {
+						j = k
+					}
+				}
+			}
+			out[u] = append(out[u], plan.Route{Channel: c, NIC: max(j, 0), Bytes: 1})
+		}
+	}
+	return out
+}
+
+func abs(v int) int {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// Planned runs AllReduce on a Node by the schedule a [plan.Planner] picks for each call, from the
+// message size and the NIC health it knows. Node index i of the planner's topology is the node at
+// position i of the Node's ring, and the topology has one rank per node (GPUsPerNode 1): the Node's
+// ring is a ring of nodes, each channel of it on one NIC. Like the Node's Start methods, its methods
+// belong to the event context.
+type Planned struct {
+	n   *Node
+	p   *plan.Planner
+	cfg plan.Config
+}
+
+// NewPlanned returns a planned runner of n's AllReduce for topology t (health included) with planner
+// configuration cfg. Strategies that the Node cannot run ([plan.OptCC]) are left out of cfg.
+func NewPlanned(n *Node, t plan.Topology, cfg plan.Config) (*Planned, error) {
+	if len(t.Nodes) != len(n.ring) {
+		return nil, fmt.Errorf("%w: topology of %d nodes, ring of %d", ErrInvalid, len(t.Nodes), len(n.ring))
+	}
+	for i, nd := range t.Nodes {
+		if len(nd.NICs) != len(n.nics) {
+			return nil, fmt.Errorf("%w: topology node %d has %d NICs, want %d", ErrInvalid, i, len(nd.NICs), len(n.nics))
+		}
+	}
+	ss := cfg.Strategies
+	if ss == nil {
+		ss = plan.AllStrategies
+	}
+	cfg.Strategies = slices.DeleteFunc(slices.Clone(ss), func(s plan.Strategy) bool { return s == plan.OptCC })
+	t = t.Clone()
+	t.GPUsPerNode = 1
+	p, err := plan.NewPlanner(t, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Planned{n: n, p: p, cfg: cfg}, nil
+}
+
+// Planner returns the planner, for inspection.
+func (s *Planned) Planner() *plan.Planner { return s.p }
+
+// SetNICDown tells the planner that NIC nic of the node at ring position node failed or healed; the
+// next call re-plans. Every node of the ring must be told the same, before the same call.
+func (s *Planned) SetNICDown(node, nic int, down bool) error {
+	_, err := s.p.SetNICDown(node, nic, down)
+	return err
+}
+
+// Sync brings the planner's NIC health to the runtime's view: the hot-repair verdicts and port
+// events this node has seen for every node of the ring. It reports whether anything changed (the
+// next call then re-plans). Verdicts go around the whole group, so after a failure or heal has been
+// localized every node's view, hence its plan, is the same.
+func (s *Planned) Sync() bool {
+	changed := false
+	for u, id := range s.n.ring {
+		for j := range s.n.nics {
+			down := s.n.m.Health(NICRef{id, NICID(j)}) == Down
+			if id == s.n.ep.Node() {
+				down = down || s.n.ep.Health(NICID(j)) == Down
+			}
+			c, _ := s.p.SetNICDown(u, j, down)
+			changed = changed || c
+		}
+	}
+	return changed
+}
+
+// Plan returns the plan the next AllReduce of bytes bytes of elements of size esz would run, with the
+// Node's routes: the standard ring's channels (a failed NIC's moved whole to its backup) for the
+// standard ring and hot repair, [plan.BalanceRoutes] over one channel per NIC otherwise.
+func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
+	t := s.p.Topology()
+	pl, err := s.p.Plan(bytes)
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	if pl.Bytes != bytes || len(pl.Parts) == 0 {
+		return plan.Plan{}, fmt.Errorf("%w: plan for %d bytes", ErrInvalid, pl.Bytes)
+	}
+	for _, pt := range pl.Parts {
+		if pt.Offset%int64(esz) != 0 {
+			// The planner's alignment differs from the element size: rebuild at this one.
+			pl, err = plan.Build(t, pl.Estimate, bytes, int64(esz), s.cfg.Model)
+			if err != nil {
+				return plan.Plan{}, err
+			}
+			break
+		}
+	}
+	pl.Routes = RoutesFor(t, pl.Strategy, s.n.nics)
+	return pl, nil
+}
+
+// RoutesFor returns the per-node channel routes the Node uses for strategy st on topology t (one
+// channel per NIC), as fractions expressed in bytes of a notional message.
+func RoutesFor(t plan.Topology, st plan.Strategy, nics []NIC) [][]plan.Route {
+	if st == plan.Ring || st == plan.HotRepair {
+		return hotRepairRoutes(t, nics)
+	}
+	out := make([][]plan.Route, len(t.Nodes))
+	for u, nd := range t.Nodes {
+		out[u] = plan.BalanceRoutes(nd, len(nd.NICs), 1<<30, 1)
+	}
+	return out
+}
+
+// StartAllReduce plans an AllReduce of send into recv for its size and the current health, and runs
+// it (see [Node.StartPlannedAllReduce]). It returns the plan it runs. Call it in the event context.
+func (s *Planned) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) (plan.Plan, error) {
+	if !dt.Valid() {
+		return plan.Plan{}, fmt.Errorf("%w: dtype %v", ErrInvalid, dt)
+	}
+	pl, err := s.Plan(int64(len(send)), dt.Size())
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	return pl, s.n.StartPlannedAllReduce(s.p.Topology(), pl, send, recv, dt, op, done)
+}
+
+// PlannedAllReduce is the blocking form of StartPlannedAllReduce (see AllReduce for the rules).
+func (n *Node) PlannedAllReduce(ctx context.Context, t plan.Topology, p plan.Plan, send, recv []byte, dt rings.DType, op rings.Op) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartPlannedAllReduce(t, p, send, recv, dt, op, done) })
+}
+
+// Do runs f in the Node's event context and waits for it: the way to call Planned's methods (and
+// read the Node's state) from another goroutine.
+func (n *Node) Do(f func()) {
+	ch := make(chan struct{})
+	n.ep.Post(func() { f(); close(ch) })
+	<-ch
+}
+
+// AllReduce is the blocking form of StartAllReduce (see [Node.AllReduce] for the rules). It returns
+// the plan it ran.
+func (s *Planned) AllReduce(ctx context.Context, send, recv []byte, dt rings.DType, op rings.Op) (plan.Plan, error) {
+	var pl plan.Plan
+	err := s.n.run(ctx, func(done func(error)) error {
+		var err error
+		pl, err = s.StartAllReduce(send, recv, dt, op, done)
+		return err
+	})
+	return pl, err
+}

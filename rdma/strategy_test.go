@@ -1,0 +1,238 @@
+package rdma_test
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/concord-ccl/concord/rdma"
+	"github.com/concord-ccl/concord/rdma/plan"
+	"github.com/concord-ccl/concord/rings"
+)
+
+const (
+	stNodes = 4
+	stNICs  = 4
+	stBW    = 12.5e9
+	stCount = 1 << 18 // float32 elements: 1 MiB
+)
+
+// stTopology is the planner's view of newCluster's fabric, with the given (node, NIC) pairs down.
+func stTopology(down [][2]int) plan.Topology {
+	t := plan.Uniform(stNodes, stNICs, 2, 2e-6, stBW)
+	t.GPUsPerNode = 1
+	for _, d := range down {
+		t.Nodes[d[0]].NICs[d[1]].Down = true
+	}
+	return t
+}
+
+// integerInputs are float32 inputs whose sums are exact in any order.
+func integerInputs(rng *rand.Rand, nodes, count int) [][]byte {
+	in := make([][]byte, nodes)
+	for i := range in {
+		v := make([]float32, count)
+		for j := range v {
+			v[j] = float32(rng.IntN(2001) - 1000)
+		}
+		in[i] = rings.Bytes(v)
+	}
+	return in
+}
+
+// runPlanned runs the AllReduce of strategy st on a fresh cluster with the NICs of down taken down,
+// and returns the results and the virtual time it took.
+func runPlanned(t *testing.T, st plan.Strategy, down [][2]int, inputs [][]byte) ([][]byte, plan.Plan, time.Duration) {
+	t.Helper()
+	c := newCluster(t, stNodes, stNICs, rdma.Config{ChunkBytes: 64 << 10, Window: 4})
+	for _, d := range down {
+		c.net.SetPort(c.ring[d[0]], rdma.NICID(d[1]), false)
+	}
+	topo := stTopology(down)
+	e, err := plan.Cost(topo, st, float64(len(inputs[0])), plan.Model{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.IsInf(e.Seconds, 1) {
+		t.Fatalf("%v does not apply", st)
+	}
+	p, err := plan.Build(topo, e, int64(len(inputs[0])), 4, plan.Model{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Routes = rdma.RoutesFor(topo, st, c.net.Node(c.ring[0]).NICs())
+	out := make([][]byte, stNodes)
+	start := c.net.Now()
+	c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+		out[i] = make([]byte, len(inputs[i]))
+		return n.StartPlannedAllReduce(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
+	})
+	return out, p, c.net.Now() - start
+}
+
+var stCases = []struct {
+	name  string
+	st    plan.Strategy
+	down  [][2]int
+	exact bool // equal to the standard ring for any floats, not only exact sums
+}{
+	{"ring", plan.Ring, nil, true},
+	{"hot_repair_x25", plan.HotRepair, [][2]int{{1, 2}}, true},
+	{"balance_x25", plan.Balance, [][2]int{{1, 2}}, true},
+	{"r2ccl_x25", plan.R2CCL, [][2]int{{1, 2}}, false},
+	{"balance_x50", plan.Balance, [][2]int{{2, 0}, {2, 1}}, true},
+	{"r2ccl_x50", plan.R2CCL, [][2]int{{2, 0}, {2, 1}}, false},
+	{"recursive_two_nodes", plan.Recursive, [][2]int{{1, 0}, {3, 1}}, false},
+	{"recursive_three_levels", plan.Recursive, [][2]int{{0, 3}, {2, 0}, {2, 1}}, false},
+}
+
+func TestPlannedStrategiesMatchStandardRing(t *testing.T) {
+	for _, integer := range []bool{false, true} {
+		var inputs [][]byte
+		if integer {
+			inputs = integerInputs(rand.New(rand.NewPCG(3, 1)), stNodes, stCount)
+		} else {
+			inputs = randomInputs(rand.New(rand.NewPCG(3, 2)), stNodes, stCount)
+		}
+		ref := newCluster(t, stNodes, stNICs, rdma.Config{ChunkBytes: 64 << 10, Window: 4})
+		want, errs := ref.allReduce(t, inputs, rings.F32, rings.Sum)
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("standard ring, node %d: %v", i, err)
+			}
+		}
+		for _, tc := range stCases {
+			if !integer && !tc.exact {
+				continue
+			}
+			out, p, _ := runPlanned(t, tc.st, tc.down, inputs)
+			for i := range out {
+				if !bytes.Equal(out[i], want[0]) {
+					g, w := rings.View[float32](out[i]), rings.View[float32](want[0])
+					for j := range g {
+						if math.Float32bits(g[j]) != math.Float32bits(w[j]) {
+							t.Fatalf("%s (integer %v, parts %d): node %d element %d: %v, want %v", tc.name, integer, len(p.Parts), i, j, g[j], w[j])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestPlannedStrategiesAgreeOnEveryNode(t *testing.T) {
+	inputs := randomInputs(rand.New(rand.NewPCG(5, 5)), stNodes, stCount)
+	for _, tc := range stCases {
+		out, _, _ := runPlanned(t, tc.st, tc.down, inputs)
+		w := rings.View[float32](inputs[0])
+		for i := range out {
+			if !bytes.Equal(out[i], out[0]) {
+				t.Fatalf("%s: node %d differs from node 0", tc.name, i)
+			}
+		}
+		got := rings.View[float32](out[0])
+		for j := range got {
+			var sum float64
+			for k := range inputs {
+				sum += float64(rings.View[float32](inputs[k])[j])
+			}
+			if math.Abs(float64(got[j])-sum) > 1e-4*(1+math.Abs(sum)) {
+				t.Fatalf("%s: element %d: %v, want about %v (first input %v)", tc.name, j, got[j], sum, w[j])
+			}
+		}
+	}
+}
+
+// TestPlannerPredictionVersusSimulation logs the planner's predicted time and the simulator's
+// measured (virtual) time of every strategy and asserts only that they are within a factor of three.
+func TestPlannerPredictionVersusSimulation(t *testing.T) {
+	inputs := integerInputs(rand.New(rand.NewPCG(9, 1)), stNodes, stCount)
+	for _, tc := range stCases {
+		_, p, took := runPlanned(t, tc.st, tc.down, inputs)
+		measured := took.Seconds()
+		errPct := 100 * (p.Seconds - measured) / measured
+		t.Logf("%-24s predicted %8.1f µs  simulated %8.1f µs  error %+6.1f%%", tc.name, p.Seconds*1e6, measured*1e6, errPct)
+		if p.Seconds > 3*measured || measured > 3*p.Seconds {
+			t.Errorf("%s: prediction %v s and simulation %v s differ by more than 3x", tc.name, p.Seconds, measured)
+		}
+	}
+}
+
+// TestPlannedFollowsNICHealth runs planned calls while a NIC fails and heals: each node's planner
+// learns the failure from the runtime's hot-repair view (Sync), re-plans away from the standard ring,
+// and returns to it once the NIC has healed.
+func TestPlannedFollowsNICHealth(t *testing.T) {
+	c := newCluster(t, stNodes, stNICs, scConfig())
+	ps := make([]*rdma.Planned, stNodes)
+	for i, n := range c.nodes {
+		p, err := rdma.NewPlanned(n, stTopology(nil), plan.Config{Align: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[i] = p
+	}
+	inputs := integerInputs(rand.New(rand.NewPCG(4, 4)), stNodes, stCount)
+	call := func(want func(plan.Strategy) bool) {
+		t.Helper()
+		out := make([][]byte, stNodes)
+		chosen := make([]plan.Strategy, stNodes)
+		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+			out[i] = make([]byte, len(inputs[i]))
+			p, err := ps[i].StartAllReduce(inputs[i], out[i], rings.F32, rings.Sum, done)
+			chosen[i] = p.Strategy
+			return err
+		})
+		for i := range out {
+			if chosen[i] != chosen[0] || !want(chosen[i]) {
+				t.Fatalf("node %d chose %v (node 0 %v)", i, chosen[i], chosen[0])
+			}
+			got, a := rings.View[float32](out[i]), make([]float32, stCount)
+			for k := range inputs {
+				for j, v := range rings.View[float32](inputs[k]) {
+					a[j] += v
+				}
+			}
+			for j := range got {
+				if got[j] != a[j] {
+					t.Fatalf("%v: node %d element %d: %v, want %v", chosen[i], i, j, got[j], a[j])
+				}
+			}
+		}
+	}
+	sync := func() {
+		for _, p := range ps {
+			p.Sync()
+		}
+	}
+	sync()
+	call(func(s plan.Strategy) bool { return s == plan.Ring })
+
+	c.net.SetPort(c.ring[1], 2, false)
+	c.net.RunUntil(c.net.Now() + 2*time.Millisecond)
+	sync()
+	for i, p := range ps {
+		if !p.Planner().Topology().Nodes[1].NICs[2].Down {
+			t.Fatalf("node %d's planner does not know that NIC 2 of node 1 is down", i)
+		}
+	}
+	call(func(s plan.Strategy) bool { return s != plan.Ring })
+
+	c.net.SetPort(c.ring[1], 2, true)
+	healed := func() bool {
+		for _, n := range c.nodes {
+			if n.Repair().Health(rdma.NICRef{Node: c.ring[1], NIC: 2}) == rdma.Down {
+				return false
+			}
+		}
+		return true
+	}
+	limit := c.net.Now() + 50*time.Millisecond
+	c.net.RunWhile(func() bool { return !healed() && c.net.Now() < limit })
+	if !healed() {
+		t.Fatal("the runtime did not see NIC 2 of node 1 heal")
+	}
+	sync()
+	call(func(s plan.Strategy) bool { return s == plan.Ring })
+}
