@@ -142,7 +142,7 @@ func TestParse(t *testing.T) {
 	if !slices.Equal(o.peers, []int{4, 8, 16}) || o.simulated != 100 {
 		t.Fatalf("options %+v", o)
 	}
-	for _, bad := range [][]string{{}, {"--peers", "4,x"}, {"--peers", "1"}, {"--simulated", "-1"}} {
+	for _, bad := range [][]string{{}, {"--peers", "4,x"}, {"--peers", "2"}, {"--peers", "4", "--size", "3"}, {"--peers", "4", "--kills", "0"}, {"--simulated", "-1"}} {
 		if _, err := parse(bad, &stderr); err == nil {
 			t.Errorf("parse(%q) accepted", bad)
 		}
