@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -36,6 +37,19 @@ type peersResult struct {
 	RatioOf        string      `json:"ratio_of"`
 	RatioLimit     float64     `json:"ratio_limit"`
 	RatiosOK       bool        `json:"ratios_ok"`
+	// Cores is the number of CPUs every process shares. With more peer processes than cores, each
+	// peer gets a smaller share of a CPU as the group grows, so even the steady-state AllReduce slows
+	// down with the number of peers; the ratios below take that out.
+	Cores int `json:"cores"`
+	// The same ratios for the parts: the detection after the victim's sockets closed, and the
+	// protocol part of resuming (from a survivor's error to the start of its next AllReduce).
+	AbortAfterGoneP50Ratio float64 `json:"abort_after_gone_p50_ratio"`
+	ResumeProtocolP50Ratio float64 `json:"resume_protocol_p50_ratio"`
+	// AbortOverOpRatio and ResumeOverOpRatio are the p50 in units of the steady-state AllReduce at
+	// the same size (op_ms_median), at the largest size over at the smallest: whether recovery grows
+	// faster with the number of peers than the machine's own pace does.
+	AbortOverOpRatio  float64 `json:"abort_over_op_p50_ratio"`
+	ResumeOverOpRatio float64 `json:"resume_over_op_p50_ratio"`
 }
 
 // dist is a set of samples in milliseconds with its nearest-rank percentiles (with fewer than 100
@@ -76,7 +90,8 @@ type peersSize struct {
 	// NewcomerStart: from spawning the replacement until it began to connect (process start-up).
 	NewcomerStart dist `json:"newcomer_start_ms"`
 	// Admit: from the newcomer's Connect until every member's UpdateTopology admitted it
-	// (the vote and the wiring round: protocol).
+	// (the vote and the wiring round: protocol); a member whose admitting call failed after the
+	// topology changed counts from its first call that reported the whole group.
 	Admit dist `json:"admit_ms"`
 	// NewcomerSync: the newcomer's first SyncSharedState, which fetches the shared state (the vote
 	// and the data transfer), and the bytes it fetched.
@@ -378,10 +393,9 @@ func (b *peersBench) kill(ctx context.Context) error {
 	var admitted, joined int64
 	for _, p := range b.live() {
 		if p != nc {
-			e, ok := p.first(tc, func(e peerEvent) bool { return e.Event == "topology" && e.World == b.n })
-			if !ok {
-				return fmt.Errorf("%s completed an AllReduce over %d peers without an UpdateTopology admitting them", p.proc.Name(), b.n)
-			}
+			// The first report of the whole group: normally the UpdateTopology that admitted the
+			// newcomer, else the call that followed it.
+			e, _ := p.first(tc, func(e peerEvent) bool { return e.World == b.n && e.Event != "op_started" })
 			admitted = max(admitted, e.T)
 		}
 		e, _ := p.first(tc, func(e peerEvent) bool { return e.Event == "op_done" && e.World == b.n })
@@ -459,7 +473,7 @@ type peersOptions struct {
 // recovery runs the recovery mode over sizes.
 func recovery(ctx context.Context, sizes []int, o peersOptions, stderr io.Writer) peersResult {
 	res := peersResult{Mode: "peers", BufferBytes: o.bytes, StateBytes: o.stateBytes, Kills: o.kills,
-		RatioLimit: targetRecoveryRatio, LoadBefore: loadavg(),
+		RatioLimit: targetRecoveryRatio, LoadBefore: loadavg(), Cores: runtime.NumCPU(),
 		Note: "real peer processes on loopback on a machine shared with other work; absolute times are noisy, " +
 			"the ratios compare sizes measured in the same run. Protocol parts come from the peers' own timestamps."}
 	for _, n := range sizes {
@@ -479,6 +493,16 @@ func recovery(ctx context.Context, sizes []int, o peersOptions, stderr io.Writer
 		if first.Resume.P50 > 0 {
 			res.ResumeP50Ratio = last.Resume.P50 / first.Resume.P50
 		}
+		ratio := func(a, b float64) float64 {
+			if b <= 0 {
+				return 0
+			}
+			return a / b
+		}
+		res.AbortAfterGoneP50Ratio = ratio(last.AbortAfterGone.P50, first.AbortAfterGone.P50)
+		res.ResumeProtocolP50Ratio = ratio(last.ResumeProtocol.P50, first.ResumeProtocol.P50)
+		res.AbortOverOpRatio = ratio(ratio(last.Abort.P50, last.OpMs), ratio(first.Abort.P50, first.OpMs))
+		res.ResumeOverOpRatio = ratio(ratio(last.Resume.P50, last.OpMs), ratio(first.Resume.P50, first.OpMs))
 		res.RatiosOK = res.AbortP50Ratio > 0 && res.ResumeP50Ratio > 0 &&
 			res.AbortP50Ratio <= targetRecoveryRatio && res.ResumeP50Ratio <= targetRecoveryRatio
 		for _, s := range res.Sizes {
