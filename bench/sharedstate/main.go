@@ -11,7 +11,8 @@
 //     hash_gbps >= 0.5 x memcpy_gbps.
 //   - raw_transfer_seconds: the state's size moved over one loopback TCP connection between two
 //     processes, 1 MiB per write and per read, from a real buffer into a real buffer (median of
-//     --raw-reps).
+//     --raw-reps before the join and --raw-reps after it, so that both sides of the ratio are taken
+//     under the same load).
 //   - sync_noop_rehash_ms: a sync in which every peer already agrees while the entries carry Version 0,
 //     so every peer re-hashes its whole state each time (median of --rehash-rounds).
 //   - sync_noop_ms: the same with a non-zero Version, which the application promises to change with the
@@ -230,8 +231,18 @@ func (b *bench) run(ctx context.Context, res *result, noopRounds, rehashRounds, 
 	if err := b.join(ctx, res, founders, compress, profile); err != nil {
 		return fmt.Errorf("join: %w", err)
 	}
-	progress("join: sync %.3f s (ratio %.2f to raw), with UpdateTopology %.3f s, fetched %d bytes",
-		res.JoinSeconds, res.JoinRatio, res.JoinTotalSeconds, res.JoinFetchedBytes)
+	// The reference is taken again after the join, so that on a machine shared with other work both
+	// sides of the ratio see the same load: raw_transfer_seconds is the median of both sets.
+	after, err := b.rawTransfer(ctx, size, rawReps)
+	if err != nil {
+		return fmt.Errorf("raw transfer after the join: %w", err)
+	}
+	res.RawTransferSecondsAll = append(res.RawTransferSecondsAll, after...)
+	res.RawTransferSeconds = measure.Median(res.RawTransferSecondsAll)
+	res.RawTransferGBps = float64(size) / res.RawTransferSeconds / 1e9
+	res.JoinRatio = res.JoinSeconds / res.RawTransferSeconds
+	progress("join: sync %.3f s (ratio %.2f to raw %.3f s, median of %v), with UpdateTopology %.3f s, fetched %d bytes",
+		res.JoinSeconds, res.JoinRatio, res.RawTransferSeconds, res.RawTransferSecondsAll, res.JoinTotalSeconds, res.JoinFetchedBytes)
 	return nil
 }
 
