@@ -96,7 +96,14 @@ type result struct {
 	RawTransferSecondsAll     []float64 `json:"raw_transfer_seconds_all"`
 	RawTransferGBps           float64   `json:"raw_transfer_gbps"`
 	JoinRatio                 float64   `json:"join_ratio"`
-	JoinRatioTarget           float64   `json:"join_ratio_target"`
+	// The CPU time the join's sync used on every peer (newcomer and donors) over the CPU time of a
+	// raw transfer (sender and receiver): on a machine shared with other work, the wall-clock ratio
+	// follows how much CPU each side needs and gets; this says how much it needs.
+	RawCPUSeconds    float64   `json:"raw_cpu_seconds"`
+	RawCPUSecondsAll []float64 `json:"raw_cpu_seconds_all"`
+	JoinCPUSeconds   float64   `json:"join_cpu_seconds"`
+	JoinCPURatio     float64   `json:"join_cpu_ratio"`
+	JoinRatioTarget  float64   `json:"join_ratio_target"`
 	// ZstdRatio is the compressed size over the original size of the first entry's content at the
 	// donors' compression level: what --compress can save on this data.
 	ZstdRatio float64 `json:"zstd_ratio"`
@@ -185,11 +192,11 @@ func (b *bench) run(ctx context.Context, res *result, noopRounds, rehashRounds, 
 		return err
 	}
 
-	raw, err := b.rawTransfer(ctx, size, rawReps)
+	raw, cpus, err := b.rawTransfer(ctx, size, rawReps)
 	if err != nil {
 		return fmt.Errorf("raw transfer: %w", err)
 	}
-	res.RawTransferSecondsAll = raw
+	res.RawTransferSecondsAll, res.RawCPUSecondsAll = raw, cpus
 	res.RawTransferSeconds = measure.Median(raw)
 	res.RawTransferGBps = float64(size) / res.RawTransferSeconds / 1e9
 	progress("raw loopback transfer %.3f s (%.2f GB/s)", res.RawTransferSeconds, res.RawTransferGBps)
@@ -233,11 +240,20 @@ func (b *bench) run(ctx context.Context, res *result, noopRounds, rehashRounds, 
 	}
 	// The reference is taken again after the join, so that on a machine shared with other work both
 	// sides of the ratio see the same load: raw_transfer_seconds is the median of both sets.
-	after, err := b.rawTransfer(ctx, size, rawReps)
+	after, cpus, err := b.rawTransfer(ctx, size, rawReps)
 	if err != nil {
 		return fmt.Errorf("raw transfer after the join: %w", err)
 	}
 	res.RawTransferSecondsAll = append(res.RawTransferSecondsAll, after...)
+	res.RawCPUSecondsAll = append(res.RawCPUSecondsAll, cpus...)
+	res.RawCPUSeconds = measure.Median(res.RawCPUSecondsAll)
+	res.JoinCPUSeconds = res.JoinNewcomerUsage.cpu()
+	for _, u := range res.JoinDonorUsage {
+		res.JoinCPUSeconds += u.cpu()
+	}
+	if res.RawCPUSeconds > 0 {
+		res.JoinCPURatio = res.JoinCPUSeconds / res.RawCPUSeconds
+	}
 	res.RawTransferSeconds = measure.Median(res.RawTransferSecondsAll)
 	res.RawTransferGBps = float64(size) / res.RawTransferSeconds / 1e9
 	res.JoinRatio = res.JoinSeconds / res.RawTransferSeconds
@@ -259,40 +275,47 @@ func zstdRatio(n int) (float64, error) {
 	return float64(len(enc.EncodeAll(data, nil))) / float64(n), nil
 }
 
-// rawTransfer runs the raw loopback transfer reps times and returns the seconds of each.
-func (b *bench) rawTransfer(ctx context.Context, size, reps int) ([]float64, error) {
+// rawTransfer runs the raw loopback transfer reps times and returns the seconds of each and the CPU
+// seconds of each (the sender's and the receiver's together).
+func (b *bench) rawTransfer(ctx context.Context, size, reps int) ([]float64, []float64, error) {
 	env := []string{rawEnv(size, reps)}
 	sink, err := b.c.Spawn(cluster.Spec{Role: roleSink, Name: "raw-sink", Env: env})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer sink.Kill()
 	source, err := b.c.Spawn(cluster.Spec{Role: roleSource, Name: "raw-source", Env: env})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer source.Kill()
 	var ev rawEvent
 	if err := awaitRaw(ctx, sink, "listening", &ev); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := source.Send(ev.Addr); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var secs []float64
+	var secs, cpus []float64
 	for range reps {
 		if err := awaitRaw(ctx, source, "rep", &ev); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		secs = append(secs, ev.Seconds)
+		secs, cpus = append(secs, ev.Seconds), append(cpus, ev.CPUSeconds)
+	}
+	for i := range reps {
+		if err := awaitRaw(ctx, sink, "rep", &ev); err != nil {
+			return nil, nil, err
+		}
+		cpus[i] += ev.CPUSeconds
 	}
 	for _, p := range []*cluster.Proc{sink, source} {
 		if _, err := p.Wait(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	debug.FreeOSMemory()
-	return secs, nil
+	return secs, cpus, nil
 }
 
 // awaitRaw reads p's lines until event (decoded into v), failing on an error line or when p ends.
