@@ -108,7 +108,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	peers := fs.String("peers", "", "recovery mode: comma-separated numbers of peer processes (not built yet)")
+	peers := fs.String("peers", "", "recovery mode: comma-separated numbers of peer processes, at least 3 each")
 	fs.IntVar(&o.simulated, "simulated", 0, "simulated mode: the largest number of simulated peers (measured at 100, 1,000, 10,000 up to it)")
 	fs.IntVar(&o.cycles, "cycles", 0, "steady-state cycles per size (0: about 300,000 events per size)")
 	fs.IntVar(&o.sockets, "sockets", 2000, "simulated mode: the most control connections over loopback (0: skip)")
