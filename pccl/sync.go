@@ -135,9 +135,10 @@ func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncO
 // rangeBlocks is the number of hash-tree blocks fetched per request.
 const rangeBlocks = 4
 
-// fetchAll fetches and installs every entry of the plan. For each entry it first gets the leaf hashes
-// of its hash tree from a donor and checks them against the elected hash; then block-aligned ranges of
-// all entries are spread over a few workers, each keeping one connection per donor for the whole sync.
+// fetchAll fetches and installs every entry of the plan. Block-aligned ranges of all entries are spread
+// over a few workers, each keeping one connection per donor for the whole sync; the first worker to
+// take a range of an entry gets the leaf hashes of its hash tree from a donor and checks them against
+// the elected hash, so that the leaves of later entries come in while earlier entries' bytes flow.
 // A worker receives a range into its own buffer, checks every block against its leaf while it is
 // still in cache, and only then copies it into the application's memory: nothing unverified is ever
 // written there. A range whose donor fails or sends a bad block is fetched again from the next donor.
@@ -173,7 +174,9 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 	type entryJob struct {
 		it     wire.FetchItem
 		entry  *Entry
+		once   sync.Once // fetches leaves, by the first worker that gets a range of the entry
 		leaves []uint64
+		err    error // why the leaves could not be had
 		left   atomic.Int32
 	}
 	var resMu sync.Mutex
@@ -184,22 +187,9 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 		res.FetchedBytes += int64(j.it.Bytes)
 		resMu.Unlock()
 	}
-
-	// The leaves of every entry, checked against the elected hashes.
 	jobs := make([]*entryJob, len(items))
-	leafConns := map[uint64]*stateConn{}
 	for i, it := range items {
-		leaves, err := c.fetchLeaves(ctx, leafConns, it)
-		if err != nil {
-			for _, sc := range leafConns {
-				sc.close()
-			}
-			return fmt.Errorf("entry %q: %w", it.Name, err)
-		}
-		jobs[i] = &entryJob{it: it, entry: st.Lookup(it.Name), leaves: leaves}
-	}
-	for _, sc := range leafConns {
-		sc.close()
+		jobs[i] = &entryJob{it: it, entry: st.Lookup(it.Name)}
 	}
 
 	type task struct {
@@ -224,6 +214,14 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 			buf := make([]byte, rangeBlocks*sharedstate.BlockSize)
 			for t := range tasks {
 				it := t.job.it
+				// The leaves of an entry, checked against the elected hash, are fetched by the
+				// first worker that needs them, over its own connections, while the other
+				// workers already move the ranges of earlier entries.
+				t.job.once.Do(func() { t.job.leaves, t.job.err = c.fetchLeaves(ctx, conns, it) })
+				if t.job.err != nil {
+					cancel(fmt.Errorf("entry %q: %w", it.Name, t.job.err))
+					continue
+				}
 				part := buf[:t.n]
 				var last error
 				ok := false
@@ -260,6 +258,15 @@ dispatch:
 		step := rangeBlocks * sharedstate.BlockSize
 		n := (size + step - 1) / step
 		if n == 0 {
+			leafConns := map[uint64]*stateConn{}
+			j.leaves, j.err = c.fetchLeaves(ctx, leafConns, j.it)
+			for _, sc := range leafConns {
+				sc.close()
+			}
+			if j.err != nil {
+				cancel(fmt.Errorf("entry %q: %w", j.it.Name, j.err))
+				break dispatch
+			}
 			finish(j)
 			continue
 		}

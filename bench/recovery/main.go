@@ -51,6 +51,9 @@ import (
 const (
 	targetAbortP99 = 100.0  // ms, on loopback
 	targetStallP99 = 2500.0 // ms
+	// targetAfterGoneP99 bounds abort_after_gone_ms_p99: what Concord adds after the kernel closed
+	// the victim's sockets.
+	targetAfterGoneP99 = 50.0 // ms
 )
 
 // Bounds of the waits within one round.
@@ -86,8 +89,17 @@ type result struct {
 	// AbortAfterExitMsP99 is the p99 over kill rounds of (last survivor's return − the moment the
 	// parent saw the victim reaped): the part of abort_ms after the kernel has torn the victim down and
 	// closed its sockets. It may be negative: sockets close before the process is reaped.
-	AbortAfterExitMsP50 float64        `json:"abort_after_victim_exit_ms_p50"`
-	AbortAfterExitMsP99 float64        `json:"abort_after_victim_exit_ms_p99"`
+	AbortAfterExitMsP50 float64 `json:"abort_after_victim_exit_ms_p50"`
+	AbortAfterExitMsP99 float64 `json:"abort_after_victim_exit_ms_p99"`
+	// AbortAfterGoneMs is, per kill round, the last survivor's return minus the first far-end
+	// close of a data connection any survivor observed after the kill (end of file or reset from the
+	// victim's sockets): the part of abort_ms that Concord controls. Rounds in which no survivor saw
+	// such a close count in gone_unobserved instead.
+	AbortAfterGoneMsP50 float64        `json:"abort_after_gone_ms_p50"`
+	AbortAfterGoneMsP99 float64        `json:"abort_after_gone_ms_p99"`
+	AbortAfterGoneLimit float64        `json:"abort_after_gone_ms_p99_limit"`
+	AbortAfterGoneMs    []float64      `json:"abort_after_gone_ms"`
+	GoneUnobserved      int            `json:"gone_unobserved"`
 	StallMs             []float64      `json:"stall_ms"`
 	StallResumeMs       []float64      `json:"stall_resume_ms"`
 	AbortErrors         map[string]int `json:"abort_errors"`
@@ -476,6 +488,17 @@ func (b *bench) killRound(ctx context.Context, i int) (bool, error) {
 			redials += s.done.Links - s.abort.Links
 		}
 		b.res.Redials = append(b.res.Redials, float64(redials))
+		var seen int64 = math.MaxInt64
+		for _, s := range b.live() {
+			if s.abort.Gone >= tk {
+				seen = min(seen, s.abort.Gone)
+			}
+		}
+		if seen == math.MaxInt64 {
+			b.res.GoneUnobserved++
+		} else {
+			b.res.AbortAfterGoneMs = append(b.res.AbortAfterGoneMs, float64(last-seen)/1e6)
+		}
 		progress("kill %d: %s; victim gone after %.1f ms; survivors aborted after %.1f ms (first %.1f ms), resumed after %.1f ms",
 			i+1, v.proc.Name(), gone, abort, float64(first-tk)/1e6, resume)
 	}
@@ -575,6 +598,8 @@ func (b *bench) summary() result {
 		after = append(after, r.AbortMs[i]-r.VictimExitMs[i])
 	}
 	r.AbortAfterExitMsP50, r.AbortAfterExitMsP99 = percentile(after, 50), percentile(after, 99)
+	r.AbortAfterGoneMsP50, r.AbortAfterGoneMsP99 = percentile(r.AbortAfterGoneMs, 50), percentile(r.AbortAfterGoneMs, 99)
+	r.AbortAfterGoneLimit = targetAfterGoneP99
 	r.TargetsMet = r.Samples > 0 && r.AbortMsP99 <= targetAbortP99 && (r.StallSamples == 0 || r.StallMsP99 <= targetStallP99) &&
 		r.BuffersRestored && r.ResultsCorrect
 	return r

@@ -58,6 +58,9 @@ func TestRecoverySmall(t *testing.T) {
 	if !r.BuffersRestored || !r.ResultsCorrect {
 		t.Fatalf("buffers restored %v, results correct %v", r.BuffersRestored, r.ResultsCorrect)
 	}
+	if got := len(r.AbortAfterGoneMs) + r.GoneUnobserved; got != r.Samples {
+		t.Fatalf("%d abort_after_gone samples and %d rounds unobserved for %d kill samples", len(r.AbortAfterGoneMs), r.GoneUnobserved, r.Samples)
+	}
 	outcomes := 0
 	for _, n := range r.StalledPeerExit {
 		outcomes += n

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/concord-ccl/concord/bench/internal/watch"
 	"github.com/concord-ccl/concord/bench/internal/workload"
 	"github.com/concord-ccl/concord/internal/cluster"
 	"github.com/concord-ccl/concord/pccl"
@@ -40,6 +41,7 @@ type peerEvent struct {
 	Restored bool    `json:"restored,omitempty"` // aborted: the buffer hash equals the one before the call
 	Kind     string  `json:"kind,omitempty"`     // aborted, exit: which sentinel error
 	Links    uint64  `json:"links,omitempty"`    // op_done, aborted: data connections opened so far
+	Gone     int64   `json:"gone,omitempty"`     // aborted: first far-end close this peer saw during the call (Unix ns), 0 if none
 	Detail   string  `json:"detail,omitempty"`
 }
 
@@ -78,6 +80,8 @@ func peerMain() int {
 	cfg := pccl.LAN()
 	cfg.Master = os.Getenv(envMaster)
 	cfg.Logger = cluster.Logger()
+	watched := watch.New(pccl.NewTCP(pccl.TCPConfig{}))
+	cfg.Transport = watched
 	comm, err := pccl.Connect(ctx, cfg)
 	if err != nil {
 		emit(peerEvent{Event: "error", Kind: errorKind(err), Detail: "connect: " + err.Error()})
@@ -127,6 +131,7 @@ func peerMain() int {
 		}
 		before := workload.Hash(b)
 		rank, world := comm.Rank(), comm.WorldSize()
+		watched.Reset()
 		emit(peerEvent{Event: "op_started", Seq: seq, Rank: rank, World: world})
 		t0 := time.Now()
 		err = comm.AllReduce(ctx, b, b, desc)
@@ -142,7 +147,7 @@ func peerMain() int {
 			continue
 		}
 		ev := peerEvent{Event: "aborted", Seq: seq, Rank: rank, World: world, Kind: errorKind(err), Detail: err.Error(),
-			Links: comm.Stats().LinksOpened}
+			Links: comm.Stats().LinksOpened, Gone: watched.Gone()}
 		ev.T = time.Now().UnixNano()
 		ev.Restored = workload.Hash(b) == before
 		cluster.Emit(ev)

@@ -26,8 +26,22 @@
 // Progress goes to stderr; the JSON result is the last line on stdout. Timings taken on a loaded
 // machine are noisy; the ratio is more robust than the absolute figures.
 //
-// The recovery mode over real peer processes (--peers 4,8,16,...) shares this command; it is not
-// built yet.
+// The recovery mode runs real peer processes on loopback:
+//
+//	go run ./bench/scale --peers 4,8,16,32,64
+//
+// For each number of peers it starts a master (LAN preset) and the peers, which loop like a training
+// job with small buffers (--size, 1 MiB, all-reduced; --state, 1 MiB of shared state synced before
+// every AllReduce). Kill rounds (--kills per size, within --budget): SIGKILL one peer while the
+// group's AllReduce calls are in flight; measure the time until every survivor's call failed
+// (abort_ms), the part of it after a survivor first saw the victim's sockets close
+// (abort_after_gone_ms), and the time until every survivor completed its next AllReduce
+// (resume_ms), split into the protocol (from the error to the start of that AllReduce: topology
+// update, wiring, votes) and the data transfer (the AllReduce itself). Then a replacement joins;
+// its admission (the members' UpdateTopology) and its state sync (the newcomer's first
+// SyncSharedState, which fetches the state) are measured the same way. The result's
+// abort_p50_ratio and resume_p50_ratio are the p50 at the largest size over that at the smallest,
+// compared to the limit of 1.2.
 package main
 
 import (
@@ -43,6 +57,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/concord-ccl/concord/bench/internal/measure"
+	supervise "github.com/concord-ccl/concord/internal/cluster"
 )
 
 // targetEventCostRatio is the limit event_cost_ratio is compared to.
@@ -66,6 +83,7 @@ type simulatedResult struct {
 }
 
 func main() {
+	supervise.Main(roles)
 	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
@@ -80,29 +98,50 @@ type options struct {
 	sockets    int           // loopback connections at most; 0 skips the loopback part
 	timeout    time.Duration // bound on the whole run
 	cpuprofile string        // CPU profile file, if any
+	bytes      int           // recovery mode: AllReduce buffer per peer
+	stateBytes int           // recovery mode: shared state per peer
+	kills      int           // recovery mode: kill rounds per size
+	budget     time.Duration // recovery mode: time for the kill rounds of one size
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	peers := fs.String("peers", "", "recovery mode: comma-separated numbers of peer processes (not built yet)")
+	peers := fs.String("peers", "", "recovery mode: comma-separated numbers of peer processes, at least 3 each")
 	fs.IntVar(&o.simulated, "simulated", 0, "simulated mode: the largest number of simulated peers (measured at 100, 1,000, 10,000 up to it)")
 	fs.IntVar(&o.cycles, "cycles", 0, "steady-state cycles per size (0: about 300,000 events per size)")
 	fs.IntVar(&o.sockets, "sockets", 2000, "simulated mode: the most control connections over loopback (0: skip)")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	size := fs.String("size", "1MiB", "recovery mode: AllReduce buffer per peer")
+	state := fs.String("state", "1MiB", "recovery mode: shared state per peer, fetched by every newcomer")
+	fs.IntVar(&o.kills, "kills", 5, "recovery mode: kill rounds per number of peers")
+	fs.DurationVar(&o.budget, "budget", 3*time.Minute, "recovery mode: time for the kill rounds of one number of peers (one round at least)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if *peers != "" {
 		for _, f := range strings.Split(*peers, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 2 {
-				return o, fmt.Errorf("--peers %q: want numbers of at least 2 separated by commas", *peers)
+			if err != nil || n < 3 {
+				return o, fmt.Errorf("--peers %q: want numbers of at least 3 (two survivors) separated by commas", *peers)
 			}
 			o.peers = append(o.peers, n)
 		}
+	}
+	for _, f := range []struct {
+		s   string
+		dst *int
+	}{{*size, &o.bytes}, {*state, &o.stateBytes}} {
+		v, err := measure.ParseSize(f.s)
+		if err != nil || v <= 0 || v%4 != 0 {
+			return o, fmt.Errorf("--size and --state: want a positive multiple of 4 bytes, got %q", f.s)
+		}
+		*f.dst = int(v)
+	}
+	if o.kills < 1 {
+		return o, errors.New("--kills must be at least 1")
 	}
 	if o.simulated < 0 || o.cycles < 0 || o.sockets < 0 {
 		return o, errors.New("--simulated, --cycles and --sockets must not be negative")
@@ -133,7 +172,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	if len(o.peers) > 0 {
-		return errors.New("--peers: the recovery mode over real peer processes is not built yet")
+		res := recovery(ctx, o.peers, peersOptions{bytes: o.bytes, stateBytes: o.stateBytes, kills: o.kills,
+			budget: o.budget, timeout: o.timeout}, stderr)
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, string(b))
+		for _, s := range res.Sizes {
+			if s.Failure != "" {
+				return fmt.Errorf("%d peers: %s", s.Peers, s.Failure)
+			}
+		}
+		return nil
 	}
 	res, err := simulated(ctx, o, progress)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,9 +12,15 @@ import (
 
 	"go.uber.org/goleak"
 
+	supervise "github.com/concord-ccl/concord/internal/cluster"
 	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/pccl/master"
 )
+
+func TestMain(m *testing.M) {
+	supervise.Main(roles)
+	os.Exit(m.Run())
+}
 
 // TestSimulatedProtocol drives the master with 50 simulated peers and checks the protocol's outcomes,
 // not timings: every peer accepted into one ring, every collective completed with every peer's Done
@@ -142,7 +149,7 @@ func TestParse(t *testing.T) {
 	if !slices.Equal(o.peers, []int{4, 8, 16}) || o.simulated != 100 {
 		t.Fatalf("options %+v", o)
 	}
-	for _, bad := range [][]string{{}, {"--peers", "4,x"}, {"--peers", "1"}, {"--simulated", "-1"}} {
+	for _, bad := range [][]string{{}, {"--peers", "4,x"}, {"--peers", "2"}, {"--peers", "4", "--size", "3"}, {"--peers", "4", "--kills", "0"}, {"--simulated", "-1"}} {
 		if _, err := parse(bad, &stderr); err == nil {
 			t.Errorf("parse(%q) accepted", bad)
 		}
@@ -167,5 +174,48 @@ func TestLoopback(t *testing.T) {
 	}
 	if s.Peers != 12 || s.AdmitMs <= 0 || s.CollectiveMs <= 0 || s.HeartbeatMs <= 0 || s.EventsPerSec <= 0 {
 		t.Fatalf("result %+v", s)
+	}
+}
+
+// TestRecoveryPeers runs the recovery mode with three peer processes and one kill: every figure of
+// the round is measured, the newcomer fetched the whole shared state, and nothing is left running.
+func TestRecoveryPeers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts peer processes")
+	}
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	o := peersOptions{bytes: 64 << 10, stateBytes: 256 << 10, kills: 1, budget: time.Minute, timeout: 2 * time.Minute}
+	res := recovery(ctx, []int{3}, o, &stderr)
+	if len(res.Sizes) != 1 {
+		t.Fatalf("%d sizes, want 1", len(res.Sizes))
+	}
+	s := res.Sizes[0]
+	if s.Failure != "" {
+		t.Fatalf("failure: %s\n%s", s.Failure, stderr.String())
+	}
+	if s.Peers != 3 || s.Samples != 1 {
+		t.Fatalf("peers %d, kills %d; want 3 and 1", s.Peers, s.Samples)
+	}
+	for name, d := range map[string]dist{"abort": s.Abort, "resume": s.Resume, "resume_protocol": s.ResumeProtocol,
+		"resume_data": s.ResumeData, "admit": s.Admit, "newcomer_sync": s.NewcomerSync, "join_resume": s.JoinResume} {
+		if len(d.Samples) != 1 || d.P50 <= 0 || d.P99 != d.P50 {
+			t.Errorf("%s: %+v, want one positive sample", name, d)
+		}
+	}
+	if s.NewcomerSyncBytes != int64(o.stateBytes) {
+		t.Errorf("newcomer fetched %d bytes, want %d", s.NewcomerSyncBytes, o.stateBytes)
+	}
+	stages := 0
+	for _, n := range s.FailedStage {
+		stages += n
+	}
+	if stages != 2 {
+		t.Errorf("failed stages %v, want the two survivors counted", s.FailedStage)
+	}
+	if res.AbortP50Ratio != 1 || res.ResumeP50Ratio != 1 || res.RatioLimit != targetRecoveryRatio {
+		t.Errorf("ratios %v %v limit %v; want 1, 1 with one size", res.AbortP50Ratio, res.ResumeP50Ratio, res.RatioLimit)
 	}
 }

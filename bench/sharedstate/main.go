@@ -11,7 +11,8 @@
 //     hash_gbps >= 0.5 x memcpy_gbps.
 //   - raw_transfer_seconds: the state's size moved over one loopback TCP connection between two
 //     processes, 1 MiB per write and per read, from a real buffer into a real buffer (median of
-//     --raw-reps).
+//     --raw-reps before the join and --raw-reps after it, so that both sides of the ratio are taken
+//     under the same load).
 //   - sync_noop_rehash_ms: a sync in which every peer already agrees while the entries carry Version 0,
 //     so every peer re-hashes its whole state each time (median of --rehash-rounds).
 //   - sync_noop_ms: the same with a non-zero Version, which the application promises to change with the
@@ -95,7 +96,14 @@ type result struct {
 	RawTransferSecondsAll     []float64 `json:"raw_transfer_seconds_all"`
 	RawTransferGBps           float64   `json:"raw_transfer_gbps"`
 	JoinRatio                 float64   `json:"join_ratio"`
-	JoinRatioTarget           float64   `json:"join_ratio_target"`
+	// The CPU time the join's sync used on every peer (newcomer and donors) over the CPU time of a
+	// raw transfer (sender and receiver): on a machine shared with other work, the wall-clock ratio
+	// follows how much CPU each side needs and gets; this says how much it needs.
+	RawCPUSeconds    float64   `json:"raw_cpu_seconds"`
+	RawCPUSecondsAll []float64 `json:"raw_cpu_seconds_all"`
+	JoinCPUSeconds   float64   `json:"join_cpu_seconds"`
+	JoinCPURatio     float64   `json:"join_cpu_ratio"`
+	JoinRatioTarget  float64   `json:"join_ratio_target"`
 	// ZstdRatio is the compressed size over the original size of the first entry's content at the
 	// donors' compression level: what --compress can save on this data.
 	ZstdRatio float64 `json:"zstd_ratio"`
@@ -184,11 +192,11 @@ func (b *bench) run(ctx context.Context, res *result, noopRounds, rehashRounds, 
 		return err
 	}
 
-	raw, err := b.rawTransfer(ctx, size, rawReps)
+	raw, cpus, err := b.rawTransfer(ctx, size, rawReps)
 	if err != nil {
 		return fmt.Errorf("raw transfer: %w", err)
 	}
-	res.RawTransferSecondsAll = raw
+	res.RawTransferSecondsAll, res.RawCPUSecondsAll = raw, cpus
 	res.RawTransferSeconds = measure.Median(raw)
 	res.RawTransferGBps = float64(size) / res.RawTransferSeconds / 1e9
 	progress("raw loopback transfer %.3f s (%.2f GB/s)", res.RawTransferSeconds, res.RawTransferGBps)
@@ -230,8 +238,27 @@ func (b *bench) run(ctx context.Context, res *result, noopRounds, rehashRounds, 
 	if err := b.join(ctx, res, founders, compress, profile); err != nil {
 		return fmt.Errorf("join: %w", err)
 	}
-	progress("join: sync %.3f s (ratio %.2f to raw), with UpdateTopology %.3f s, fetched %d bytes",
-		res.JoinSeconds, res.JoinRatio, res.JoinTotalSeconds, res.JoinFetchedBytes)
+	// The reference is taken again after the join, so that on a machine shared with other work both
+	// sides of the ratio see the same load: raw_transfer_seconds is the median of both sets.
+	after, cpus, err := b.rawTransfer(ctx, size, rawReps)
+	if err != nil {
+		return fmt.Errorf("raw transfer after the join: %w", err)
+	}
+	res.RawTransferSecondsAll = append(res.RawTransferSecondsAll, after...)
+	res.RawCPUSecondsAll = append(res.RawCPUSecondsAll, cpus...)
+	res.RawCPUSeconds = measure.Median(res.RawCPUSecondsAll)
+	res.JoinCPUSeconds = res.JoinNewcomerUsage.cpu()
+	for _, u := range res.JoinDonorUsage {
+		res.JoinCPUSeconds += u.cpu()
+	}
+	if res.RawCPUSeconds > 0 {
+		res.JoinCPURatio = res.JoinCPUSeconds / res.RawCPUSeconds
+	}
+	res.RawTransferSeconds = measure.Median(res.RawTransferSecondsAll)
+	res.RawTransferGBps = float64(size) / res.RawTransferSeconds / 1e9
+	res.JoinRatio = res.JoinSeconds / res.RawTransferSeconds
+	progress("join: sync %.3f s (ratio %.2f to raw %.3f s, median of %v), with UpdateTopology %.3f s, fetched %d bytes",
+		res.JoinSeconds, res.JoinRatio, res.RawTransferSeconds, res.RawTransferSecondsAll, res.JoinTotalSeconds, res.JoinFetchedBytes)
 	return nil
 }
 
@@ -248,40 +275,47 @@ func zstdRatio(n int) (float64, error) {
 	return float64(len(enc.EncodeAll(data, nil))) / float64(n), nil
 }
 
-// rawTransfer runs the raw loopback transfer reps times and returns the seconds of each.
-func (b *bench) rawTransfer(ctx context.Context, size, reps int) ([]float64, error) {
+// rawTransfer runs the raw loopback transfer reps times and returns the seconds of each and the CPU
+// seconds of each (the sender's and the receiver's together).
+func (b *bench) rawTransfer(ctx context.Context, size, reps int) ([]float64, []float64, error) {
 	env := []string{rawEnv(size, reps)}
 	sink, err := b.c.Spawn(cluster.Spec{Role: roleSink, Name: "raw-sink", Env: env})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer sink.Kill()
 	source, err := b.c.Spawn(cluster.Spec{Role: roleSource, Name: "raw-source", Env: env})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer source.Kill()
 	var ev rawEvent
 	if err := awaitRaw(ctx, sink, "listening", &ev); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := source.Send(ev.Addr); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var secs []float64
+	var secs, cpus []float64
 	for range reps {
 		if err := awaitRaw(ctx, source, "rep", &ev); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		secs = append(secs, ev.Seconds)
+		secs, cpus = append(secs, ev.Seconds), append(cpus, ev.CPUSeconds)
+	}
+	for i := range reps {
+		if err := awaitRaw(ctx, sink, "rep", &ev); err != nil {
+			return nil, nil, err
+		}
+		cpus[i] += ev.CPUSeconds
 	}
 	for _, p := range []*cluster.Proc{sink, source} {
 		if _, err := p.Wait(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	debug.FreeOSMemory()
-	return secs, nil
+	return secs, cpus, nil
 }
 
 // awaitRaw reads p's lines until event (decoded into v), failing on an error line or when p ends.

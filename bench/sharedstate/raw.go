@@ -27,7 +27,9 @@ type rawEvent struct {
 	Event   string  `json:"event"` // "listening", "rep", "error"
 	Addr    string  `json:"addr,omitempty"`
 	Seconds float64 `json:"seconds,omitempty"` // rep: from the first write to the receiver's acknowledgement
-	Detail  string  `json:"detail,omitempty"`
+	// CPUSeconds is, for a rep, the CPU time (user and kernel) the process used for it.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+	Detail     string  `json:"detail,omitempty"`
 }
 
 // rawParams reads envRaw.
@@ -65,6 +67,7 @@ func sinkMain() int {
 		return rawFail(err)
 	}
 	defer conn.Close()
+	u0 := selfUsage()
 	for range reps {
 		for off := 0; off < n; {
 			m, err := conn.Read(buf[off:min(off+rawChunk, n)])
@@ -76,6 +79,9 @@ func sinkMain() int {
 		if _, err := conn.Write([]byte{1}); err != nil {
 			return rawFail(err)
 		}
+		u1 := selfUsage()
+		cluster.Emit(rawEvent{Event: "rep", CPUSeconds: u1.cpu() - u0.cpu()})
+		u0 = u1
 	}
 	return 0
 }
@@ -100,7 +106,7 @@ func sourceMain() int {
 	defer conn.Close()
 	ack := make([]byte, 1)
 	for range reps {
-		t0 := time.Now()
+		t0, u0 := time.Now(), selfUsage()
 		for off := 0; off < n; off += rawChunk {
 			if _, err := conn.Write(buf[off:min(off+rawChunk, n)]); err != nil {
 				return rawFail(err)
@@ -109,7 +115,7 @@ func sourceMain() int {
 		if _, err := io.ReadFull(conn, ack); err != nil {
 			return rawFail(err)
 		}
-		cluster.Emit(rawEvent{Event: "rep", Seconds: time.Since(t0).Seconds()})
+		cluster.Emit(rawEvent{Event: "rep", Seconds: time.Since(t0).Seconds(), CPUSeconds: selfUsage().cpu() - u0.cpu()})
 	}
 	return 0
 }

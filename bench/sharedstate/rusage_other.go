@@ -11,3 +11,6 @@ type usage struct {
 
 // selfUsage returns the zero value: the system does not report usage here.
 func selfUsage() usage { return usage{} }
+
+// cpu returns the CPU seconds in user and kernel mode together.
+func (u usage) cpu() float64 { return u.UserSeconds + u.SysSeconds }

@@ -21,3 +21,6 @@ func selfUsage() usage {
 	sec := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 	return usage{UserSeconds: sec(ru.Utime), SysSeconds: sec(ru.Stime), MinorFaults: int64(ru.Minflt)}
 }
+
+// cpu returns the CPU seconds in user and kernel mode together.
+func (u usage) cpu() float64 { return u.UserSeconds + u.SysSeconds }

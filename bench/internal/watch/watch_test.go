@@ -1,0 +1,88 @@
+package watch
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/concord-ccl/concord/pccl"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestFarEndClose checks that a close by the far end is observed on both a dialled and an accepted
+// connection, and that a close of one's own is not.
+func TestFarEndClose(t *testing.T) {
+	tr := New(pccl.NewTCP(pccl.TCPConfig{}))
+	ln, err := tr.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := tr.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	if _, ok := a.(*tcpConn); !ok {
+		t.Errorf("accepted connection is %T, want the TCP wrapper", a)
+	}
+
+	// Our own close: the read fails with net.ErrClosed, which is no observation.
+	a2 := a
+	d.Close()
+	if _, err := d.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read on a closed connection succeeded")
+	}
+	if g := tr.Gone(); g != 0 {
+		t.Errorf("Gone after closing our own end = %d, want 0", g)
+	}
+	// The far end closed: the accepted side reads end of file.
+	before := time.Now().UnixNano()
+	if _, err := a2.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("read after the far end closed: %v, want io.EOF", err)
+	}
+	if g := tr.Gone(); g < before {
+		t.Errorf("Gone = %d, want at least %d", g, before)
+	}
+	a2.Close()
+	tr.Reset()
+	if g := tr.Gone(); g != 0 {
+		t.Errorf("Gone after Reset = %d, want 0", g)
+	}
+}
+
+func TestFarEnd(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{io.EOF, true}, {io.ErrUnexpectedEOF, true}, {net.ErrClosed, false}, {context.DeadlineExceeded, false},
+		{&net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true},
+		{&net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPIPE)}, true},
+		{os.ErrDeadlineExceeded, false},
+	} {
+		if got := FarEnd(c.err); got != c.want {
+			t.Errorf("FarEnd(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
