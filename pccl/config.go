@@ -47,6 +47,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Transport opens connections. Default: TCP with no delay.
 	Transport Transport
+	// GossipJoin is the address of the master's gossip member (master.Server.GossipAddr). When set,
+	// the peer runs a gossip member (real UDP and TCP sockets, tuned by Gossip) that the master uses to
+	// declare it dead if it hangs. Default empty: no gossip.
+	GossipJoin string
+	// Gossip tunes this peer's gossip member when GossipJoin is set. Default: the LAN preset on a free
+	// loopback port.
+	Gossip GossipConfig
 }
 
 // LAN returns the preset for peers on one network (fill in Master).
@@ -101,6 +108,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Config.ProgressTimeout is %v, must be >= 0", ErrInvalid, c.ProgressTimeout)
 	case c.MasterTimeout < 0:
 		return fmt.Errorf("%w: Config.MasterTimeout is %v, must be >= 0", ErrInvalid, c.MasterTimeout)
+	}
+	if err := c.Gossip.Validate(); err != nil {
+		return fmt.Errorf("%w: Config.Gossip: %w", ErrInvalid, err)
 	}
 	return nil
 }

@@ -186,9 +186,9 @@ func (m *Member) dispatch(notify func(Event)) {
 // delegate queues memberlist's membership callbacks (called under its locks).
 type delegate struct{ m *Member }
 
-func (d delegate) NotifyJoin(n *memberlist.Node) { d.m.push(Joined, n) }
+func (d delegate) NotifyJoin(n *memberlist.Node)  { d.m.push(Joined, n) }
 func (d delegate) NotifyLeave(n *memberlist.Node) { d.m.push(Gone, n) }
-func (d delegate) NotifyUpdate(*memberlist.Node) {}
+func (d delegate) NotifyUpdate(*memberlist.Node)  {}
 
 // PeerName returns the member name of peer id; nonce tells apart the members of successive
 // connections of the same peer.
