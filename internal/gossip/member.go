@@ -138,7 +138,8 @@ func (m *Member) Join(addrs ...string) error {
 func (m *Member) Pause(on bool) { m.tr.paused.Store(on) }
 
 // Close leaves the group (telling the others, for up to a second), then stops the member and waits
-// for its event goroutine. It is idempotent.
+// for its event goroutine. It is idempotent. memberlist does not wait for a probe in flight: that
+// goroutine ends by itself within a probe interval (stretched by awareness), its sockets closed.
 func (m *Member) Close() error {
 	m.closed.Do(func() {
 		if !m.tr.paused.Load() {

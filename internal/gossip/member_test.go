@@ -8,7 +8,11 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// memberlist's Shutdown does not wait for a probe in flight: it ends on its own within a probe
+// interval (stretched by awareness), after the member's sockets are closed, and starts nothing.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
+}
 
 // group starts n members on loopback, joined to the first; events of member 0 go to its channel.
 func startGroup(t *testing.T, cfg Config, n int) ([]*Member, chan Event) {
@@ -117,4 +121,21 @@ func TestPresetsBound(t *testing.T) {
 	if err := (Config{ProbeInterval: time.Second, ProbeTimeout: time.Second}).Validate(); err == nil {
 		t.Fatal("ProbeTimeout == ProbeInterval validated")
 	}
+}
+
+// FuzzParsePeer checks that ParsePeer never panics and that every name it accepts names the id it
+// returns.
+func FuzzParsePeer(f *testing.F) {
+	f.Add("peer-12-ab")
+	f.Add("master-1")
+	f.Add("peer--")
+	f.Fuzz(func(t *testing.T, name string) {
+		id, ok := ParsePeer(name)
+		if !ok {
+			return
+		}
+		if again, ok2 := ParsePeer(PeerName(id, 1)); !ok2 || again != id {
+			t.Fatalf("ParsePeer(%q) = %d, but the name of %d parses as %d, %v", name, id, id, again, ok2)
+		}
+	})
 }
