@@ -1,6 +1,9 @@
 package master
 
 import (
+	"context"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +44,36 @@ func TestDeadKicksOnlyTheCurrentRegistration(t *testing.T) {
 	}
 	if s := m.Snapshot(t0.Add(2 * time.Second)); len(s.Peers) != 0 {
 		t.Fatalf("peers after the verdict: %v, want none", s.Peers)
+	}
+}
+
+// TestGossipAddr checks that a server without gossip reports no gossip address, and one with gossip
+// reports the loopback address its member listens on.
+func TestGossipAddr(t *testing.T) {
+	for _, withGossip := range []bool{false, true} {
+		var cfg *GossipConfig
+		if withGossip {
+			g := GossipLAN()
+			cfg = &g
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := NewServer(ServerConfig{Gossip: cfg})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ctx, ln) }()
+		addr, err := srv.GossipAddr(ctx)
+		cancel()
+		if serr := <-done; serr != nil {
+			t.Fatal(serr)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if withGossip != strings.HasPrefix(addr, "127.0.0.1:") || (!withGossip && addr != "") {
+			t.Fatalf("gossip %v: GossipAddr = %q", withGossip, addr)
+		}
 	}
 }
