@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/concord-ccl/concord/internal/gossip"
 	"github.com/concord-ccl/concord/internal/wire"
 )
 
@@ -60,6 +61,8 @@ type Communicator struct {
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+
+	gossip *gossip.Member // the failure detector's member when Config.GossipJoin is set (gossip.go)
 }
 
 // view is what accessors read without asking run: the ring in force and optimization stats.
@@ -122,6 +125,11 @@ func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		return nil, err
 	}
 	c.id = welcome.Peer
+	if err := c.startGossip(); err != nil {
+		ln.Close()
+		mc.Close()
+		return nil, err
+	}
 	c.links = newLinks(c, ln)
 	c.log = c.log.With("peer", c.id)
 	c.life, c.endLife = context.WithCancel(context.Background())
@@ -451,6 +459,7 @@ func (c *Communicator) Close() error {
 		c.master.Close()
 		c.links.close()
 		c.wg.Wait()
+		c.stopGossip()
 	})
 	return nil
 }

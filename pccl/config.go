@@ -55,6 +55,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Transport opens connections. Default: TCP with no delay.
 	Transport Transport
+	// GossipJoin is the address of the master's gossip member (master.Server.GossipAddr). When set,
+	// the peer runs a gossip member (real UDP and TCP sockets, tuned by Gossip) that the master uses to
+	// declare it dead if it hangs. Default empty: no gossip.
+	GossipJoin string
+	// Gossip tunes this peer's gossip member when GossipJoin is set. Default: the LAN preset on a free
+	// loopback port.
+	Gossip GossipConfig
 }
 
 // LAN returns the preset for peers on one network (fill in Master).
@@ -117,6 +124,9 @@ func (c Config) Validate() error {
 		if slices.Contains(c.NICs[:i], nic) {
 			return fmt.Errorf("%w: Config.NICs lists %q twice", ErrInvalid, nic)
 		}
+	}
+	if err := c.Gossip.Validate(); err != nil {
+		return fmt.Errorf("%w: Config.Gossip: %w", ErrInvalid, err)
 	}
 	return nil
 }

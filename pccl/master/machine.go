@@ -115,6 +115,8 @@ func (m *Machine) Step(now time.Time, ev Input) []Action {
 		}
 	case Tick:
 		m.tick()
+	case Dead:
+		m.dead(ev)
 	case Solved:
 		m.solved(ev)
 	case Improved:

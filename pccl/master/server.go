@@ -27,6 +27,9 @@ type ServerConfig struct {
 	SendQueue int
 	// OnEvent, if set, is called (on the server's event loop) for every event the machine notes.
 	OnEvent func(Event)
+	// Gossip, if set, runs a gossip failure detector with the peers (they join it at GossipAddr): a
+	// peer it declares dead is kicked at once, even while its control connection stays open. Nil: off.
+	Gossip *GossipConfig
 }
 
 // Server runs the master: it accepts peer connections, feeds their messages to a Machine from one
@@ -47,6 +50,9 @@ type Server struct {
 	conns map[ConnID]*peerConn
 	next  ConnID
 	wg    sync.WaitGroup
+
+	gossipReady chan struct{} // closed once Serve started the gossip member (or did not)
+	gossipAddr  string        // written before gossipReady is closed
 }
 
 type peerConn struct {
@@ -66,7 +72,8 @@ func NewServer(cfg ServerConfig) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{cfg: cfg, log: log, in: make(chan Input, 1024), snaps: make(chan chan Snapshot),
-		conns: map[ConnID]*peerConn{}, improveStop: map[GroupID]context.CancelFunc{}}
+		conns: map[ConnID]*peerConn{}, improveStop: map[GroupID]context.CancelFunc{},
+		gossipReady: make(chan struct{})}
 }
 
 // Serve accepts peers on ln until ctx is done, then closes ln and every connection and returns once all
@@ -83,6 +90,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		cfg.Incarnation = uint64(rand.Uint32())
 	}
 	m := New(cfg)
+	g, err := s.startGossip(ctx, cfg.Incarnation)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if g != nil {
+		defer g.Close()
+	}
 	loopDone := make(chan struct{})
 	go func() {
 		defer close(loopDone)
@@ -92,7 +107,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		<-ctx.Done()
 		ln.Close()
 	}()
-	var err error
 	for {
 		c, aerr := ln.Accept()
 		if aerr != nil {
