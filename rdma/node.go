@@ -17,8 +17,16 @@ type Config struct {
 	// retransmission after a failover). Zero means 256 KiB.
 	ChunkBytes int
 	// Window is how many chunks of one path may be in flight unacknowledged. It bounds what a failover
-	// resends: at most Window chunks per affected path. Zero means 2. A path keeps its NIC busy only if
-	// Window × ChunkBytes exceeds the NIC's bandwidth-delay product (bandwidth × round trip).
+	// resends: at most Window chunks per affected path. Zero means 2.
+	//
+	// Providers complete a chunk when it reaches the receiver's memory, before the receiver's handler
+	// reduces it (see [Completed]), so the unacknowledged chunks are those on the wire and in transport
+	// buffers: what a failure can lose, and what any lossless transport must send again. A path keeps
+	// its NIC busy only if Window × ChunkBytes covers the NIC's rate times the time from a chunk leaving
+	// to the next being posted: the round trip plus the sender's delay in handling the completion.
+	// Raising ChunkBytes rather than Window keeps the bound at Window chunks; raising Window keeps the
+	// chunk small (a shorter pipeline fill) and resends more chunks, though no more bytes than are in
+	// flight.
 	Window int
 	// Repair tunes failure detection and hot repair.
 	Repair RepairConfig
@@ -551,7 +559,7 @@ func (o *operation) resume(a Resume) {
 	s.local, s.remote = a.Local, a.Remote
 	s.conn = o.n.conns[connKey{a.Path.Dst, a.Local, DataClass}]
 	s.next = int(a.From)
-	s.acked = max(s.acked, int(a.From))
+	s.acked = int(a.From) // the receiver's word: chunks from there on are sent and acknowledged anew
 	s.paused = false
 	if a.Epoch > 0 && a.From > 0 || s.high > int(a.From) {
 		o.n.stats.Notes = append(o.n.stats.Notes, fmt.Sprintf("resume %v epoch %d from %d", a.Path, a.Epoch, a.From))
