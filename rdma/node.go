@@ -101,7 +101,23 @@ type Node struct {
 
 	probeIndex map[connKey]uint32 // index of the current probe connection per (peer, NIC)
 
+	// scratch is the working buffer of the last operation that borrowed one (see scratchBuffer), kept
+	// for the next: allocating and first touching hundreds of MiB for every call costs as much CPU
+	// as moving them. scratchFree says no operation uses it and no provider may still read it.
+	scratch     []byte
+	scratchFree bool
+
 	stats Stats
+}
+
+// scratchBuffer lends the node's working buffer, grown to size bytes, to the operation about to start.
+// The operation gives it back in finish (see operation.scratch).
+func (n *Node) scratchBuffer(size int) []byte {
+	if !n.scratchFree || cap(n.scratch) < size {
+		n.scratch = make([]byte, size)
+	}
+	n.scratchFree = false
+	return n.scratch[:size]
 }
 
 type connKey struct {
@@ -417,6 +433,10 @@ type operation struct {
 	over   bool
 	commit func()
 	gates  map[int]*opGate
+	// scratch says work is the node's scratch buffer. moved says some path resumed after posting
+	// chunks: the connection they were posted on may still hold some that point into work.
+	scratch bool
+	moved   bool
 }
 
 // opGate holds gated paths until every in path feeding it is complete; fold runs as it opens.
@@ -462,6 +482,21 @@ type pendingChunk struct {
 // success before done.
 func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPlan, commit func(), done func(error)) error {
 	return n.startGated(work, dt, op, plans, nil, commit, done)
+}
+
+// startScratch is start on a work buffer from scratchBuffer: the operation gives it back when it ends,
+// or at once when it does not start.
+func (n *Node) startScratch(work []byte, dt rings.DType, op rings.Op, plans []channelPlan, commit func(), done func(error)) error {
+	if err := n.start(work, dt, op, plans, commit, done); err != nil {
+		n.scratch, n.scratchFree = nil, false
+		return err
+	}
+	if o := n.op; o != nil && !o.over {
+		o.scratch = true
+	} else {
+		n.scratchFree = true // it finished inside start (nothing to move): nothing reads work
+	}
+	return nil
 }
 
 // startGated is start with gates: folds[g] runs when gate g opens (see channelPlan.gate).
@@ -556,8 +591,12 @@ func (o *operation) resume(a Resume) {
 	if s == nil {
 		return
 	}
+	conn := o.n.conns[connKey{a.Path.Dst, a.Local, DataClass}]
+	if s.high > 0 {
+		o.moved = true // chunks posted before the pause may still be queued where they were posted
+	}
 	s.local, s.remote = a.Local, a.Remote
-	s.conn = o.n.conns[connKey{a.Path.Dst, a.Local, DataClass}]
+	s.conn = conn
 	s.next = int(a.From)
 	s.acked = int(a.From) // the receiver's word: chunks from there on are sent and acknowledged anew
 	s.paused = false
@@ -716,6 +755,17 @@ func (o *operation) finish(err error) {
 	if err == nil && o.commit != nil {
 		o.commit()
 	}
+	if o.scratch {
+		// After a success with no path moved, every chunk posted from work was completed, so no
+		// provider reads it any more and the next operation may reuse it. Otherwise a connection
+		// left behind may still send from it: it stays with that connection and the next operation
+		// gets a fresh buffer.
+		if err == nil && !o.moved {
+			n.scratchFree = true
+		} else {
+			n.scratch, n.scratchFree = nil, false
+		}
+	}
 	if o.done != nil {
 		o.done(err)
 	}
@@ -756,7 +806,11 @@ func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, do
 	if len(send) != len(recv) {
 		return fmt.Errorf("%w: send has %d bytes, recv %d", ErrInvalid, len(send), len(recv))
 	}
-	work := slices.Clone(send)
+	if n.op != nil {
+		return ErrBusy
+	}
+	work := n.scratchBuffer(len(send))
+	copy(work, send)
 	world := len(n.ring)
 	var plans []channelPlan
 	if world == 1 {
@@ -765,7 +819,7 @@ func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, do
 		succ, pred := n.neighbours()
 		plans = planAllReduce(n.rank, world, splitChannels(len(send)/dt.Size(), n.weights()), dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
-	return n.start(work, dt, op, plans, func() { copy(recv, work) }, done)
+	return n.startScratch(work, dt, op, plans, func() { copy(recv, work) }, done)
 }
 
 // StartReduceScatter reduces send (world blocks of len(recv) bytes) so that this node's recv holds the
@@ -778,7 +832,11 @@ func (n *Node) StartReduceScatter(send, recv []byte, dt rings.DType, op rings.Op
 	if len(send) != world*len(recv) {
 		return fmt.Errorf("%w: send has %d bytes, want %d × %d", ErrInvalid, len(send), world, len(recv))
 	}
-	work := slices.Clone(send)
+	if n.op != nil {
+		return ErrBusy
+	}
+	work := n.scratchBuffer(len(send))
+	copy(work, send)
 	count := len(recv) / dt.Size()
 	var plans []channelPlan
 	if world == 1 {
@@ -788,7 +846,7 @@ func (n *Node) StartReduceScatter(send, recv []byte, dt rings.DType, op rings.Op
 		plans = planReduceScatter(n.rank, world, splitChannels(count, n.weights()), count, dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
 	own := n.rank * len(recv)
-	return n.start(work, dt, op, plans, func() { copy(recv, work[own:own+len(recv)]) }, done)
+	return n.startScratch(work, dt, op, plans, func() { copy(recv, work[own:own+len(recv)]) }, done)
 }
 
 // StartAllGather gathers every node's send (same length everywhere) into recv, block r from the node
