@@ -350,3 +350,36 @@ func TestConsecutiveAllReduces(t *testing.T) {
 		}
 	}
 }
+
+// TestAllReduceOfManyPages runs AllReduces whose input spans many pages of the lazy copy into the
+// working buffer, with a partial last page, twice on one cluster, and checks every element.
+func TestAllReduceOfManyPages(t *testing.T) {
+	const count = 100_003
+	c := newCluster(t, 4, 4, rdma.Config{ChunkBytes: 16 << 10})
+	for round := range 2 {
+		in := make([][]byte, 4)
+		for i := range in {
+			v := make([]float32, count)
+			for j := range v {
+				v[j] = float32((j*7+i*13+round)%1021) - 500
+			}
+			in[i] = rings.Bytes(v)
+		}
+		out, errs := c.allReduce(t, in, rings.F32, rings.Sum)
+		for i := range out {
+			if errs[i] != nil {
+				t.Fatalf("round %d, node %d: %v", round, i, errs[i])
+			}
+			got := rings.View[float32](out[i])
+			for j := range got {
+				var want float32
+				for k := range in {
+					want += float32((j*7+k*13+round)%1021) - 500
+				}
+				if got[j] != want {
+					t.Fatalf("round %d, node %d, element %d: got %v, want %v", round, i, j, got[j], want)
+				}
+			}
+		}
+	}
+}

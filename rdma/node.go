@@ -437,6 +437,36 @@ type operation struct {
 	// chunks: the connection they were posted on may still hold some that point into work.
 	scratch bool
 	moved   bool
+	// src, when set, is the caller's input that work starts as a copy of. It is copied lazily, one
+	// fillPage at a time just before a chunk first reads or writes that part of work (filled marks the
+	// pages done), so the first chunks leave without waiting for a copy of the whole buffer and the
+	// copy overlaps the transfer.
+	src    []byte
+	filled []bool
+}
+
+// fillPage is the unit of the lazy copy of an operation's input into its working buffer.
+const fillPage = 64 << 10
+
+// fill makes work[off:off+n] hold the input, copying the pages of it not copied yet.
+func (o *operation) fill(off, n int) {
+	if o.src == nil || n <= 0 {
+		return
+	}
+	for p := off / fillPage; p <= (off+n-1)/fillPage; p++ {
+		if !o.filled[p] {
+			lo, hi := p*fillPage, min((p+1)*fillPage, len(o.work))
+			copy(o.work[lo:hi], o.src[lo:hi])
+			o.filled[p] = true
+		}
+	}
+}
+
+// fillFrom makes the operation's input src, copied into work lazily. It must be called before the
+// operation posts or applies anything.
+func (o *operation) fillFrom(src []byte) {
+	o.src = src
+	o.filled = make([]bool, (len(src)+fillPage-1)/fillPage)
 }
 
 // opGate holds gated paths until every in path feeding it is complete; fold runs as it opens.
@@ -484,10 +514,10 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 	return n.startGated(work, dt, op, plans, nil, commit, done)
 }
 
-// startScratch is start on a work buffer from scratchBuffer: the operation gives it back when it ends,
-// or at once when it does not start.
-func (n *Node) startScratch(work []byte, dt rings.DType, op rings.Op, plans []channelPlan, commit func(), done func(error)) error {
-	if err := n.start(work, dt, op, plans, commit, done); err != nil {
+// startScratch is start on a work buffer from scratchBuffer, filled lazily from src (nil: work is
+// ready): the operation gives the buffer back when it ends, or at once when it does not start.
+func (n *Node) startScratch(work, src []byte, dt rings.DType, op rings.Op, plans []channelPlan, commit func(), done func(error)) error {
+	if err := n.startFilled(work, src, dt, op, plans, nil, commit, done); err != nil {
 		n.scratch, n.scratchFree = nil, false
 		return err
 	}
@@ -501,11 +531,20 @@ func (n *Node) startScratch(work []byte, dt rings.DType, op rings.Op, plans []ch
 
 // startGated is start with gates: folds[g] runs when gate g opens (see channelPlan.gate).
 func (n *Node) startGated(work []byte, dt rings.DType, op rings.Op, plans []channelPlan, folds map[int]func(), commit func(), done func(error)) error {
+	return n.startFilled(work, nil, dt, op, plans, folds, commit, done)
+}
+
+// startFilled is startGated with work filled lazily from src (see operation.fillFrom); nil src means
+// work is ready. Folds must not be used with a src.
+func (n *Node) startFilled(work, src []byte, dt rings.DType, op rings.Op, plans []channelPlan, folds map[int]func(), commit func(), done func(error)) error {
 	if n.op != nil {
 		return ErrBusy
 	}
 	o := &operation{n: n, work: work, dt: dt, rop: op, world: len(n.ring), out: map[PathID]*outStream{},
 		in: map[PathID]*inStream{}, done: done, commit: commit, gates: map[int]*opGate{}}
+	if src != nil {
+		o.fillFrom(src)
+	}
 	gate := func(g int) *opGate {
 		if g == 0 {
 			return nil
@@ -621,6 +660,7 @@ func (o *operation) pump(s *outStream) {
 			n.step(LinkFailed{Peer: s.path.Dst, Local: s.local, Remote: s.remote, Err: ErrClosed})
 			return
 		}
+		o.fill(f.off, f.n)
 		if err := s.conn.Send(Chunk{Tag: tag(s.op, s.path.Channel), Seq: uint64(s.next), Data: o.work[f.off : f.off+f.n]}); err != nil {
 			return
 		}
@@ -678,6 +718,7 @@ func (o *operation) apply(in *inStream, seq uint64, data []byte) {
 		o.finish(fmt.Errorf("%w: path %v chunk %d has %d bytes, want %d", ErrInvalid, in.path, seq, len(data), f.n))
 		return
 	}
+	o.fill(f.off, f.n)
 	dst := o.work[f.off : f.off+f.n]
 	switch f.mode {
 	case recvCopy:
@@ -753,8 +794,10 @@ func (o *operation) finish(err error) {
 	}
 	n.ep.Deregister(o.region)
 	if err == nil && o.commit != nil {
+		o.fill(0, len(o.work))
 		o.commit()
 	}
+	o.src = nil
 	if o.scratch {
 		// After a success with no path moved, every chunk posted from work was completed, so no
 		// provider reads it any more and the next operation may reuse it. Otherwise a connection
@@ -798,7 +841,9 @@ func checkBuffers(dt rings.DType, op rings.Op, bufs ...[]byte) error {
 
 // StartAllReduce starts a ring AllReduce of send into recv (same length) split over one channel per
 // NIC in proportion to the NICs' bandwidth, and calls done in the event context when it ends. recv is
-// written only on success; send is not retained after done. Call it in the event context.
+// written only on success. send is read until done (it is copied into the working buffer piece by
+// piece as the transfer reaches each piece), must not change before then, and is not retained after.
+// Call it in the event context.
 func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
 	if err := checkBuffers(dt, op, send, recv); err != nil {
 		return err
@@ -810,20 +855,22 @@ func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, do
 		return ErrBusy
 	}
 	work := n.scratchBuffer(len(send))
-	copy(work, send)
 	world := len(n.ring)
 	var plans []channelPlan
 	if world == 1 {
+		copy(work, send)
 		rings.Finalize(dt, op, work, 1)
+		send = nil
 	} else {
 		succ, pred := n.neighbours()
 		plans = planAllReduce(n.rank, world, splitChannels(len(send)/dt.Size(), n.weights()), dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
-	return n.startScratch(work, dt, op, plans, func() { copy(recv, work) }, done)
+	return n.startScratch(work, send, dt, op, plans, func() { copy(recv, work) }, done)
 }
 
 // StartReduceScatter reduces send (world blocks of len(recv) bytes) so that this node's recv holds the
-// reduction of block rank. Call it in the event context.
+// reduction of block rank. send is read until done and must not change before then. Call it in the
+// event context.
 func (n *Node) StartReduceScatter(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
 	if err := checkBuffers(dt, op, send, recv); err != nil {
 		return err
@@ -836,17 +883,18 @@ func (n *Node) StartReduceScatter(send, recv []byte, dt rings.DType, op rings.Op
 		return ErrBusy
 	}
 	work := n.scratchBuffer(len(send))
-	copy(work, send)
 	count := len(recv) / dt.Size()
 	var plans []channelPlan
 	if world == 1 {
+		copy(work, send)
 		rings.Finalize(dt, op, work, 1)
+		send = nil
 	} else {
 		succ, pred := n.neighbours()
 		plans = planReduceScatter(n.rank, world, splitChannels(count, n.weights()), count, dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
 	own := n.rank * len(recv)
-	return n.startScratch(work, dt, op, plans, func() { copy(recv, work[own:own+len(recv)]) }, done)
+	return n.startScratch(work, send, dt, op, plans, func() { copy(recv, work[own:own+len(recv)]) }, done)
 }
 
 // StartAllGather gathers every node's send (same length everywhere) into recv, block r from the node
