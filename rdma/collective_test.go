@@ -298,3 +298,88 @@ func TestRingBound(t *testing.T) {
 			healthy, float64(healthy)/float64(ideal), ideal, took, float64(took)/float64(healthy))
 	}
 }
+
+// TestConsecutiveAllReduces runs several AllReduces on one cluster, which reuses its working buffers
+// between calls: healthy, with a failover, healthy again, then a smaller one. Every result equals the
+// result of a fresh cluster, bit for bit.
+func TestConsecutiveAllReduces(t *testing.T) {
+	want := healthyResult(t)
+	half := scInputs()
+	for i := range half {
+		half[i] = half[i][:len(half[i])/2]
+	}
+	fresh := newCluster(t, scNodes, scNICs, scConfig())
+	wantHalf, errs := fresh.allReduce(t, half, rings.F32, rings.Sum)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("fresh half-size run, node %d: %v", i, err)
+		}
+	}
+
+	c := newCluster(t, scNodes, scNICs, scConfig())
+	for step, fault := range []bool{false, true, false} {
+		if fault {
+			c.net.Inject(sim.Trigger{From: 1, To: 2, NIC: 1, Nth: 3}, sim.Fault{Kind: sim.NICDown, Node: 2, NIC: 1})
+		}
+		out, errs := c.allReduce(t, scInputs(), rings.F32, rings.Sum)
+		for i := range out {
+			if errs[i] != nil {
+				t.Fatalf("operation %d (fault %v), node %d: %v", step, fault, c.ring[i], errs[i])
+			}
+			if !bytes.Equal(out[i], want) {
+				t.Fatalf("operation %d (fault %v), node %d: result differs from a fresh cluster's", step, fault, c.ring[i])
+			}
+		}
+		if fault {
+			failovers := 0
+			for _, n := range c.nodes {
+				failovers += n.Stats().Failovers
+			}
+			if failovers == 0 {
+				t.Fatalf("operation %d: the fault caused no failover", step)
+			}
+		}
+	}
+	out, errs := c.allReduce(t, half, rings.F32, rings.Sum)
+	for i := range out {
+		if errs[i] != nil {
+			t.Fatalf("half-size operation, node %d: %v", c.ring[i], errs[i])
+		}
+		if !bytes.Equal(out[i], wantHalf[0]) {
+			t.Fatalf("half-size operation, node %d: result differs from a fresh cluster's", c.ring[i])
+		}
+	}
+}
+
+// TestAllReduceOfManyPages runs AllReduces whose input spans many pages of the lazy copy into the
+// working buffer, with a partial last page, twice on one cluster, and checks every element.
+func TestAllReduceOfManyPages(t *testing.T) {
+	const count = 100_003
+	c := newCluster(t, 4, 4, rdma.Config{ChunkBytes: 16 << 10})
+	for round := range 2 {
+		in := make([][]byte, 4)
+		for i := range in {
+			v := make([]float32, count)
+			for j := range v {
+				v[j] = float32((j*7+i*13+round)%1021) - 500
+			}
+			in[i] = rings.Bytes(v)
+		}
+		out, errs := c.allReduce(t, in, rings.F32, rings.Sum)
+		for i := range out {
+			if errs[i] != nil {
+				t.Fatalf("round %d, node %d: %v", round, i, errs[i])
+			}
+			got := rings.View[float32](out[i])
+			for j := range got {
+				var want float32
+				for k := range in {
+					want += float32((j*7+k*13+round)%1021) - 500
+				}
+				if got[j] != want {
+					t.Fatalf("round %d, node %d, element %d: got %v, want %v", round, i, j, got[j], want)
+				}
+			}
+		}
+	}
+}

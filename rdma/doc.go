@@ -51,7 +51,9 @@
 //	            FailReq(path, epoch, new pair, first unacknowledged chunk).
 //	roll back   the receiver retires the old pair (late chunks from it are dropped) and answers
 //	            FailAck(path, epoch, next chunk it expects); the sender resumes there on the new pair.
-//	            Only chunks the receiver never consumed are sent again: at most the window per path.
+//	            Only chunks the receiver never consumed are sent again: at most the window per path,
+//	            since providers complete a chunk once it is in the receiver's memory, so the window
+//	            holds only what is in flight.
 //	localize    the sender probes the peer's NIC and asks a third node to probe both NICs
 //	            (ProbeAsk/ProbeReport): peer unreachable but both NICs reachable from the third node is
 //	            the link, one NIC unreachable is that NIC. The Verdict goes around the group, and every

@@ -186,8 +186,15 @@ type Arrived struct {
 	Data []byte
 }
 
-// Completed reports that the remote end received a chunk: its handler returned from the chunk's
-// Arrived event. The chunk's Data belongs to the sender again.
+// Completed reports that the remote end received a chunk: the whole chunk is in the remote endpoint's
+// memory and its Arrived event is queued there, ahead of anything the remote end receives afterwards on
+// any connection (the way an RDMA write completes once the data is placed in the responder's memory,
+// before the responder's software has looked at it). The chunk's Data belongs to the sender again.
+//
+// The handler may not have run yet: a sender must not take a completion as proof that the receiver
+// acted on the chunk. What the receiver consumed is the receiver's to say (hot repair asks it), and a
+// completion only frees the sender's buffer and its window: the chunks not yet completed are those
+// still on the wire or in transport buffers, which is what a failure can lose.
 type Completed struct {
 	Conn Conn
 	Tag  uint32

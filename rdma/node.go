@@ -17,8 +17,16 @@ type Config struct {
 	// retransmission after a failover). Zero means 256 KiB.
 	ChunkBytes int
 	// Window is how many chunks of one path may be in flight unacknowledged. It bounds what a failover
-	// resends: at most Window chunks per affected path. Zero means 2. A path keeps its NIC busy only if
-	// Window × ChunkBytes exceeds the NIC's bandwidth-delay product (bandwidth × round trip).
+	// resends: at most Window chunks per affected path. Zero means 2.
+	//
+	// Providers complete a chunk when it reaches the receiver's memory, before the receiver's handler
+	// reduces it (see [Completed]), so the unacknowledged chunks are those on the wire and in transport
+	// buffers: what a failure can lose, and what any lossless transport must send again. A path keeps
+	// its NIC busy only if Window × ChunkBytes covers the NIC's rate times the time from a chunk leaving
+	// to the next being posted: the round trip plus the sender's delay in handling the completion.
+	// Raising ChunkBytes rather than Window keeps the bound at Window chunks; raising Window keeps the
+	// chunk small (a shorter pipeline fill) and resends more chunks, though no more bytes than are in
+	// flight.
 	Window int
 	// Repair tunes failure detection and hot repair.
 	Repair RepairConfig
@@ -93,7 +101,23 @@ type Node struct {
 
 	probeIndex map[connKey]uint32 // index of the current probe connection per (peer, NIC)
 
+	// scratch is the working buffer of the last operation that borrowed one (see scratchBuffer), kept
+	// for the next: allocating and first touching hundreds of MiB for every call costs as much CPU
+	// as moving them. scratchFree says no operation uses it and no provider may still read it.
+	scratch     []byte
+	scratchFree bool
+
 	stats Stats
+}
+
+// scratchBuffer lends the node's working buffer, grown to size bytes, to the operation about to start.
+// The operation gives it back in finish (see operation.scratch).
+func (n *Node) scratchBuffer(size int) []byte {
+	if !n.scratchFree || cap(n.scratch) < size {
+		n.scratch = make([]byte, size)
+	}
+	n.scratchFree = false
+	return n.scratch[:size]
 }
 
 type connKey struct {
@@ -409,6 +433,40 @@ type operation struct {
 	over   bool
 	commit func()
 	gates  map[int]*opGate
+	// scratch says work is the node's scratch buffer. moved says some path resumed after posting
+	// chunks: the connection they were posted on may still hold some that point into work.
+	scratch bool
+	moved   bool
+	// src, when set, is the caller's input that work starts as a copy of. It is copied lazily, one
+	// fillPage at a time just before a chunk first reads or writes that part of work (filled marks the
+	// pages done), so the first chunks leave without waiting for a copy of the whole buffer and the
+	// copy overlaps the transfer.
+	src    []byte
+	filled []bool
+}
+
+// fillPage is the unit of the lazy copy of an operation's input into its working buffer.
+const fillPage = 64 << 10
+
+// fill makes work[off:off+n] hold the input, copying the pages of it not copied yet.
+func (o *operation) fill(off, n int) {
+	if o.src == nil || n <= 0 {
+		return
+	}
+	for p := off / fillPage; p <= (off+n-1)/fillPage; p++ {
+		if !o.filled[p] {
+			lo, hi := p*fillPage, min((p+1)*fillPage, len(o.work))
+			copy(o.work[lo:hi], o.src[lo:hi])
+			o.filled[p] = true
+		}
+	}
+}
+
+// fillFrom makes the operation's input src, copied into work lazily. It must be called before the
+// operation posts or applies anything.
+func (o *operation) fillFrom(src []byte) {
+	o.src = src
+	o.filled = make([]bool, (len(src)+fillPage-1)/fillPage)
 }
 
 // opGate holds gated paths until every in path feeding it is complete; fold runs as it opens.
@@ -456,13 +514,37 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 	return n.startGated(work, dt, op, plans, nil, commit, done)
 }
 
+// startScratch is start on a work buffer from scratchBuffer, filled lazily from src (nil: work is
+// ready): the operation gives the buffer back when it ends, or at once when it does not start.
+func (n *Node) startScratch(work, src []byte, dt rings.DType, op rings.Op, plans []channelPlan, commit func(), done func(error)) error {
+	if err := n.startFilled(work, src, dt, op, plans, nil, commit, done); err != nil {
+		n.scratch, n.scratchFree = nil, false
+		return err
+	}
+	if o := n.op; o != nil && !o.over {
+		o.scratch = true
+	} else {
+		n.scratchFree = true // it finished inside start (nothing to move): nothing reads work
+	}
+	return nil
+}
+
 // startGated is start with gates: folds[g] runs when gate g opens (see channelPlan.gate).
 func (n *Node) startGated(work []byte, dt rings.DType, op rings.Op, plans []channelPlan, folds map[int]func(), commit func(), done func(error)) error {
+	return n.startFilled(work, nil, dt, op, plans, folds, commit, done)
+}
+
+// startFilled is startGated with work filled lazily from src (see operation.fillFrom); nil src means
+// work is ready. Folds must not be used with a src.
+func (n *Node) startFilled(work, src []byte, dt rings.DType, op rings.Op, plans []channelPlan, folds map[int]func(), commit func(), done func(error)) error {
 	if n.op != nil {
 		return ErrBusy
 	}
 	o := &operation{n: n, work: work, dt: dt, rop: op, world: len(n.ring), out: map[PathID]*outStream{},
 		in: map[PathID]*inStream{}, done: done, commit: commit, gates: map[int]*opGate{}}
+	if src != nil {
+		o.fillFrom(src)
+	}
 	gate := func(g int) *opGate {
 		if g == 0 {
 			return nil
@@ -548,10 +630,14 @@ func (o *operation) resume(a Resume) {
 	if s == nil {
 		return
 	}
+	conn := o.n.conns[connKey{a.Path.Dst, a.Local, DataClass}]
+	if s.high > 0 {
+		o.moved = true // chunks posted before the pause may still be queued where they were posted
+	}
 	s.local, s.remote = a.Local, a.Remote
-	s.conn = o.n.conns[connKey{a.Path.Dst, a.Local, DataClass}]
+	s.conn = conn
 	s.next = int(a.From)
-	s.acked = max(s.acked, int(a.From))
+	s.acked = int(a.From) // the receiver's word: chunks from there on are sent and acknowledged anew
 	s.paused = false
 	if a.Epoch > 0 && a.From > 0 || s.high > int(a.From) {
 		o.n.stats.Notes = append(o.n.stats.Notes, fmt.Sprintf("resume %v epoch %d from %d", a.Path, a.Epoch, a.From))
@@ -574,6 +660,7 @@ func (o *operation) pump(s *outStream) {
 			n.step(LinkFailed{Peer: s.path.Dst, Local: s.local, Remote: s.remote, Err: ErrClosed})
 			return
 		}
+		o.fill(f.off, f.n)
 		if err := s.conn.Send(Chunk{Tag: tag(s.op, s.path.Channel), Seq: uint64(s.next), Data: o.work[f.off : f.off+f.n]}); err != nil {
 			return
 		}
@@ -631,6 +718,7 @@ func (o *operation) apply(in *inStream, seq uint64, data []byte) {
 		o.finish(fmt.Errorf("%w: path %v chunk %d has %d bytes, want %d", ErrInvalid, in.path, seq, len(data), f.n))
 		return
 	}
+	o.fill(f.off, f.n)
 	dst := o.work[f.off : f.off+f.n]
 	switch f.mode {
 	case recvCopy:
@@ -706,7 +794,20 @@ func (o *operation) finish(err error) {
 	}
 	n.ep.Deregister(o.region)
 	if err == nil && o.commit != nil {
+		o.fill(0, len(o.work))
 		o.commit()
+	}
+	o.src = nil
+	if o.scratch {
+		// After a success with no path moved, every chunk posted from work was completed, so no
+		// provider reads it any more and the next operation may reuse it. Otherwise a connection
+		// left behind may still send from it: it stays with that connection and the next operation
+		// gets a fresh buffer.
+		if err == nil && !o.moved {
+			n.scratchFree = true
+		} else {
+			n.scratch, n.scratchFree = nil, false
+		}
 	}
 	if o.done != nil {
 		o.done(err)
@@ -740,7 +841,9 @@ func checkBuffers(dt rings.DType, op rings.Op, bufs ...[]byte) error {
 
 // StartAllReduce starts a ring AllReduce of send into recv (same length) split over one channel per
 // NIC in proportion to the NICs' bandwidth, and calls done in the event context when it ends. recv is
-// written only on success; send is not retained after done. Call it in the event context.
+// written only on success. send is read until done (it is copied into the working buffer piece by
+// piece as the transfer reaches each piece), must not change before then, and is not retained after.
+// Call it in the event context.
 func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
 	if err := checkBuffers(dt, op, send, recv); err != nil {
 		return err
@@ -748,20 +851,26 @@ func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, do
 	if len(send) != len(recv) {
 		return fmt.Errorf("%w: send has %d bytes, recv %d", ErrInvalid, len(send), len(recv))
 	}
-	work := slices.Clone(send)
+	if n.op != nil {
+		return ErrBusy
+	}
+	work := n.scratchBuffer(len(send))
 	world := len(n.ring)
 	var plans []channelPlan
 	if world == 1 {
+		copy(work, send)
 		rings.Finalize(dt, op, work, 1)
+		send = nil
 	} else {
 		succ, pred := n.neighbours()
 		plans = planAllReduce(n.rank, world, splitChannels(len(send)/dt.Size(), n.weights()), dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
-	return n.start(work, dt, op, plans, func() { copy(recv, work) }, done)
+	return n.startScratch(work, send, dt, op, plans, func() { copy(recv, work) }, done)
 }
 
 // StartReduceScatter reduces send (world blocks of len(recv) bytes) so that this node's recv holds the
-// reduction of block rank. Call it in the event context.
+// reduction of block rank. send is read until done and must not change before then. Call it in the
+// event context.
 func (n *Node) StartReduceScatter(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
 	if err := checkBuffers(dt, op, send, recv); err != nil {
 		return err
@@ -770,17 +879,22 @@ func (n *Node) StartReduceScatter(send, recv []byte, dt rings.DType, op rings.Op
 	if len(send) != world*len(recv) {
 		return fmt.Errorf("%w: send has %d bytes, want %d × %d", ErrInvalid, len(send), world, len(recv))
 	}
-	work := slices.Clone(send)
+	if n.op != nil {
+		return ErrBusy
+	}
+	work := n.scratchBuffer(len(send))
 	count := len(recv) / dt.Size()
 	var plans []channelPlan
 	if world == 1 {
+		copy(work, send)
 		rings.Finalize(dt, op, work, 1)
+		send = nil
 	} else {
 		succ, pred := n.neighbours()
 		plans = planReduceScatter(n.rank, world, splitChannels(count, n.weights()), count, dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
 	own := n.rank * len(recv)
-	return n.start(work, dt, op, plans, func() { copy(recv, work[own:own+len(recv)]) }, done)
+	return n.startScratch(work, send, dt, op, plans, func() { copy(recv, work[own:own+len(recv)]) }, done)
 }
 
 // StartAllGather gathers every node's send (same length everywhere) into recv, block r from the node

@@ -937,12 +937,15 @@ func (m *Repair) control(from NodeID, msg Message) {
 			return
 		}
 		p.awaiting, p.reqBy = false, time.Time{}
-		if next := min(msg.Seq, p.chunks); next > p.acked {
-			for s := p.acked; s < next; s++ {
-				delete(p.postedAt, s)
-			}
-			p.acked = next
+		// The receiver is the authority on what it consumed. Its next chunk is usually at or past the
+		// first unacknowledged one, but a completion says only that the chunk reached the receiver's
+		// memory: one that arrived on a pair the receiver had just retired was completed and then
+		// dropped, and goes again.
+		next := min(msg.Seq, p.chunks)
+		for s := p.acked; s < next; s++ {
+			delete(p.postedAt, s)
 		}
+		p.acked = next
 		p.posted = p.acked
 		if p.open {
 			m.emit(Resume{Path: p.id, Local: p.local, Remote: p.remote, Epoch: p.epoch, From: p.acked})

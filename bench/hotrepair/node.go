@@ -8,6 +8,8 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/concord-ccl/concord/internal/netlab"
@@ -30,12 +32,12 @@ type nodeArgs struct {
 }
 
 // repairConfig sets the runtime's deadlines for the testbed: an ack deadline of at least four windows
-// of chunks at the NIC's rate (a chunk is acknowledged only after the window ahead of it went out), and
+// of chunks at the NIC's rate (a chunk is acknowledged once the window ahead of it went out), and
 // never below 1s, since node processes share a few CPUs and a late answer must not look like a
 // failure. A NIC going down is seen at once through link state, whatever the deadlines.
 func (a nodeArgs) repairConfig() rdma.Config {
 	cfg := rdma.Config{ChunkBytes: a.Chunk}
-	chunk, window := a.Chunk, 2
+	chunk := a.Chunk
 	if chunk == 0 {
 		chunk = 256 << 10
 	}
@@ -47,6 +49,13 @@ func (a nodeArgs) repairConfig() rdma.Config {
 	cfg.Repair = rdma.RepairConfig{MinAckTimeout: ack, ProbeTimeout: a.ProbeTimeout}
 	return cfg
 }
+
+// userTimeout is the nodes' TCP_USER_TIMEOUT.
+const userTimeout = 10 * time.Second
+
+// cpuProfileEnv names an environment variable: when set to a directory, every node process writes its
+// CPU profile there (node-INDEX.pprof), for finding where a run's time goes.
+const cpuProfileEnv = "HOTREPAIR_CPUPROFILE"
 
 // command is one line from the parent on a node's stdin.
 type command struct {
@@ -98,6 +107,17 @@ func nodeMain(a nodeArgs) int {
 		out.Encode(report{Event: "fatal", Node: a.Index, Err: err.Error()})
 		return 1
 	}
+	if dir := os.Getenv(cpuProfileEnv); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("node-%d.pprof", a.Index)))
+		if err != nil {
+			return fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	names := make([]string, a.NICs)
 	for r := range names {
 		names[r] = netlab.NICName(r)
@@ -106,7 +126,11 @@ func nodeMain(a nodeArgs) int {
 	if err != nil {
 		return fatal(err)
 	}
-	cfg := tcp.Config{Node: rdma.NodeID(a.Index), NICs: nics, Peers: map[rdma.NodeID][]netip.AddrPort{}}
+	// The kernel's own failure timer is set well above the runtime's deadlines: behind the HTB shaper
+	// and on a busy machine data may sit unacknowledged for a while without anything having failed, and
+	// a NIC going down is seen through link state at once anyway.
+	cfg := tcp.Config{Node: rdma.NodeID(a.Index), NICs: nics, Peers: map[rdma.NodeID][]netip.AddrPort{},
+		UserTimeout: userTimeout}
 	for r := range cfg.NICs {
 		cfg.NICs[r].Port = uint16(a.Port)
 		cfg.NICs[r].Bandwidth = float64(a.Mbit) * 1e6 / 8

@@ -226,17 +226,27 @@ func (c *conn) write(sock net.Conn) {
 	}
 }
 
-// read decodes frames until the connection fails. A chunk's data is read into a buffer the reader
-// reuses, so the reader waits until the handler has returned from the Arrived event before it reads on;
-// then the ack goes out.
+// recvBuffers is how many chunk buffers a connection's reader may fill ahead of the handler. A chunk
+// is acknowledged as soon as it has been read whole into one of them (the analogue of an RDMA write
+// completing once the data is in the responder's registered memory), so the sender's window measures
+// only what is on the wire and in socket buffers, never how long the event context takes to reduce the
+// chunks before it. When every buffer waits for the handler the reader stops reading, the socket's
+// receive buffer fills and TCP flow control holds the sender back.
+const recvBuffers = 4
+
+// read decodes frames until the connection fails. A chunk's data is read into a free buffer of the
+// connection's pool, acknowledged at once and delivered as an Arrived event; the buffer returns to the
+// pool when the handler has returned from that event.
 func (c *conn) read(sock net.Conn) {
 	defer c.e.wg.Done()
-	var buf []byte
 	prefix := make([]byte, prefixLen)
 	body := make([]byte, helloLen)
-	handled := make(chan struct{}, 1)
+	free := make(chan []byte, recvBuffers)
+	for range recvBuffers {
+		free <- nil // allocated on first use, to the size of the first chunk read into it
+	}
 	for {
-		err := c.readFrame(sock, prefix, body, &buf, handled)
+		err := c.readFrame(sock, prefix, body, free)
 		if err != nil {
 			c.fail(fmt.Errorf("tcp: %v: read: %w", c.spec, c.e.errNICDown(c.spec.Local, err)))
 			return
@@ -244,7 +254,7 @@ func (c *conn) read(sock net.Conn) {
 	}
 }
 
-func (c *conn) readFrame(sock net.Conn, prefix, body []byte, buf *[]byte, handled chan struct{}) error {
+func (c *conn) readFrame(sock net.Conn, prefix, body []byte, free chan []byte) error {
 	if _, err := io.ReadFull(sock, prefix); err != nil {
 		return err
 	}
@@ -268,26 +278,29 @@ func (c *conn) readFrame(sock net.Conn, prefix, body []byte, buf *[]byte, handle
 			return fmt.Errorf("%w: chunk on a probe connection", errFrame)
 		}
 		dataLen := int(size - 1 - int64(n))
-		if cap(*buf) < dataLen {
-			*buf = make([]byte, dataLen)
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-c.e.done:
+			return rdma.ErrClosed
 		}
-		data := (*buf)[:dataLen]
+		if cap(buf) < dataLen {
+			buf = make([]byte, dataLen)
+		}
+		data := buf[:dataLen]
 		if _, err := io.ReadFull(sock, data); err != nil {
 			return err
 		}
 		c.e.received.Add(int64(dataLen))
+		// The Arrived event is queued before the ack leaves, so anything the peer does after seeing
+		// the ack (a failover request on another connection, say) reaches the event context after it.
 		c.e.loop.post(func() {
 			if !c.downSent {
 				c.e.loop.handler(rdma.Arrived{Conn: c, Tag: f.Tag, Seq: f.Seq, Data: data})
-				c.queueCtrl(func(b []byte) []byte { return appendAck(b, f.Tag, f.Seq) })
 			}
-			handled <- struct{}{}
+			free <- buf
 		})
-		select {
-		case <-handled:
-		case <-c.e.done:
-			return rdma.ErrClosed
-		}
+		c.queueCtrl(func(b []byte) []byte { return appendAck(b, f.Tag, f.Seq) })
 	case kindAck:
 		c.deliver(rdma.Completed{Conn: c, Tag: f.Tag, Seq: f.Seq})
 	case kindProbe:

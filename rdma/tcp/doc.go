@@ -20,8 +20,11 @@
 // and sends a hello (its node, the target node, both NICs, class and index); the acceptor pairs the
 // socket with its own Connect of the mirrored spec (parking it until that call comes) and answers
 // helloAck. Both ends then report ConnUp. On the socket, chunk frames carry (tag, seq, data); the
-// receiver hands each to its handler as an Arrived event and, when the handler has returned, sends an
-// ack, which the sender reports as Completed. Probe connections carry probe and probeReply frames
+// receiver reads each whole into one of a few buffers of the connection, queues it for its handler as
+// an Arrived event and sends an ack at once, which the sender reports as Completed: the ack means the
+// chunk is in the receiver's memory, as an RDMA completion does, not that the handler ran. When every
+// buffer waits for the handler, the reader stops and TCP flow control holds the sender back. Probe
+// connections carry probe and probeReply frames
 // only. Each connection has a writer goroutine, which sends acks and probes before any queued chunk,
 // and a reader goroutine; events go through the endpoint's one event goroutine. The frame layout is in
 // wire.go.

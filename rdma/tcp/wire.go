@@ -14,7 +14,7 @@ import (
 //	hello       version u8, from u32, to u32, fromNIC u16, toNIC u16, class u8, index u32
 //	helloAck    (empty): the acceptor paired the socket with its Connect
 //	chunk       tag u32, seq u64, data
-//	ack         tag u32, seq u64: the chunk was handed to the receiver's handler
+//	ack         tag u32, seq u64: the chunk was read whole into the receiver's memory
 //	probe       id u64
 //	probeReply  id u64
 const (
