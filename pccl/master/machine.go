@@ -14,7 +14,7 @@ import (
 // (PeerID) is another thing: chosen by the peer in its Hello, or assigned by the master.
 type ConnID = uint64
 
-// Input is an input to the Machine: Received, Closed, Tick, Solved, Improved or ForceRing.
+// Input is an input to the Machine: Received, Closed, Tick, Stalled, Solved, Improved or ForceRing.
 type Input interface{ isInput() }
 
 // Received is a control message from a connection. The first message of a connection must be a
@@ -106,6 +106,8 @@ func (m *Machine) Step(now time.Time, ev Input) []Action {
 		}
 	case Tick:
 		m.tick()
+	case Stalled:
+		m.stalled(ev.Gap)
 	case Solved:
 		m.solved(ev)
 	case Improved:

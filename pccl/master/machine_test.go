@@ -48,6 +48,8 @@ var update = flag.Bool("update", false, "rewrite the golden files of the scenari
 // A Solve action is answered at once with the exact solver's ring.
 //
 //	tick                                   Tick
+//	stall DURATION                         the master did not run for DURATION: the clock moves by it,
+//	                                       then Stalled{DURATION} is the input
 //
 // Run `go test ./pccl/master -run Scenarios -update` to accept new output.
 func TestScenarios(t *testing.T) {
@@ -228,6 +230,13 @@ func runScenario(t *testing.T, file string) string {
 			continue
 		case "tick":
 			in = Tick{}
+		case "stall":
+			d, err := time.ParseDuration(fields[1])
+			if err != nil {
+				t.Fatalf("%s:%d: %v", file, n, err)
+			}
+			now = now.Add(d)
+			in = Stalled{Gap: d}
 		case "restart":
 			cfg.Incarnation = num("incarnation", 0)
 			m = New(cfg)

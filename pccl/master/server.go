@@ -129,8 +129,10 @@ func (s *Server) Snapshot() Snapshot {
 
 func (s *Server) loop(ctx context.Context, m *Machine) {
 	cfg := m.cfg
-	tick := time.NewTicker(cfg.HeartbeatInterval / 4)
+	interval := cfg.HeartbeatInterval / 4
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	lastTick := time.Now()
 	for {
 		var in Input
 		select {
@@ -141,10 +143,33 @@ func (s *Server) loop(ctx context.Context, m *Machine) {
 			continue
 		case <-tick.C:
 			in = Tick{}
+			now := time.Now()
+			if late := now.Sub(lastTick) - interval; late > stallThreshold(interval) {
+				// The master itself did not run: read what the peers sent meanwhile, then extend
+				// their deadlines by the stall before anyone is judged.
+				s.drain(ctx, m)
+				in = Stalled{Gap: late}
+			}
+			lastTick = now
 		case in = <-s.in:
 		}
 		for _, a := range m.Step(time.Now(), in) {
 			s.act(ctx, a)
+		}
+	}
+}
+
+// drain feeds the machine every input the connection readers have already queued, without waiting
+// for more.
+func (s *Server) drain(ctx context.Context, m *Machine) {
+	for {
+		select {
+		case in := <-s.in:
+			for _, a := range m.Step(time.Now(), in) {
+				s.act(ctx, a)
+			}
+		default:
+			return
 		}
 	}
 }

@@ -1,0 +1,174 @@
+package pccl_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// lockedBuffer collects the children's stderr for a failure report.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// procGroup is a master in a child process and peers in this process, over loopback TCP.
+type procGroup struct {
+	t      *testing.T
+	c      *cluster.Cluster
+	logs   *lockedBuffer
+	master *cluster.Proc
+	addr   string
+}
+
+func newProcGroup(ctx context.Context, t *testing.T, cfg master.Config) *procGroup {
+	t.Helper()
+	g := &procGroup{t: t, logs: &lockedBuffer{}}
+	g.c = cluster.New(cluster.Config{Stderr: g.logs})
+	t.Cleanup(func() {
+		if err := g.c.Close(); err != nil {
+			t.Errorf("cluster: %v", err)
+		}
+	})
+	var err error
+	if g.master, g.addr, err = g.c.StartMaster(ctx, cfg); err != nil {
+		t.Fatalf("start master: %v\n%s", err, g.logs)
+	}
+	return g
+}
+
+// connect connects n peers and admits them all; it closes them at the end of the test.
+func (g *procGroup) connect(ctx context.Context, n int, cfg pccl.Config) []*pccl.Communicator {
+	g.t.Helper()
+	cfg.Master = g.addr
+	comms := make([]*pccl.Communicator, n)
+	var err error
+	if comms[0], err = pccl.Connect(ctx, cfg); err != nil {
+		g.t.Fatal(err)
+	}
+	g.t.Cleanup(func() {
+		for _, c := range comms {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[i], errs[i] = pccl.Connect(ctx, cfg)
+		}()
+	}
+	// Admit the newcomers as they register; Connect returns once a peer is accepted.
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for comms[0].WorldSize() < n {
+		if err := comms[0].UpdateTopology(ctx); err != nil {
+			g.t.Fatal(err)
+		}
+		select {
+		case <-poll.C:
+		case <-ctx.Done():
+			g.t.Fatalf("peers not admitted: %v", ctx.Err())
+		}
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			g.t.Fatalf("peer %d: %v", i, err)
+		}
+	}
+	return comms
+}
+
+// checkedLoop has every communicator run ops AllReduces of its index+1 (tag 1, I64 sum) and check each
+// result. Before op pauseAt, peer 0 calls pause and waits for it to return. It returns each peer's
+// first error.
+func checkedLoop(ctx context.Context, comms []*pccl.Communicator, ops, pauseAt int, pause func()) []error {
+	want := int64(len(comms) * (len(comms) + 1) / 2)
+	return each(comms, func(i int, c *pccl.Communicator) error {
+		for k := range ops {
+			if i == 0 && k == pauseAt {
+				pause()
+			}
+			v := []int64{int64(i + 1)}
+			if err := c.AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 1, Count: 1, DType: pccl.I64, Op: pccl.Sum}); err != nil {
+				return fmt.Errorf("op %d: %w", k, err)
+			}
+			if v[0] != want {
+				return fmt.Errorf("op %d: sum %d, want %d", k, v[0], want)
+			}
+		}
+		return nil
+	})
+}
+
+// TestMasterStallCostsNothing stops a real master process with SIGSTOP for 4s (more than twice the
+// peers' heartbeat timeout) while 4 peers run a checked AllReduce loop, then continues it: the master
+// must see its own stall, kick nobody, and the loop must go on with every result right.
+func TestMasterStallCostsNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses a master process for 4s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	g := newProcGroup(ctx, t, master.LAN())
+	comms := g.connect(ctx, 4, pccl.Config{MasterTimeout: 10 * time.Second})
+	ids := make([]uint64, len(comms))
+	for i, c := range comms {
+		ids[i] = c.ID()
+	}
+	paused := false
+	errs := checkedLoop(ctx, comms, 30, 10, func() {
+		if err := g.master.Stop(); err != nil {
+			t.Errorf("SIGSTOP: %v", err)
+			return
+		}
+		select {
+		case <-time.After(4 * time.Second): // the length of the fault, not a wait for an event
+		case <-ctx.Done():
+		}
+		if err := g.master.Continue(); err != nil {
+			t.Errorf("SIGCONT: %v", err)
+		}
+		paused = true
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("peer %d: %v", i, err)
+		}
+	}
+	if !paused {
+		t.Fatal("the master was never paused")
+	}
+	for i, c := range comms {
+		if got := c.Ring(); len(got) != len(comms) {
+			t.Errorf("peer %d: ring %v after the stall, want all of %v", i, got, ids)
+		}
+	}
+	if t.Failed() {
+		t.Logf("children's stderr:\n%s", g.logs)
+	}
+}
