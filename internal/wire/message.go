@@ -56,8 +56,12 @@ func Decode(t Type, p []byte) (Message, error) {
 	var m Message
 	switch t {
 	case TypeHello:
-		m = &Hello{Token: d.str("token"), Addr: d.str("addr"), Site: d.str("site"), Caps: d.u64("caps"),
+		h := &Hello{Token: d.str("token"), Addr: d.str("addr"), Site: d.str("site"), Caps: d.u64("caps"),
 			Peer: d.u64("peer"), Group: d.u32("group")}
+		if d.boolean("resume") {
+			h.Resume = decodeResume(d)
+		}
+		m = h
 	case TypeVoteTopology:
 		m = &VoteTopology{Rewire: d.boolean("rewire")}
 	case TypeLinksReady:
@@ -168,6 +172,60 @@ type Hello struct {
 	Caps  uint64 // capability bits, reserved
 	Peer  uint64 // the chosen peer id, or 0 for one assigned by the master
 	Group uint32 // the peer group, 0 by default
+	// Resume, when set, says that the peer was accepted by a master before this connection (one that
+	// restarted, or the same one after the connection broke) and what it holds, so that a restarted
+	// master can rebuild its view from the peers that come back.
+	Resume *Resume
+}
+
+// MaxResumeRing bounds the ring a Resume may carry.
+const MaxResumeRing = 1 << 16
+
+// Resume is what a reconnecting peer held when it lost the master: the master incarnation that
+// accepted it, the epoch and ring in force, its shared-state revision and the encoded digest of that
+// state (sharedstate.EncodeDigest; empty before its first sync), and its last reported training step.
+type Resume struct {
+	Incarnation uint64
+	Epoch       uint64
+	Ring        []uint64 // at most MaxResumeRing ids
+	Revision    uint64
+	Digest      []byte
+	Step        uint64
+	HasStep     bool
+	InOptimizer bool
+}
+
+func decodeResume(d *decoder) *Resume {
+	r := &Resume{Incarnation: d.u64("resume incarnation"), Epoch: d.u64("resume epoch")}
+	n := d.count(8, "resume ring")
+	if n > MaxResumeRing {
+		d.fail("resume ring")
+		return r
+	}
+	for range n {
+		r.Ring = append(r.Ring, d.u64("resume ring"))
+	}
+	r.Revision = d.u64("resume revision")
+	r.Digest = d.bytes("resume digest")
+	r.Step = d.u64("resume step")
+	r.HasStep = d.boolean("resume has step")
+	r.InOptimizer = d.boolean("resume in optimizer")
+	return r
+}
+
+func appendResume(b []byte, r *Resume) []byte {
+	b = appendU64(b, r.Incarnation)
+	b = appendU64(b, r.Epoch)
+	b = appendU32(b, uint32(len(r.Ring)))
+	for _, id := range r.Ring {
+		b = appendU64(b, id)
+	}
+	b = appendU64(b, r.Revision)
+	b = appendU32(b, uint32(len(r.Digest)))
+	b = append(b, r.Digest...)
+	b = appendU64(b, r.Step)
+	b = appendBool(b, r.HasStep)
+	return appendBool(b, r.InOptimizer)
 }
 
 // VoteTopology is an accepted peer's vote in UpdateTopology. Rewire asks for the ring's links to be
@@ -359,7 +417,12 @@ func (m *Hello) Append(b []byte) []byte {
 	b = appendString(b, m.Site)
 	b = appendU64(b, m.Caps)
 	b = appendU64(b, m.Peer)
-	return appendU32(b, m.Group)
+	b = appendU32(b, m.Group)
+	b = appendBool(b, m.Resume != nil)
+	if m.Resume != nil {
+		b = appendResume(b, m.Resume)
+	}
+	return b
 }
 
 func (m *VoteTopology) Append(b []byte) []byte { return appendBool(b, m.Rewire) }

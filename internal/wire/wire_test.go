@@ -12,6 +12,8 @@ func sampleMessages() []Message {
 	return []Message{
 		&Hello{Token: "run-1", Addr: "127.0.0.1:4000", Site: "eu", Caps: 7},
 		&Hello{Token: "run-1", Addr: "127.0.0.1:4001", Peer: 1 << 40, Group: 3},
+		&Hello{Token: "run-1", Addr: "127.0.0.1:4002", Peer: 9, Resume: &Resume{Incarnation: 5, Epoch: 5<<32 | 3,
+			Ring: []uint64{9, 4, 7}, Revision: 12, Digest: []byte{1, 2, 3}, Step: 40, HasStep: true, InOptimizer: true}},
 		&VoteTopology{Rewire: true},
 		&LinksReady{Epoch: 3, OK: false, Failed: []uint64{4, 9}, Detail: "dial refused"},
 		&LinksReady{Epoch: 3, OK: true},

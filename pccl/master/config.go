@@ -31,6 +31,11 @@ type Config struct {
 	SolveBudget time.Duration
 	// ImproveBudget bounds that background search. Zero means 30s.
 	ImproveBudget time.Duration
+	// ResumeGrace is how long a restarted master waits for the peers of the master before it to come
+	// back and report what they hold before it rebuilds each group from their reports (see resume.go);
+	// it stops waiting as soon as every peer of each group's majority ring has reported. Zero means
+	// 2s.
+	ResumeGrace time.Duration
 	// Incarnation names this start of the master; it must differ from every earlier start's (the
 	// server draws a random one when it is zero) and be below 2^32. It is sent in every Welcome and
 	// makes the high 32 bits of every epoch, so a restarted master never hands out an epoch that a peer
@@ -71,6 +76,9 @@ func (c Config) withDefaults() Config {
 	if c.ImproveBudget == 0 {
 		c.ImproveBudget = 30 * time.Second
 	}
+	if c.ResumeGrace == 0 {
+		c.ResumeGrace = 2 * time.Second
+	}
 	return c
 }
 
@@ -84,6 +92,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: Config.HeartbeatInterval is %v, must be >= 0", c.HeartbeatInterval)
 	case c.HeartbeatTimeout < 0:
 		return fmt.Errorf("master: Config.HeartbeatTimeout is %v, must be >= 0", c.HeartbeatTimeout)
+	case c.ResumeGrace < 0:
+		return fmt.Errorf("master: Config.ResumeGrace is %v, must be >= 0", c.ResumeGrace)
 	case c.MeasureDuration < 0 || c.SolveBudget < 0 || c.ImproveBudget < 0:
 		return fmt.Errorf("master: Config.MeasureDuration, SolveBudget and ImproveBudget must be >= 0")
 	case c.Incarnation >= 1<<32:

@@ -79,6 +79,8 @@ type Machine struct {
 	lat      map[edge]time.Duration // one-way latency estimates from tests
 	solveSeq uint64                 // last Solve request id, unique across groups
 
+	resume resumeState // the rebuild window after a restart (resume.go)
+
 	counters Counters
 	events   []Event
 	out      []Action
@@ -106,6 +108,7 @@ func (m *Machine) Step(now time.Time, ev Input) []Action {
 		}
 	case Tick:
 		m.tick()
+		m.checkResume()
 	case Stalled:
 		m.stalled(ev.Gap)
 	case Solved:

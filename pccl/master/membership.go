@@ -67,6 +67,7 @@ func (m *Machine) join(c ConnID, h *wire.Hello) {
 		HeartbeatTimeout:  uint64(m.cfg.HeartbeatTimeout),
 		Incarnation:       m.cfg.Incarnation,
 	})
+	m.resumeReport(m.peers[id])
 	// Bootstrap: with nobody accepted there is nobody to vote, so wire the newcomers at once.
 	if g.wiring == nil && len(g.ring) == 0 {
 		m.startRound(g)

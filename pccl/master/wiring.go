@@ -73,6 +73,9 @@ func (m *Machine) checkTopology(g *group) {
 
 // startRound begins wiring a ring made of g's ring in force plus every registered peer of g.
 func (m *Machine) startRound(g *group) {
+	if m.holding() {
+		return // the rebuild window after a restart wires every group when it closes
+	}
 	ring := slices.Clone(g.ring)
 	for _, id := range m.registered(g) {
 		ring = m.placeNewcomer(ring, id)
