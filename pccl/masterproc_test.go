@@ -3,7 +3,9 @@ package pccl_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,8 @@ import (
 	"github.com/concord-ccl/concord/internal/cluster"
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
+	"github.com/concord-ccl/concord/rings"
+	"github.com/concord-ccl/concord/sharedstate"
 )
 
 // lockedBuffer collects the children's stderr for a failure report.
@@ -171,4 +175,114 @@ func TestMasterStallCostsNothing(t *testing.T) {
 	if t.Failed() {
 		t.Logf("children's stderr:\n%s", g.logs)
 	}
+}
+
+// TestMasterRestartResumes kills a real master process (SIGKILL) while 4 peers run a training-like
+// loop (sync a shared state, AllReduce, update the state from the result) and starts a new one on the
+// same address: the peers reconnect, the new master rebuilds the ring from their reports, and the loop
+// carries on to its last revision with every result right and the state identical on every peer.
+func TestMasterRestartResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a master process")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := master.LAN()
+	g := newProcGroup(ctx, t, cfg)
+	comms := g.connect(ctx, 4, pccl.Config{MasterTimeout: 20 * time.Second})
+	ring := comms[0].Ring()
+	const restartAt, last = 8, 20
+	restarted := false
+	states := make([]*pccl.State, len(comms))
+	for i := range states {
+		states[i] = sharedstate.NewState()
+		if err := states[i].Add(&pccl.Entry{Name: "weights", DType: pccl.F32, Data: make([]byte, 64*4)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := int64(len(comms) * (len(comms) + 1) / 2)
+	errs := each(comms, func(i int, c *pccl.Communicator) error {
+		st := states[i]
+		rewire := func(cause error) error {
+			if !pccl.Retryable(cause) && !errors.Is(cause, pccl.ErrSync) {
+				return cause
+			}
+			for {
+				err := c.UpdateTopology(ctx)
+				if err == nil || !pccl.Retryable(err) {
+					return err
+				}
+			}
+		}
+		for {
+			st.Revision++
+			res, err := c.SyncSharedState(ctx, st, pccl.SyncOptions{})
+			if err != nil {
+				st.Revision--
+				if err := rewire(err); err != nil {
+					return fmt.Errorf("sync: %w", err)
+				}
+				continue
+			}
+			if res.Revision >= last {
+				return nil
+			}
+			if i == 0 && res.Revision == restartAt && !restarted {
+				restarted = true
+				if err := g.restartMaster(ctx, cfg); err != nil {
+					return err
+				}
+			}
+			v := []int64{int64(i + 1)}
+			if err := c.AllReduce(ctx, pccl.Bytes(v), pccl.Bytes(v), pccl.Desc{Tag: 1, Count: 1, DType: pccl.I64, Op: pccl.Sum}); err != nil {
+				if err := rewire(err); err != nil {
+					return fmt.Errorf("revision %d: allreduce: %w", res.Revision, err)
+				}
+				continue
+			}
+			if v[0] != want {
+				return fmt.Errorf("revision %d: sum %d, want %d", res.Revision, v[0], want)
+			}
+			w := rings.View[float32](st.Lookup("weights").Data)
+			for k := range w {
+				w[k] += float32(v[0]) * float32(k+1)
+			}
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("peer %d: %v", i, err)
+		}
+	}
+	if !restarted {
+		t.Fatal("the master was never restarted")
+	}
+	requireIdentical(t, states)
+	for i, c := range comms {
+		if got := c.Ring(); !slices.Equal(got, ring) {
+			t.Errorf("peer %d: ring %v after the restart, want the ring held before, %v", i, got, ring)
+		}
+		if inc := c.Epoch() >> 32; inc == 0 {
+			t.Errorf("peer %d: epoch %#x has no incarnation", i, c.Epoch())
+		}
+	}
+	if t.Failed() {
+		t.Logf("children's stderr:\n%s", g.logs)
+	}
+}
+
+// restartMaster kills the master process and starts a new one on the same address.
+func (g *procGroup) restartMaster(ctx context.Context, cfg master.Config) error {
+	if err := g.master.Kill(); err != nil {
+		return fmt.Errorf("kill master: %w", err)
+	}
+	if _, err := g.master.Wait(ctx); err != nil {
+		return fmt.Errorf("wait for the killed master: %w", err)
+	}
+	p, addr, err := g.c.StartMasterAt(ctx, cfg, g.addr)
+	if err != nil {
+		return fmt.Errorf("restart master on %s: %w", g.addr, err)
+	}
+	g.master, g.addr = p, addr
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,6 +130,7 @@ func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncO
 	}
 	st.Revision = fin.Revision
 	res.ResumeStep = fin.ResumeStep
+	c.holdState(d, p.Fetch, fin.Revision)
 	return res, nil
 }
 
@@ -547,4 +549,20 @@ func (c *Communicator) endServe(conn net.Conn) {
 	delete(c.serveConns, conn)
 	c.serveMu.Unlock()
 	c.serveWG.Done()
+}
+
+// holdState records what this peer holds after a successful sync of revision rev: the digest it voted
+// with, where the entries it fetched now hash as elected. A Resume report to a restarted master
+// carries it.
+func (c *Communicator) holdState(d sharedstate.Digest, fetched []wire.FetchItem, rev uint64) {
+	d.Revision = rev
+	d.Entries = slices.Clone(d.Entries)
+	for _, f := range fetched {
+		for i := range d.Entries {
+			if d.Entries[i].Name == f.Name {
+				d.Entries[i].Hash = f.Hash
+			}
+		}
+	}
+	c.held.Store(&heldState{revision: rev, digest: sharedstate.EncodeDigest(d)})
 }
