@@ -111,6 +111,9 @@ func (m *Machine) initiate(p *peer, v *wire.Initiate) {
 		m.kick(p.id, "collective from a peer that is not accepted")
 		return
 	}
+	if !m.withinOps(p, v.Tag) {
+		return
+	}
 	if n := len(g.ring); n < m.cfg.MinPeers {
 		m.send(p.id, &wire.Outcome{Tag: v.Tag, Code: wire.CodeTooFewPeers,
 			Detail: fmt.Sprintf("%d peers in the ring, MinPeers is %d", n, m.cfg.MinPeers)})

@@ -43,6 +43,9 @@ func (m *Machine) join(c ConnID, h *wire.Hello) {
 		m.counters.Kicked++
 		return
 	}
+	if !m.admit(c) {
+		return
+	}
 	id := h.Peer
 	switch {
 	case id != 0 && m.peers[id] != nil:
