@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -74,7 +75,11 @@ func (c *Communicator) AllReduce(ctx context.Context, send, recv []byte, d Desc)
 	call, ch := c.newCall()
 	h := newOpHandle()
 	desc := wire.Desc{Count: uint64(d.Count), DType: uint8(d.DType), Op: uint8(d.Op), Quant: uint8(d.Quant)}
-	if err := c.submit(request{in: initiateCall{call: call, tag: d.Tag, desc: desc}, reply: ch, abort: h.abort}); err != nil {
+	var stats *wire.Contribution
+	if c.cfg.ContributionStats {
+		stats = contribution(send, d.DType)
+	}
+	if err := c.submit(request{in: initiateCall{call: call, tag: d.Tag, desc: desc, stats: stats}, reply: ch, abort: h.abort}); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	select {
@@ -186,3 +191,31 @@ func (nopStream) Recv(rings.ChunkID, []byte) error {
 	return errors.New("pccl: receive in a ring of one")
 }
 func (nopStream) Abort(error) {}
+
+// contribution returns the finiteness and Euclidean norm of a float contribution (F32 or F64), or nil
+// for other types, which carry no stats.
+func contribution(send []byte, dt DType) *wire.Contribution {
+	st := &wire.Contribution{Finite: true}
+	var sum float64
+	add := func(x float64) {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			st.Finite = false
+			return
+		}
+		sum += x * x
+	}
+	switch dt {
+	case F32:
+		for _, x := range rings.View[float32](send) {
+			add(float64(x))
+		}
+	case F64:
+		for _, x := range rings.View[float64](send) {
+			add(x)
+		}
+	default:
+		return nil
+	}
+	st.Norm = math.Sqrt(sum)
+	return st
+}

@@ -140,9 +140,10 @@ type (
 	optimizeCall struct{ call uint64 }
 	// initiateCall starts a collective on tag.
 	initiateCall struct {
-		call uint64
-		tag  uint64
-		desc wire.Desc
+		call  uint64
+		tag   uint64
+		desc  wire.Desc
+		stats *wire.Contribution // for the master's contribution guard, nil if not computed
 	}
 	// reportCall: the data path of the collective on tag ended here with done; the call of the
 	// initiateCall waits for the verdict.
@@ -322,7 +323,7 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 			return
 		}
 		m.ops[in.tag] = &opState{tag: in.tag, call: in.call, phase: opVoted}
-		send(&wire.Initiate{Tag: in.tag, Desc: in.desc})
+		send(&wire.Initiate{Tag: in.tag, Desc: in.desc, Stats: in.stats})
 	case reportCall:
 		o := m.ops[in.tag]
 		if o == nil || o.call != in.call || o.phase != opRunning {

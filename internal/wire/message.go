@@ -1,6 +1,9 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Type identifies a control message.
 type Type uint8
@@ -75,7 +78,11 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeVotePending:
 		m = &VotePending{}
 	case TypeInitiate:
-		m = &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant")}}
+		v := &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant")}}
+		if d.boolean("stats") {
+			v.Stats = &Contribution{Finite: d.boolean("finite"), Norm: d.f64("norm")}
+		}
+		m = v
 	case TypeDone:
 		m = &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: d.code(), Detail: d.str("detail"),
 			LinkBytes: d.u64("link bytes"), LinkNanos: d.u64("link nanos")}
@@ -257,6 +264,16 @@ type Desc struct {
 type Initiate struct {
 	Tag  uint64
 	Desc Desc
+	// Stats, when the peer computes them, describe its contribution, for the master's contribution
+	// guard.
+	Stats *Contribution
+}
+
+// Contribution describes a peer's input to a collective: whether every element is finite, and its
+// Euclidean norm (meaningful only when Finite).
+type Contribution struct {
+	Finite bool
+	Norm   float64
 }
 
 // Done reports that the peer finished its part of the operation (Tag, Seq) (Code is CodeOK) or failed
@@ -442,7 +459,13 @@ func (m *VotePending) Append(b []byte) []byte { return b }
 func (m *Initiate) Append(b []byte) []byte {
 	b = appendU64(b, m.Tag)
 	b = appendU64(b, m.Desc.Count)
-	return append(b, m.Desc.DType, m.Desc.Op, m.Desc.Quant)
+	b = append(b, m.Desc.DType, m.Desc.Op, m.Desc.Quant)
+	b = appendBool(b, m.Stats != nil)
+	if m.Stats != nil {
+		b = appendBool(b, m.Stats.Finite)
+		b = appendU64(b, math.Float64bits(m.Stats.Norm))
+	}
+	return b
 }
 
 func (m *Done) Append(b []byte) []byte {

@@ -19,6 +19,7 @@ func sampleMessages() []Message {
 		&LinksReady{Epoch: 3, OK: true},
 		&VotePending{},
 		&Initiate{Tag: 12, Desc: Desc{Count: 1 << 40, DType: 3, Op: 2, Quant: 1}},
+		&Initiate{Tag: 13, Desc: Desc{Count: 8, DType: 10, Op: 0}, Stats: &Contribution{Finite: true, Norm: 2.5}},
 		&Done{Tag: 12, Seq: 99, Code: CodePeerLeft, Detail: "peer 3: eof", LinkBytes: 1 << 20, LinkNanos: 5e6},
 		&Heartbeat{Seq: 5},
 		&Bye{},

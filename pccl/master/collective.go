@@ -143,6 +143,7 @@ func (m *Machine) initiate(p *peer, v *wire.Initiate) {
 		return
 	}
 	o.voters[p.id] = true
+	m.noteContribution(g, o, p.id, v.Stats)
 	if o.failed {
 		o.told[p.id] = true
 		m.send(p.id, &wire.Outcome{Tag: o.tag, Code: o.code, Detail: o.detail})
@@ -176,6 +177,9 @@ func (m *Machine) checkOp(g *group, o *op) {
 		if o.failed {
 			// Everyone has heard of the failure; the next vote starts afresh.
 			m.dropVoting(g, o)
+			return
+		}
+		if m.guard(g, o) {
 			return
 		}
 		g.seq++

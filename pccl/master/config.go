@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -37,6 +38,8 @@ type Config struct {
 	// MaxOpsPerPeer is the most collectives (distinct tags) one peer may have voted for or running at
 	// once; a peer that votes for more is kicked. Zero means 256.
 	MaxOpsPerPeer int
+	// Guard is the contribution guard (see GuardPolicy). The zero value checks nothing.
+	Guard GuardPolicy
 	// ResumeGrace is how long a restarted master waits for the peers of the master before it to come
 	// back and report what they hold before it rebuilds each group from their reports (see resume.go);
 	// it stops waiting as soon as every peer of each group's majority ring has reported. Zero means
@@ -108,6 +111,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: Config.MaxPeers is %d, must be >= 0", c.MaxPeers)
 	case c.MaxOpsPerPeer < 0:
 		return fmt.Errorf("master: Config.MaxOpsPerPeer is %d, must be >= 0", c.MaxOpsPerPeer)
+	case c.Guard.NormFactor < 0 || (c.Guard.NormFactor > 0 && c.Guard.NormFactor <= 1) || math.IsNaN(c.Guard.NormFactor):
+		return fmt.Errorf("master: Config.Guard.NormFactor is %v, must be 0 (off) or above 1", c.Guard.NormFactor)
 	case c.ResumeGrace < 0:
 		return fmt.Errorf("master: Config.ResumeGrace is %v, must be >= 0", c.ResumeGrace)
 	case c.MeasureDuration < 0 || c.SolveBudget < 0 || c.ImproveBudget < 0:

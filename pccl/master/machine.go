@@ -79,7 +79,8 @@ type Machine struct {
 	lat      map[edge]time.Duration // one-way latency estimates from tests
 	solveSeq uint64                 // last Solve request id, unique across groups
 
-	resume resumeState // the rebuild window after a restart (resume.go)
+	resume  resumeState                 // the rebuild window after a restart (resume.go)
+	contrib map[guardKey]*contributions // contributions reported for the contribution guard (guard.go)
 
 	counters Counters
 	events   []Event
@@ -92,7 +93,8 @@ const maxEvents = 200
 // New returns a Machine with no peers.
 func New(cfg Config) *Machine {
 	return &Machine{cfg: cfg.withDefaults(), peers: map[PeerID]*peer{}, conns: map[ConnID]PeerID{},
-		groups: map[GroupID]*group{}, bw: map[edge]float64{}, lat: map[edge]time.Duration{}}
+		groups: map[GroupID]*group{}, bw: map[edge]float64{}, lat: map[edge]time.Duration{},
+		contrib: map[guardKey]*contributions{}}
 }
 
 // Step applies one input at time now and returns the actions to carry out in order.
