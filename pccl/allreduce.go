@@ -40,7 +40,7 @@ type Request struct {
 // Wait blocks until the collective is over and returns its error (see AllReduce).
 func (r *Request) Wait() error {
 	<-r.done
-	return r.err
+	return r.err // already cleaned by AllReduce
 }
 
 // Done is closed when the collective is over.
@@ -68,6 +68,10 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv []byte, d 
 // collective commenced, the vote is withdrawn; if it ends while the collective runs, it is aborted for
 // every peer. Either way AllReduce waits for the master's verdict (bounded by Config.MasterTimeout).
 func (c *Communicator) AllReduce(ctx context.Context, send, recv []byte, d Desc) error {
+	return cleanError(c.allReduce(ctx, send, recv, d))
+}
+
+func (c *Communicator) allReduce(ctx context.Context, send, recv []byte, d Desc) error {
 	what := fmt.Sprintf("pccl: allreduce tag %d", d.Tag)
 	if err := d.validate(send, recv); err != nil {
 		return fmt.Errorf("%s: %w", what, err)

@@ -89,6 +89,11 @@ type callEntry struct {
 // Connect joins the run: it registers with the master, waits until the accepted peers admit it (at
 // their next UpdateTopology; at once if it is the first peer) and returns with the ring wired.
 func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
+	c, err := connect(ctx, cfg)
+	return c, cleanError(err)
+}
+
+func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -181,7 +186,7 @@ func (c *Communicator) hello(ctx context.Context, conn net.Conn, resume *wire.Re
 	case *wire.Welcome:
 		return m, nil
 	case *wire.Kick:
-		return nil, fmt.Errorf("pccl: %w: %s", ErrKicked, m.Reason)
+		return nil, fmt.Errorf("%w: %s; fix the cause, then connect again", ErrKicked, m.Reason)
 	default:
 		return nil, fmt.Errorf("pccl: master answered hello with %T", msg)
 	}
@@ -314,13 +319,20 @@ func (c *Communicator) run(m *machine) {
 			return
 		}
 		now := time.Now()
-		c.apply(m, now, m.step(now, in))
+		acts := m.step(now, in)
+		c.publish(m) // before the replies: a call that returns sees the ring it brought about
+		c.apply(m, now, acts)
 		if cc, ok := in.(cancelCall); ok && !m.hasOp(cc.call) {
 			delete(c.calls, cc.call) // nobody waits for its answer any more
 		}
-		if v := c.view.Load(); v.epoch != m.epoch || !slices.Equal(v.ring, m.ring) || v.optimize != m.opt.stats {
-			c.view.Store(&view{epoch: m.epoch, ring: slices.Clone(m.ring), optimize: m.opt.stats})
-		}
+		c.publish(m)
+	}
+}
+
+// publish stores the view accessors read when the machine's ring, epoch or stats changed.
+func (c *Communicator) publish(m *machine) {
+	if v := c.view.Load(); v.epoch != m.epoch || !slices.Equal(v.ring, m.ring) || v.optimize != m.opt.stats {
+		c.view.Store(&view{epoch: m.epoch, ring: slices.Clone(m.ring), optimize: m.opt.stats})
 	}
 }
 
@@ -510,7 +522,7 @@ func (c *Communicator) wiring() {
 func (c *Communicator) UpdateTopology(ctx context.Context) error {
 	call, ch := c.newCall()
 	_, err := c.ask(ctx, "update topology", call, ch, topologyCall{call: call, rewire: c.links.dirty()})
-	return err
+	return cleanError(err)
 }
 
 // ArePeersPending asks whether peers wait to be accepted. Every accepted peer must call it; all get
@@ -518,7 +530,7 @@ func (c *Communicator) UpdateTopology(ctx context.Context) error {
 func (c *Communicator) ArePeersPending(ctx context.Context) (bool, error) {
 	call, ch := c.newCall()
 	r, err := c.ask(ctx, "are peers pending", call, ch, pendingCall{call: call})
-	return r.answer, err
+	return r.answer, cleanError(err)
 }
 
 // Close leaves the run: it tells the master, closes every connection and waits for the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,41 +16,11 @@ import (
 // startWithStats connects n peers of g that report their contributions, and admits them all.
 func startWithStats(ctx context.Context, t *testing.T, g *group, n int) []*pccl.Communicator {
 	t.Helper()
-	connect := func(host string) (*pccl.Communicator, error) {
+	return admitEach(ctx, t, n, func() (*pccl.Communicator, error) {
+		host := g.host()
 		return pccl.Connect(ctx, pccl.Config{Master: g.addr, ListenAddr: host + ":9000", Transport: g.net.Host(host),
 			PartBytes: 4096, ContributionStats: true})
-	}
-	comms := make([]*pccl.Communicator, n)
-	var err error
-	if comms[0], err = connect(g.host()); err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := 1; i < n; i++ {
-		host := g.host()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			comms[i], errs[i] = connect(host)
-		}()
-	}
-	for comms[0].WorldSize() < n {
-		if err := comms[0].UpdateTopology(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if ctx.Err() != nil {
-			t.Fatal("peers not admitted")
-		}
-		time.Sleep(5 * time.Millisecond) // polling the admission, not waiting for an event
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("peer %d: %v", i, err)
-		}
-	}
-	return comms
+	})
 }
 
 // TestGuardExcludesNonFinitePeer runs the contribution guard with the excluding policy: the peer whose

@@ -402,7 +402,7 @@ func (m *machine) idle(what string) error {
 
 func (m *machine) tick(now time.Time, emit func(any)) {
 	if silent := now.Sub(m.lastHeard); silent > m.timeout {
-		m.die(fmt.Errorf("pccl: %w: no answer for %v", ErrMasterLost, silent.Round(time.Millisecond)), emit)
+		m.die(fmt.Errorf("%w: no answer for %v (Config.MasterTimeout %v); check that the master runs, then connect again", ErrMasterLost, silent.Round(time.Millisecond), m.timeout), emit)
 		return
 	}
 	if m.writeErr != nil && !now.Before(m.writeDue) {
@@ -513,7 +513,7 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 			m.sync.phase = syncIdle
 		}
 	case *wire.Kick:
-		m.die(fmt.Errorf("pccl: %w: %s", ErrKicked, msg.Reason), emit)
+		m.die(fmt.Errorf("%w: %s; this communicator is closed: connect again to rejoin as a new peer", ErrKicked, msg.Reason), emit)
 	default:
 		m.die(fmt.Errorf("pccl: master sent unexpected %T", msg), emit)
 	}

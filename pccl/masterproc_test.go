@@ -64,44 +64,68 @@ func newProcGroup(ctx context.Context, t *testing.T, cfg master.Config) *procGro
 func (g *procGroup) connect(ctx context.Context, n int, cfg pccl.Config) []*pccl.Communicator {
 	g.t.Helper()
 	cfg.Master = g.addr
-	comms := make([]*pccl.Communicator, n)
-	var err error
-	if comms[0], err = pccl.Connect(ctx, cfg); err != nil {
-		g.t.Fatal(err)
+	return admitEach(ctx, g.t, n, func() (*pccl.Communicator, error) { return pccl.Connect(ctx, cfg) })
+}
+
+// admitEach connects n peers with connect, one at a time: every peer accepted so far calls
+// UpdateTopology until the newcomer's Connect returns. The communicators are closed at the end of the
+// test.
+func admitEach(ctx context.Context, t *testing.T, n int, connect func() (*pccl.Communicator, error)) []*pccl.Communicator {
+	t.Helper()
+	var comms []*pccl.Communicator
+	t.Cleanup(func() { closeAll(comms) })
+	first, err := connect()
+	if err != nil {
+		t.Fatal(err)
 	}
-	g.t.Cleanup(func() {
-		for _, c := range comms {
-			if c != nil {
-				c.Close()
-			}
+	comms = append(comms, first)
+	for len(comms) < n {
+		type result struct {
+			c   *pccl.Communicator
+			err error
 		}
-	})
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := 1; i < n; i++ {
-		wg.Add(1)
+		joined := make(chan result, 1)
 		go func() {
-			defer wg.Done()
-			comms[i], errs[i] = pccl.Connect(ctx, cfg)
+			c, err := connect()
+			joined <- result{c, err}
 		}()
-	}
-	// Admit the newcomers as they register; Connect returns once a peer is accepted.
-	poll := time.NewTicker(10 * time.Millisecond)
-	defer poll.Stop()
-	for comms[0].WorldSize() < n {
-		if err := comms[0].UpdateTopology(ctx); err != nil {
-			g.t.Fatal(err)
+		for {
+			// Once the ring holds the newcomer, its Connect returns: wait for it, and vote no more
+			// without it.
+			admitted := comms[0].WorldSize() > len(comms)
+			var r result
+			if admitted {
+				select {
+				case r = <-joined:
+				case <-ctx.Done():
+					t.Fatalf("peer %d not admitted: %v", len(comms), ctx.Err())
+				}
+			} else {
+				select {
+				case r = <-joined:
+				case <-ctx.Done():
+					t.Fatalf("peer %d not admitted: %v", len(comms), ctx.Err())
+				default:
+					// Admit it if it registered; the vote returns at once when nobody waits.
+					for i, err := range each(comms, func(_ int, c *pccl.Communicator) error { return c.UpdateTopology(ctx) }) {
+						if err != nil {
+							t.Fatalf("peer %d: update topology: %v", i, err)
+						}
+					}
+					continue
+				}
+			}
+			if r.err != nil {
+				t.Fatalf("peer %d: %v", len(comms), r.err)
+			}
+			comms = append(comms, r.c)
+			break
 		}
-		select {
-		case <-poll.C:
-		case <-ctx.Done():
-			g.t.Fatalf("peers not admitted: %v", ctx.Err())
-		}
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			g.t.Fatalf("peer %d: %v", i, err)
+	// Everyone leaves the admission at the same ring.
+	for i, c := range comms {
+		if c.WorldSize() != n {
+			t.Fatalf("peer %d: world size %d, want %d", i, c.WorldSize(), n)
 		}
 	}
 	return comms

@@ -177,7 +177,7 @@ func (m *machine) reconnecting(now time.Time, in any, emit func(any)) bool {
 // redialTick gives up after the master timeout, or starts the next dial when it is due.
 func (m *machine) redialTick(now time.Time, emit func(any)) {
 	if gone := now.Sub(m.rc.since); gone > m.timeout {
-		m.die(fmt.Errorf("pccl: %w: no master answered for %v after the connection broke (%v); restart the master and the peers", ErrMasterLost, gone.Round(time.Millisecond), m.rc.cause), emit)
+		m.die(fmt.Errorf("%w: no master answered for %v after the connection broke (%v); restart the master and the peers", ErrMasterLost, gone.Round(time.Millisecond), m.rc.cause), emit)
 		return
 	}
 	if m.rc.dialing || now.Before(m.rc.next) {
@@ -203,7 +203,7 @@ func (m *machine) redialed(now time.Time, in redialedIn, emit func(any)) {
 	m.rc.dialing = false
 	switch {
 	case in.kicked:
-		m.die(fmt.Errorf("pccl: %w on reconnection: %v", ErrKicked, in.err), emit)
+		m.die(fmt.Errorf("%w on reconnection: %v", ErrKicked, in.err), emit)
 	case in.err != nil:
 		d := min(redialFirst<<min(m.rc.attempt, 8), redialMax)
 		m.rc.next = now.Add(m.rc.jitter(d))
@@ -211,7 +211,7 @@ func (m *machine) redialed(now time.Time, in redialedIn, emit func(any)) {
 		// The master did not restart: it dropped this connection and has already removed this peer,
 		// aborting what it took part in. Its state is stale; it must join again as a new peer.
 		emit(dropConnAct{in.conn})
-		m.die(fmt.Errorf("pccl: %w: the connection broke (%v) and the master, which did not restart, has removed this peer; connect again as a new peer", ErrMasterLost, m.rc.cause), emit)
+		m.die(fmt.Errorf("%w: the connection broke (%v) and the master, which did not restart, has removed this peer; connect again as a new peer", ErrMasterLost, m.rc.cause), emit)
 	default:
 		m.rc.lost, m.rc.rejoining = false, true
 		if w := in.welcome; w != nil {

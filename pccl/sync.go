@@ -60,7 +60,7 @@ type SyncResult struct {
 // ReportStep tells the master this peer's training step and whether it is inside the optimizer step;
 // SyncSharedState returns the consistent step to resume from after a failure.
 func (c *Communicator) ReportStep(step uint64, inOptimizer bool) error {
-	return c.submit(request{in: stepCall{&wire.StepReport{Step: step, InOptimizer: inOptimizer}}})
+	return cleanError(c.submit(request{in: stepCall{&wire.StepReport{Step: step, InOptimizer: inOptimizer}}}))
 }
 
 // SyncSharedState makes st identical on every accepted peer. Every accepted peer calls it with a State
@@ -76,6 +76,11 @@ func (c *Communicator) ReportStep(step uint64, inOptimizer bool) error {
 // or ErrClosed; after a failed sync the entries may hold either their old content or verified elected
 // content, never anything else.
 func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncOptions) (SyncResult, error) {
+	res, err := c.syncSharedState(ctx, st, opt)
+	return res, cleanError(err)
+}
+
+func (c *Communicator) syncSharedState(ctx context.Context, st *State, opt SyncOptions) (SyncResult, error) {
 	var res SyncResult
 	d := st.Digest(opt.HashWorkers)
 	hashes := map[string]uint64{}
