@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -39,7 +40,7 @@ type Request struct {
 // Wait blocks until the collective is over and returns its error (see AllReduce).
 func (r *Request) Wait() error {
 	<-r.done
-	return r.err
+	return r.err // already cleaned by AllReduce
 }
 
 // Done is closed when the collective is over.
@@ -68,6 +69,10 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv []byte, d 
 // collective commenced, the vote is withdrawn; if it ends while the collective runs, it is aborted for
 // every peer. Either way AllReduce waits for the master's verdict (bounded by Config.MasterTimeout).
 func (c *Communicator) AllReduce(ctx context.Context, send, recv []byte, d Desc) error {
+	return cleanError(c.allReduce(ctx, send, recv, d))
+}
+
+func (c *Communicator) allReduce(ctx context.Context, send, recv []byte, d Desc) error {
 	what := fmt.Sprintf("pccl: allreduce tag %d", d.Tag)
 	if err := d.validate(send, recv); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -75,7 +80,11 @@ func (c *Communicator) AllReduce(ctx context.Context, send, recv []byte, d Desc)
 	call, ch := c.newCall()
 	h := newOpHandle()
 	desc := wire.Desc{Count: uint64(d.Count), DType: uint8(d.DType), Op: uint8(d.Op), Quant: uint8(d.Quant)}
-	if err := c.submit(request{in: initiateCall{call: call, tag: d.Tag, desc: desc}, reply: ch, abort: h.abort}); err != nil {
+	var stats *wire.Contribution
+	if c.cfg.ContributionStats {
+		stats = contribution(send, d.DType)
+	}
+	if err := c.submit(request{in: initiateCall{call: call, tag: d.Tag, desc: desc, stats: stats}, reply: ch, abort: h.abort}); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	select {
@@ -191,3 +200,31 @@ func (nopStream) Recv(rings.ChunkID, []byte) error {
 	return errors.New("pccl: receive in a ring of one")
 }
 func (nopStream) Abort(error) {}
+
+// contribution returns the finiteness and Euclidean norm of a float contribution (F32 or F64), or nil
+// for other types, which carry no stats.
+func contribution(send []byte, dt DType) *wire.Contribution {
+	st := &wire.Contribution{Finite: true}
+	var sum float64
+	add := func(x float64) {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			st.Finite = false
+			return
+		}
+		sum += x * x
+	}
+	switch dt {
+	case F32:
+		for _, x := range rings.View[float32](send) {
+			add(float64(x))
+		}
+	case F64:
+		for _, x := range rings.View[float64](send) {
+			add(x)
+		}
+	default:
+		return nil
+	}
+	st.Norm = math.Sqrt(sum)
+	return st
+}

@@ -36,8 +36,12 @@ type Communicator struct {
 	log *slog.Logger
 	id  uint64
 
-	master net.Conn
-	wbuf   []byte // owned by run
+	masterMu sync.Mutex // guards master: run replaces it on reconnection, Close closes it
+	master   net.Conn
+	gen      uint64 // owned by run: the master connection's generation, bumped at each reconnection
+	adv      string // the advertised link address, sent in every Hello
+	wbuf     []byte // owned by run
+	held     atomic.Pointer[heldState]
 
 	links *links
 
@@ -88,6 +92,11 @@ type callEntry struct {
 // Connect joins the run: it registers with the master, waits until the accepted peers admit it (at
 // their next UpdateTopology; at once if it is the first peer) and returns with the ring wired.
 func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
+	c, err := connect(ctx, cfg)
+	return c, cleanError(err)
+}
+
+func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -117,8 +126,8 @@ func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		ln.Close()
 		return nil, fmt.Errorf("pccl: dial master %s: %w: %w", cfg.Master, ErrMasterLost, err)
 	}
-	c.master = mc
-	welcome, err := c.hello(ctx, adv)
+	c.master, c.adv = mc, adv
+	welcome, err := c.hello(ctx, mc, nil)
 	if err != nil {
 		ln.Close()
 		mc.Close()
@@ -134,10 +143,11 @@ func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
 	c.log = c.log.With("peer", c.id)
 	c.life, c.endLife = context.WithCancel(context.Background())
 	m := newMachine(c.id, time.Duration(welcome.HeartbeatInterval), cfg.MasterTimeout, time.Now())
+	m.incarnation = welcome.Incarnation
 
 	c.wg.Add(4)
 	go c.run(m)
-	go c.readMaster()
+	go c.readMaster(mc, 0)
 	go c.links.accept()
 	go c.wiring()
 
@@ -160,21 +170,23 @@ func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
 	return c, nil
 }
 
-// hello runs the handshake and returns the master's Welcome.
-func (c *Communicator) hello(ctx context.Context, adv string) (*wire.Welcome, error) {
+// hello runs the handshake on conn and returns the master's Welcome. resume, if set, reports what
+// this peer holds to a master it reconnects to.
+func (c *Communicator) hello(ctx context.Context, conn net.Conn, resume *wire.Resume) (*wire.Welcome, error) {
 	deadline := time.Now().Add(c.cfg.MasterTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	c.master.SetDeadline(deadline)
-	defer c.master.SetDeadline(time.Time{})
-	if err := wire.Exchange(c.master, wire.KindControl); err != nil {
+	conn.SetDeadline(deadline)
+	defer conn.SetDeadline(time.Time{})
+	if err := wire.Exchange(conn, wire.KindControl); err != nil {
 		return nil, fmt.Errorf("pccl: master handshake: %w", err)
 	}
-	if _, err := c.master.Write(wire.AppendFrame(nil, &wire.Hello{Token: c.cfg.Token, Addr: adv, Site: c.cfg.Site, Peer: c.cfg.ID, Group: c.cfg.Group, NICs: c.cfg.NICs})); err != nil {
+	h := &wire.Hello{Token: c.cfg.Token, Addr: c.adv, Site: c.cfg.Site, Peer: c.cfg.ID, Group: c.cfg.Group, NICs: c.cfg.NICs, Resume: resume}
+	if _, err := conn.Write(wire.AppendFrame(nil, h)); err != nil {
 		return nil, fmt.Errorf("pccl: send hello: %w: %w", ErrMasterLost, err)
 	}
-	msg, _, err := wire.ReadFrame(c.master, 0, nil)
+	msg, _, err := wire.ReadFrame(conn, 0, nil)
 	if err != nil {
 		return nil, fmt.Errorf("pccl: waiting for welcome: %w: %w", ErrMasterLost, err)
 	}
@@ -182,7 +194,7 @@ func (c *Communicator) hello(ctx context.Context, adv string) (*wire.Welcome, er
 	case *wire.Welcome:
 		return m, nil
 	case *wire.Kick:
-		return nil, fmt.Errorf("pccl: %w: %s", ErrKicked, m.Reason)
+		return nil, fmt.Errorf("%w: %s; fix the cause, then connect again", ErrKicked, m.Reason)
 	default:
 		return nil, fmt.Errorf("pccl: master answered hello with %T", msg)
 	}
@@ -303,19 +315,32 @@ func (c *Communicator) run(m *machine) {
 				}
 			}
 			in = r.in
+			if f, ok := in.(fromConn); ok {
+				if f.gen != c.gen {
+					continue // from a master connection that was replaced
+				}
+				in = f.in
+			}
 		case <-tick.C:
 			in = tickIn{}
 		case <-c.stop:
 			return
 		}
 		now := time.Now()
-		c.apply(m, now, m.step(now, in))
+		acts := m.step(now, in)
+		c.publish(m) // before the replies: a call that returns sees the ring it brought about
+		c.apply(m, now, acts)
 		if cc, ok := in.(cancelCall); ok && !m.hasOp(cc.call) {
 			delete(c.calls, cc.call) // nobody waits for its answer any more
 		}
-		if v := c.view.Load(); v.epoch != m.epoch || !slices.Equal(v.ring, m.ring) || v.optimize != m.opt.stats {
-			c.view.Store(&view{epoch: m.epoch, ring: slices.Clone(m.ring), optimize: m.opt.stats})
-		}
+		c.publish(m)
+	}
+}
+
+// publish stores the view accessors read when the machine's ring, epoch or stats changed.
+func (c *Communicator) publish(m *machine) {
+	if v := c.view.Load(); v.epoch != m.epoch || !slices.Equal(v.ring, m.ring) || v.optimize != m.opt.stats {
+		c.view.Store(&view{epoch: m.epoch, ring: slices.Clone(m.ring), optimize: m.opt.stats})
 	}
 }
 
@@ -366,7 +391,25 @@ func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
 			c.fatal = a.err
 			close(c.done)
 			c.endLife()
-			c.master.Close()
+			c.masterConn().Close()
+		case closeMasterAct:
+			c.log.Warn("master connection broke; reconnecting")
+			c.masterConn().Close()
+		case redialAct:
+			c.wg.Add(1)
+			go c.redial(a.resume)
+		case adoptAct:
+			c.masterMu.Lock()
+			c.master = a.conn
+			c.masterMu.Unlock()
+			c.gen++
+			c.log.Info("reconnected to the master")
+			c.wg.Add(1)
+			go c.readMaster(a.conn, c.gen)
+		case dropConnAct:
+			if a.conn != nil {
+				a.conn.Close()
+			}
 		}
 	}
 }
@@ -375,26 +418,76 @@ func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
 // telling us why (a Kick): the reader gets a moment to drain it.
 func (c *Communicator) write(now time.Time, msg wire.Message) error {
 	c.wbuf = wire.AppendFrame(c.wbuf[:0], msg)
-	c.master.SetWriteDeadline(now.Add(c.cfg.MasterTimeout))
-	if _, err := c.master.Write(c.wbuf); err != nil {
-		c.master.SetReadDeadline(time.Now().Add(time.Second))
+	mc := c.masterConn()
+	mc.SetWriteDeadline(now.Add(c.cfg.MasterTimeout))
+	if _, err := mc.Write(c.wbuf); err != nil {
+		mc.SetReadDeadline(time.Now().Add(time.Second))
 		return err
 	}
 	return nil
 }
 
-// readMaster posts the master's messages to run until the connection ends.
-func (c *Communicator) readMaster() {
+// masterConn returns the master connection in use.
+func (c *Communicator) masterConn() net.Conn {
+	c.masterMu.Lock()
+	defer c.masterMu.Unlock()
+	return c.master
+}
+
+// fromConn is an input from the reader of master connection generation gen; run drops it once that
+// connection has been replaced.
+type fromConn struct {
+	gen uint64
+	in  any
+}
+
+// readMaster posts the messages of master connection mc (generation gen) to run until it ends.
+func (c *Communicator) readMaster(mc net.Conn, gen uint64) {
 	defer c.wg.Done()
 	var buf []byte
 	for {
-		msg, b, err := wire.ReadFrame(c.master, 0, buf)
+		msg, b, err := wire.ReadFrame(mc, 0, buf)
 		buf = b
 		if err != nil {
-			c.post(masterLost{err})
+			c.post(fromConn{gen, masterLost{err}})
 			return
 		}
-		c.post(masterIn{msg})
+		c.post(fromConn{gen, masterIn{msg}})
+	}
+}
+
+// heldState is the shared state this peer holds after its last successful sync, for Resume reports.
+type heldState struct {
+	revision uint64
+	digest   []byte // sharedstate.EncodeDigest
+}
+
+// redial dials the master once and sends a Hello reporting resume, and the shared state held, then
+// posts the result to run. A connection that run no longer takes is closed.
+func (c *Communicator) redial(resume *wire.Resume) {
+	defer c.wg.Done()
+	if h := c.held.Load(); h != nil {
+		resume.Revision, resume.Digest = h.revision, h.digest
+	}
+	ctx, cancel := context.WithTimeout(c.life, c.cfg.DialTimeout)
+	defer cancel()
+	res := redialedIn{}
+	conn, err := c.cfg.Transport.Dial(ctx, c.cfg.Master)
+	if err == nil {
+		res.welcome, err = c.hello(ctx, conn, resume)
+		if err != nil {
+			conn.Close()
+		} else {
+			res.conn = conn
+		}
+	}
+	res.err, res.kicked = err, errors.Is(err, ErrKicked)
+	select {
+	case c.reqs <- request{in: res}:
+	case <-c.stop:
+		if res.conn != nil {
+			res.conn.Close()
+		}
 	}
 }
 
@@ -437,7 +530,7 @@ func (c *Communicator) wiring() {
 func (c *Communicator) UpdateTopology(ctx context.Context) error {
 	call, ch := c.newCall()
 	_, err := c.ask(ctx, "update topology", call, ch, topologyCall{call: call, rewire: c.links.dirty()})
-	return err
+	return cleanError(err)
 }
 
 // ArePeersPending asks whether peers wait to be accepted. Every accepted peer must call it; all get
@@ -445,7 +538,7 @@ func (c *Communicator) UpdateTopology(ctx context.Context) error {
 func (c *Communicator) ArePeersPending(ctx context.Context) (bool, error) {
 	call, ch := c.newCall()
 	r, err := c.ask(ctx, "are peers pending", call, ch, pendingCall{call: call})
-	return r.answer, err
+	return r.answer, cleanError(err)
 }
 
 // Close leaves the run: it tells the master, closes every connection and waits for the
@@ -456,7 +549,7 @@ func (c *Communicator) Close() error {
 			<-c.done
 		}
 		close(c.stop)
-		c.master.Close()
+		c.masterConn().Close()
 		c.links.close()
 		c.wg.Wait()
 		c.stopGossip()

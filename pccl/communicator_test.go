@@ -10,12 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/concord-ccl/concord/internal/cluster"
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	cluster.Main(nil) // a master started by cluster.StartMaster is this test binary, re-executed
+	goleak.VerifyTestMain(m)
+}
 
 // group is a master and peers on one in-memory network.
 type group struct {

@@ -51,6 +51,10 @@ type Config struct {
 	// MasterTimeout is how long the master may stay silent (no answer, no heartbeat ack) before calls
 	// fail with ErrMasterLost. Default 10s.
 	MasterTimeout time.Duration
+	// ContributionStats makes every AllReduce of F32 or F64 data compute the norm and the finiteness
+	// of this peer's contribution (one pass over the send buffer) and send them in its vote, for a
+	// master that runs a contribution guard (master.GuardPolicy). Default false.
+	ContributionStats bool
 	// Logger receives diagnostics. Default: discard.
 	Logger *slog.Logger
 	// Transport opens connections. Default: TCP with no delay.

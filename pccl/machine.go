@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -40,6 +41,10 @@ type machine struct {
 	writeDue  time.Time // until then
 
 	ops map[uint64]*opState // collectives of this peer by tag
+
+	incarnation uint64           // of the master that accepted this peer (its Welcome)
+	lastStep    *wire.StepReport // the last step reported, for a Resume report
+	rc          reconnect        // the master connection broke: reconnecting (reconnect.go)
 
 	topo vote // VoteTopology (and VoteOptimize, which ends with a Topology too)
 	pend vote // VotePending
@@ -93,6 +98,7 @@ type opState struct {
 	seq      uint64
 	epoch    uint64
 	outcome  *wire.Outcome // the master's verdict, once known
+	orphan   bool          // its master is gone: the verdict is the abort given locally, no Done is sent
 	why      error         // the caller's reason for giving up, joined to the verdict
 	deadline time.Time     // a verdict awaited after this is ErrMasterLost
 }
@@ -134,9 +140,10 @@ type (
 	optimizeCall struct{ call uint64 }
 	// initiateCall starts a collective on tag.
 	initiateCall struct {
-		call uint64
-		tag  uint64
-		desc wire.Desc
+		call  uint64
+		tag   uint64
+		desc  wire.Desc
+		stats *wire.Contribution // for the master's contribution guard, nil if not computed
 	}
 	// reportCall: the data path of the collective on tag ended here with done; the call of the
 	// initiateCall waits for the verdict.
@@ -213,7 +220,7 @@ const writeGrace = 2 * time.Second
 
 func newMachine(id uint64, hbEvery, timeout time.Duration, now time.Time) *machine {
 	return &machine{id: id, hbEvery: hbEvery, timeout: timeout, lastHeard: now, nextBeat: now.Add(hbEvery),
-		ops: map[uint64]*opState{}}
+		ops: map[uint64]*opState{}, rc: reconnect{rng: rand.New(rand.NewPCG(id, 0x7ec0))}}
 }
 
 // step applies one input at time now and returns the actions to carry out, in order.
@@ -230,6 +237,12 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 		if c := callOf(in); c != 0 {
 			emit(replyAct{reply{call: c, err: m.fatal}})
 		}
+		if r, ok := in.(redialedIn); ok && r.conn != nil {
+			emit(dropConnAct{r.conn})
+		}
+		return
+	}
+	if m.reconnecting(now, in, emit) {
 		return
 	}
 	answer := func(r reply) {
@@ -246,7 +259,9 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 		m.lastHeard = now
 		m.fromMaster(now, in.msg, emit)
 	case masterLost:
-		m.die(fmt.Errorf("pccl: master connection: %w: %w", ErrMasterLost, in.err), emit)
+		m.lose(now, in.err, emit)
+	case redialedIn:
+		m.redialed(now, in, emit) // a dial that is no longer wanted
 	case writeFailed:
 		if m.writeErr == nil {
 			m.writeErr, m.writeDue = in.err, now.Add(writeGrace)
@@ -308,7 +323,7 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 			return
 		}
 		m.ops[in.tag] = &opState{tag: in.tag, call: in.call, phase: opVoted}
-		send(&wire.Initiate{Tag: in.tag, Desc: in.desc})
+		send(&wire.Initiate{Tag: in.tag, Desc: in.desc, Stats: in.stats})
 	case reportCall:
 		o := m.ops[in.tag]
 		if o == nil || o.call != in.call || o.phase != opRunning {
@@ -316,7 +331,9 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 			return
 		}
 		in.done.Tag, in.done.Seq = o.tag, o.seq
-		send(in.done)
+		if !o.orphan {
+			send(in.done)
+		}
 		o.phase, o.deadline = opReported, now.Add(m.timeout)
 		if o.outcome != nil {
 			m.finishOp(o, emit)
@@ -336,6 +353,7 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 		m.sync.phase, m.sync.call, m.sync.voter = syncReported, in.call, 0
 		send(in.done)
 	case stepCall:
+		m.lastStep = in.report
 		send(in.report)
 	case cancelCall:
 		m.cancel(now, in, emit)
@@ -384,11 +402,11 @@ func (m *machine) idle(what string) error {
 
 func (m *machine) tick(now time.Time, emit func(any)) {
 	if silent := now.Sub(m.lastHeard); silent > m.timeout {
-		m.die(fmt.Errorf("pccl: %w: no answer for %v", ErrMasterLost, silent.Round(time.Millisecond)), emit)
+		m.die(fmt.Errorf("%w: no answer for %v (Config.MasterTimeout %v); check that the master runs, then connect again", ErrMasterLost, silent.Round(time.Millisecond), m.timeout), emit)
 		return
 	}
 	if m.writeErr != nil && !now.Before(m.writeDue) {
-		m.die(fmt.Errorf("pccl: write to master: %w: %w", ErrMasterLost, m.writeErr), emit)
+		m.lose(now, fmt.Errorf("write: %w", m.writeErr), emit)
 		return
 	}
 	for _, tag := range slices.Sorted(maps.Keys(m.ops)) {
@@ -414,6 +432,7 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 	case *wire.Topology:
 		m.epoch, m.ring = msg.Epoch, slices.Clone(msg.Ring)
 		m.topo.outstanding = false
+		m.rc.rejoining = false
 		emit(retireAct{slices.Clone(msg.Ring)})
 		if !m.joined {
 			m.joined = true
@@ -494,7 +513,7 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 			m.sync.phase = syncIdle
 		}
 	case *wire.Kick:
-		m.die(fmt.Errorf("pccl: %w: %s", ErrKicked, msg.Reason), emit)
+		m.die(fmt.Errorf("%w: %s; this communicator is closed: connect again to rejoin as a new peer", ErrKicked, msg.Reason), emit)
 	default:
 		m.die(fmt.Errorf("pccl: master sent unexpected %T", msg), emit)
 	}
@@ -545,6 +564,9 @@ func (m *machine) cancel(now time.Time, in cancelCall, emit func(any)) {
 			continue
 		}
 		o.why = in.reason
+		if o.orphan {
+			return // its data path reports, and gets the local abort
+		}
 		detail := "cancelled"
 		if in.reason != nil {
 			detail = in.reason.Error()

@@ -36,6 +36,9 @@ var update = flag.Bool("update", false, "rewrite the golden files of the peer sc
 //	recv pending yes|no | recv measure round=R to=P | recv plan [fail] | recv complete [fail]
 //	recv ack | recv kick | recv illegal
 //	lost | writefail                                            the master connection failed
+//	redialed [fail | kick] [inc=I]                              a dial of the master ended: a
+//	                                                            Welcome of incarnation I, an error,
+//	                                                            or a Kick
 //	wired epoch=E [fail=P]                                      the links of a Connect round
 //	measured round=R to=P bw=B                                  a bandwidth test ended
 //	advance DURATION                                            move the clock (no input)
@@ -233,6 +236,17 @@ func runPeerScenario(t *testing.T, file string) string {
 			in = masterLost{errors.New("EOF")}
 		case "writefail":
 			in = writeFailed{errors.New("broken pipe")}
+		case "redialed":
+			r := redialedIn{}
+			switch {
+			case strings.Contains(line, "kick"):
+				r.err, r.kicked = fmt.Errorf("%w: run token mismatch", ErrKicked), true
+			case strings.Contains(line, "fail"):
+				r.err = errors.New("connection refused")
+			default:
+				r.welcome = &wire.Welcome{Peer: 2, HeartbeatInterval: uint64(250 * time.Millisecond), Incarnation: num("inc", 0)}
+			}
+			in = r
 		case "wired":
 			w := wiredIn{epoch: num("epoch", 0)}
 			if p, ok := args["fail"]; ok {
@@ -352,6 +366,14 @@ func formatPeerAction(a any) string {
 		return fmt.Sprintf("measure round=%d to=%d", a.r.Round, a.r.Target.ID)
 	case dieAct:
 		return "die " + errorKinds(a.err)
+	case redialAct:
+		return fmt.Sprintf("redial Resume%+v", *a.resume)
+	case adoptAct:
+		return "adopt the new master connection"
+	case dropConnAct:
+		return "drop a dialled connection"
+	case closeMasterAct:
+		return "close the master connection"
 	}
 	return fmt.Sprintf("%T", a)
 }
@@ -482,7 +504,14 @@ func FuzzPeerMachine(f *testing.F) {
 					in = closeCall{}
 				}
 			case 17:
-				in = masterIn{&wire.HeartbeatAck{}}
+				switch arg % 4 {
+				case 0:
+					in = redialedIn{welcome: &wire.Welcome{Incarnation: uint64(arg)}}
+				case 1:
+					in = redialedIn{err: errors.New("refused")}
+				default:
+					in = masterIn{&wire.HeartbeatAck{}}
+				}
 			case 18:
 				in = wiredIn{epoch: epoch}
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,7 +60,7 @@ type SyncResult struct {
 // ReportStep tells the master this peer's training step and whether it is inside the optimizer step;
 // SyncSharedState returns the consistent step to resume from after a failure.
 func (c *Communicator) ReportStep(step uint64, inOptimizer bool) error {
-	return c.submit(request{in: stepCall{&wire.StepReport{Step: step, InOptimizer: inOptimizer}}})
+	return cleanError(c.submit(request{in: stepCall{&wire.StepReport{Step: step, InOptimizer: inOptimizer}}}))
 }
 
 // SyncSharedState makes st identical on every accepted peer. Every accepted peer calls it with a State
@@ -75,6 +76,11 @@ func (c *Communicator) ReportStep(step uint64, inOptimizer bool) error {
 // or ErrClosed; after a failed sync the entries may hold either their old content or verified elected
 // content, never anything else.
 func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncOptions) (SyncResult, error) {
+	res, err := c.syncSharedState(ctx, st, opt)
+	return res, cleanError(err)
+}
+
+func (c *Communicator) syncSharedState(ctx context.Context, st *State, opt SyncOptions) (SyncResult, error) {
 	var res SyncResult
 	d := st.Digest(opt.HashWorkers)
 	hashes := map[string]uint64{}
@@ -129,6 +135,7 @@ func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncO
 	}
 	st.Revision = fin.Revision
 	res.ResumeStep = fin.ResumeStep
+	c.holdState(d, p.Fetch, fin.Revision)
 	return res, nil
 }
 
@@ -554,4 +561,20 @@ func (c *Communicator) endServe(conn net.Conn) {
 	delete(c.serveConns, conn)
 	c.serveMu.Unlock()
 	c.serveWG.Done()
+}
+
+// holdState records what this peer holds after a successful sync of revision rev: the digest it voted
+// with, where the entries it fetched now hash as elected. A Resume report to a restarted master
+// carries it.
+func (c *Communicator) holdState(d sharedstate.Digest, fetched []wire.FetchItem, rev uint64) {
+	d.Revision = rev
+	d.Entries = slices.Clone(d.Entries)
+	for _, f := range fetched {
+		for i := range d.Entries {
+			if d.Entries[i].Name == f.Name {
+				d.Entries[i].Hash = f.Hash
+			}
+		}
+	}
+	c.held.Store(&heldState{revision: rev, digest: sharedstate.EncodeDigest(d)})
 }

@@ -22,7 +22,7 @@ func (c *Communicator) OptimizeTopology(ctx context.Context) error {
 	// are answered without measuring, so that nobody waits for us.
 	call, ch := c.newCall()
 	_, err := c.ask(ctx, "optimize topology", call, ch, optimizeCall{call: call})
-	return err
+	return cleanError(err)
 }
 
 // OptimizeStats describes this peer's part in the last OptimizeTopology.

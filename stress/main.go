@@ -24,8 +24,18 @@
 //   - slow: that connection delays every byte by 20 to 100 ms each way for 2 to 4 s.
 //   - leave: the peer is told to close its communicator and exit (it must, within 10 s, with no
 //     goroutine leak).
+//   - master-stall: the master process is SIGSTOPped for 2 to 8 s (at most every 20 s), then
+//     continued. Its stall must cost nothing but the pause: nobody is kicked; recovery counts from
+//     its return.
+//   - master-restart: the master is SIGKILLed and a new one started on its address (at most every
+//     60 s). The peers reconnect and report what they hold, the new master rebuilds the ring, and the
+//     run goes on from the majority's revision; recovery counts from the new master's start.
+//   - junk: 40 connections to the master that a stranger or a broken client would open (bytes without
+//     a handshake, frames that do not decode, oversized frames, no Hello, another run token, silence).
+//     They must disturb nobody.
 //
-// Faults that remove a peer that holds the state are only dealt while at least three such peers are
+// While the master is paused the stall check is suspended (nobody can make progress). Faults that
+// remove a peer that holds the state are only dealt while at least three such peers are
 // healthy, so that the state always survives (the soak tests churn, not the loss of the whole run),
 // and one freeze (stop or blackhole) runs at a time, 2 s apart: each blocks the group until the master declares
 // the peer gone (1.5 s), and a chain of them would stall the group by the schedule, not by a bug. A

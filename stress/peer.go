@@ -293,7 +293,14 @@ func (s *session) run(ctx context.Context) error {
 			sleepCtx(ctx, time.Until(last.Add(stepEvery)))
 			pending, err := c.ArePeersPending(ctx)
 			if err != nil {
-				return err
+				if !pccl.Retryable(err) {
+					return err
+				}
+				// The master restarted under this peer: wait until it is wired in again.
+				if err := rewire(err); err != nil {
+					return err
+				}
+				continue
 			}
 			if pending {
 				if err := c.UpdateTopology(ctx); err != nil {
@@ -320,7 +327,7 @@ func (s *session) run(ctx context.Context) error {
 		res, err := c.SyncSharedState(ctx, s.st, pccl.SyncOptions{Strategy: strategy, HashWorkers: 1})
 		if err != nil {
 			s.st.Revision-- // not accepted: the next sync proposes the same revision
-			if !errors.Is(err, pccl.ErrSync) {
+			if !errors.Is(err, pccl.ErrSync) && !pccl.Retryable(err) {
 				return err
 			}
 			emitEvent(peerEvent{Event: "sync_failed", Sess: id, Detail: err.Error()})

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -16,11 +17,12 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/pccl/master"
 )
 
 // Fault classes, in the order of the summary.
-var faultClasses = []string{"kill", "stop", "spawn", "join", "blackhole", "slow", "leave"}
+var faultClasses = []string{"kill", "stop", "spawn", "join", "blackhole", "slow", "leave", "master-stall", "master-restart", "junk"}
 
 // Bounds of the soak's waits.
 const (
@@ -31,6 +33,10 @@ const (
 	windowLen     = 10 * time.Second
 	eventLogLen   = 100
 	maxExtraPeers = 2 // spawn and join faults grow the pool at most this far above --peers
+
+	masterStallEvery   = 20 * time.Second // master-stall faults are at least this far apart
+	masterRestartEvery = 60 * time.Second // master-restart faults are at least this far apart
+	junkPerFault       = 40               // connections one junk fault opens to the master
 )
 
 // options configures a soak run.
@@ -184,18 +190,25 @@ func (w *stderrWatch) lines() []string {
 
 // soak is one run. Its goroutine (run) owns every field.
 type soak struct {
-	o       options
-	log     io.Writer
-	c       *cluster.Cluster
-	watch   *stderrWatch
-	rng     *rand.Rand
-	master  string // the master's address
-	closing bool   // shutting down: no more faults or replacements
-	start   time.Time
-	check   *checker
-	procs   map[*cluster.Proc]*peerProc
-	order   []*peerProc // spawn order
-	spawned int
+	o      options
+	log    io.Writer
+	c      *cluster.Cluster
+	watch  *stderrWatch
+	rng    *rand.Rand
+	master string // the master's address
+	mcfg   master.Config
+	mproc  *cluster.Proc // the master process
+
+	masterStoppedUntil time.Time // the master is SIGSTOPped until then
+	lastMasterStall    time.Time
+	lastMasterRestart  time.Time
+	junkWG             sync.WaitGroup // junk connections in flight
+	closing            bool           // shutting down: no more faults or replacements
+	start              time.Time
+	check              *checker
+	procs              map[*cluster.Proc]*peerProc
+	order              []*peerProc // spawn order
+	spawned            int
 
 	nextFault  time.Time
 	joinArmed  bool
@@ -300,12 +313,12 @@ func (s *soak) run(ctx context.Context) error {
 	mcfg.MeasureDuration = 100 * time.Millisecond
 	mcfg.ImproveBudget = 500 * time.Millisecond
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, addr, err := s.c.StartMaster(sctx, mcfg)
+	mp, addr, err := s.c.StartMaster(sctx, mcfg)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("master: %w", err)
 	}
-	s.master = addr
+	s.master, s.mcfg, s.mproc = addr, mcfg, mp
 	for range s.o.Peers {
 		if _, err := s.spawn("pool"); err != nil {
 			return err
@@ -451,7 +464,11 @@ func (s *soak) faulted(class string, now time.Time, victim *peerProc) {
 	s.sum.Faults[class]++
 	s.sum.FaultsTotal++
 	s.pending = append(s.pending, fault{class: class, at: now, victim: victim})
-	s.event("FAULT %s %s", class, victim.name)
+	name := "master"
+	if victim != nil {
+		name = victim.name
+	}
+	s.event("FAULT %s %s", class, name)
 }
 
 // tick runs the timers: ends of stops, holes and slow links, exits, replacements, the next fault,
@@ -459,6 +476,13 @@ func (s *soak) faulted(class string, now time.Time, victim *peerProc) {
 func (s *soak) tick(now time.Time) error {
 	for _, line := range s.watch.takeCrashes() {
 		s.check.fail(now, vPanic, 0, "", "%s", line)
+	}
+	if !s.masterStoppedUntil.IsZero() && now.After(s.masterStoppedUntil) {
+		s.masterStoppedUntil = time.Time{}
+		s.mproc.Continue()
+		s.freezeOver = now
+		// Recovery counts from the master's return: its pause itself is the fault's cost.
+		s.faulted("master-stall", now, nil)
 	}
 	running, healthy := 0, 0
 	for _, p := range s.order {
@@ -521,6 +545,9 @@ func (s *soak) tick(now time.Time) error {
 		s.inject(now)
 		s.nextFault = now.Add(s.faultGap())
 	}
+	if !s.masterStoppedUntil.IsZero() {
+		healthy = 0 // nobody can make progress while the master is paused
+	}
 	s.check.tick(now, healthy)
 	// Recovery that never came (the run ended it, or a stall is reported) is not a sample; a fault
 	// pending this long is dropped so the list stays bounded.
@@ -579,10 +606,19 @@ func (s *soak) inject(now time.Time) {
 			frozen = true
 		}
 	}
+	if !s.masterStoppedUntil.IsZero() {
+		frozen = true
+	}
 	var possible []string
 	for _, c := range faultClasses {
 		ok := false
 		switch c {
+		case "master-stall":
+			ok = !frozen && now.Sub(s.lastMasterStall) > masterStallEvery
+		case "master-restart":
+			ok = !frozen && now.Sub(s.lastMasterRestart) > masterRestartEvery
+		case "junk":
+			ok = true
 		case "kill":
 			ok = len(all) > 0
 		case "stop":
@@ -643,7 +679,83 @@ func (s *soak) inject(now time.Time) {
 		}
 	case "join":
 		s.joinArmed = true // spawned at the next "started" line
+	case "master-stall":
+		s.mproc.Stop()
+		s.masterStoppedUntil = now.Add(2*time.Second + time.Duration(s.rng.Int64N(int64(6*time.Second))))
+		s.lastMasterStall = now
+		s.event("SIGSTOP master until %.3fs", s.masterStoppedUntil.Sub(s.start).Seconds())
+	case "master-restart":
+		s.lastMasterRestart = now
+		if err := s.restartMaster(); err != nil {
+			s.check.fail(now, vPeer, 0, "master", "restart: %v", err)
+			return
+		}
+		// Recovery counts from the new master's start: the process start is not Concord's.
+		s.faulted(class, time.Now(), nil)
+	case "junk":
+		s.faulted(class, now, nil)
+		s.junk(s.rng.Uint64())
 	}
+}
+
+// restartMaster kills the master and starts a new one on its address. It blocks until the new one
+// listens.
+func (s *soak) restartMaster() error {
+	s.mproc.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.mproc.Wait(ctx); err != nil {
+		return fmt.Errorf("the killed master did not exit: %w", err)
+	}
+	p, _, err := s.c.StartMasterAt(ctx, s.mcfg, s.master)
+	if err != nil {
+		return err
+	}
+	s.mproc = p
+	s.event("master restarted on %s", s.master)
+	return nil
+}
+
+// junk opens junkPerFault connections to the master that a stranger or a broken client would: bytes
+// without a handshake, frames that do not decode, oversized frames, a first message that is not a
+// Hello, a Hello with another run token, and a handshake followed by silence. Each is closed after
+// the master answered or after a short wait; none may disturb the run.
+func (s *soak) junk(seed uint64) {
+	addr := s.master
+	s.junkWG.Add(1)
+	go func() {
+		defer s.junkWG.Done()
+		rng := rand.New(rand.NewPCG(seed, 0x1c))
+		for i := range junkPerFault {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				continue
+			}
+			c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+			hs := wire.AppendHandshake(nil, wire.Handshake{Version: wire.Version, Kind: wire.KindControl})
+			var payload []byte
+			switch i % 6 {
+			case 0:
+				payload = make([]byte, 64)
+				for k := range payload {
+					payload[k] = byte(rng.Uint32())
+				}
+			case 1:
+				payload = append(hs, 0, 0, 0, 3, 1, 0xff, 0xff)
+			case 2:
+				payload = append(hs, 0x7f, 0xff, 0xff, 0xff, 1)
+			case 3:
+				payload = wire.AppendFrame(hs, &wire.VotePending{})
+			case 4:
+				payload = wire.AppendFrame(hs, &wire.Hello{Token: "not the run's", Addr: "127.0.0.1:1"})
+			case 5:
+				payload = hs
+			}
+			c.Write(payload)
+			io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
 }
 
 // doom marks a victim's session as lost: it no longer counts as healthy or as holding the state.
@@ -704,6 +816,11 @@ func (s *soak) shutdown() {
 			}
 		}
 	}
+	if !s.masterStoppedUntil.IsZero() {
+		s.mproc.Continue()
+		s.masterStoppedUntil = time.Time{}
+	}
+	s.junkWG.Wait()
 	deadline := time.NewTimer(hangLimit + time.Second)
 	defer deadline.Stop()
 	tick := time.NewTicker(tickEvery)

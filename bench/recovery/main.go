@@ -21,6 +21,13 @@
 // The peer is then continued with SIGCONT: it must leave cleanly (kicked) or rejoin; a replacement
 // takes its place if it left.
 //
+// Master restart rounds (--restarts, 5): while an AllReduce is in flight on every peer, SIGKILL the
+// master and start a new one on the same address. master_restart_resume_ms is the time from the new
+// master listening until every peer has completed an AllReduce after its failed one (the peers
+// reconnect, report, and the master rebuilds the ring); master_restart_total_ms counts from the kill.
+// master_restart_revisions_lost is the most calls of the training loop one restart cost, over the
+// rounds: 1 when the call in flight failed and was redone, 0 when it completed.
+//
 // p50 and p99 are nearest-rank percentiles; with fewer than 100 samples p99 is the maximum (the key
 // samples says how many). A round whose kill came after the call had already finished somewhere is
 // not a sample; it is repeated (kills_missed counts them). Progress goes to stderr, the JSON result is
@@ -49,8 +56,9 @@ import (
 
 // Targets the result is compared to.
 const (
-	targetAbortP99 = 100.0  // ms, on loopback
-	targetStallP99 = 2500.0 // ms
+	targetAbortP99         = 100.0  // ms, on loopback
+	targetStallP99         = 2500.0 // ms
+	targetRestartResumeP99 = 2000.0 // ms, from the new master's start
 	// targetAfterGoneP99 bounds abort_after_gone_ms_p99: what Concord adds after the kernel closed
 	// the victim's sockets.
 	targetAfterGoneP99 = 50.0 // ms
@@ -106,6 +114,13 @@ type result struct {
 	StalledPeerExit     map[string]int `json:"stalled_peer_outcome"`
 	KillsMissed         int            `json:"kills_missed"`
 	OpSecondsMedian     float64        `json:"op_seconds_median"`
+	Restarts            int            `json:"master_restarts"`
+	RestartSamples      int            `json:"master_restart_samples"`
+	RestartResumeMsP50  float64        `json:"master_restart_resume_ms_p50"`
+	RestartResumeMsP99  float64        `json:"master_restart_resume_ms_p99"`
+	RestartResumeMs     []float64      `json:"master_restart_resume_ms"`
+	RestartTotalMs      []float64      `json:"master_restart_total_ms"`
+	RevisionsLost       int            `json:"master_restart_revisions_lost"`
 	TargetsMet          bool           `json:"targets_met"`
 	Failure             string         `json:"failure,omitempty"`
 }
@@ -124,6 +139,7 @@ func run() int {
 	sizeStr := fs.String("size", "256MiB", "AllReduce buffer size per peer")
 	kills := fs.Int("kills", 20, "SIGKILL rounds")
 	stalls := fs.Int("stalls", 5, "SIGSTOP rounds")
+	restarts := fs.Int("restarts", 5, "master restart rounds")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
 	seed := fs.Uint64("seed", 1, "seed of the victims and kill delays")
 	verbose := fs.Bool("v", false, "print every line of every peer to stderr")
@@ -131,7 +147,7 @@ func run() int {
 		return 2
 	}
 	size, err := measure.ParseSize(*sizeStr)
-	if err != nil || size <= 0 || size%4 != 0 || *peers < 3 || *kills < 0 || *stalls < 0 {
+	if err != nil || size <= 0 || size%4 != 0 || *peers < 3 || *kills < 0 || *stalls < 0 || *restarts < 0 {
 		fmt.Fprintln(os.Stderr, "recovery: need --peers >= 3 (two survivors), --size a positive multiple of 4, --kills and --stalls >= 0")
 		return 2
 	}
@@ -143,8 +159,8 @@ func run() int {
 	c := cluster.New(cluster.Config{})
 	b := newBench(c, *peers, int(size), *seed, *timeout+time.Minute)
 	b.verbose = *verbose
-	b.res.Kills, b.res.Stalls = *kills, *stalls
-	err = b.run(ctx, *kills, *stalls)
+	b.res.Kills, b.res.Stalls, b.res.Restarts = *kills, *stalls, *restarts
+	err = b.run(ctx, *kills, *stalls, *restarts)
 	if cerr := c.Close(); cerr != nil {
 		fmt.Fprintln(os.Stderr, "recovery:", cerr)
 	}
@@ -179,6 +195,8 @@ type peerState struct {
 // bench runs the rounds. It is used by one goroutine.
 type bench struct {
 	c        *cluster.Cluster
+	master   *cluster.Proc
+	addr     string // the master's address
 	n, bytes int
 	rng      *rand.Rand
 	lifetime time.Duration
@@ -324,11 +342,12 @@ func (b *bench) allStartedSince(ctx context.Context, t int64) error {
 	})
 }
 
-func (b *bench) run(ctx context.Context, kills, stalls int) error {
-	_, addr, err := b.c.StartMaster(ctx, master.LAN())
+func (b *bench) run(ctx context.Context, kills, stalls, restarts int) error {
+	mp, addr, err := b.c.StartMaster(ctx, master.LAN())
 	if err != nil {
 		return fmt.Errorf("master: %w", err)
 	}
+	b.master, b.addr = mp, addr
 	js, _ := json.Marshal(params{Bytes: b.bytes, Lifetime: b.lifetime})
 	b.env = []string{envMaster + "=" + addr, envParams + "=" + string(js)}
 	for range b.n {
@@ -365,7 +384,60 @@ func (b *bench) run(ctx context.Context, kills, stalls int) error {
 			done++
 		}
 	}
+	for done, tries := 0, 0; done < restarts; tries++ {
+		if tries >= 2*restarts+5 {
+			return fmt.Errorf("only %d of %d restart rounds hit a call in flight after %d tries", done, restarts, tries)
+		}
+		ok, err := b.restartRound(ctx, done)
+		if err != nil {
+			return fmt.Errorf("restart round %d: %w", done+1, err)
+		}
+		if ok {
+			done++
+		}
+	}
 	return nil
+}
+
+// restartRound kills the master while a call is in flight everywhere and starts a new one on its
+// address; every peer must carry on.
+func (b *bench) restartRound(ctx context.Context, i int) (bool, error) {
+	v, err := b.strike(ctx)
+	if err != nil || v == nil {
+		return false, err
+	}
+	tk := time.Now().UnixNano()
+	if err := b.master.Kill(); err != nil {
+		return false, err
+	}
+	if _, err := b.master.Wait(ctx); err != nil {
+		return false, fmt.Errorf("hang: the killed master was not reaped: %w", err)
+	}
+	mp, _, err := b.c.StartMasterAt(ctx, master.LAN(), b.addr)
+	if err != nil {
+		return false, fmt.Errorf("restart the master on %s: %w", b.addr, err)
+	}
+	b.master = mp
+	tb := time.Now().UnixNano()
+	_, _, late, err := b.survivorsAborted(ctx, tk, "every peer's AllReduce returning an error after SIGKILL of the master")
+	if err != nil {
+		return false, err
+	}
+	resumed, err := b.survivorsResumed(ctx)
+	if err != nil {
+		return false, err
+	}
+	if late {
+		b.res.KillsMissed++
+		progress("restart %d: the master was killed after a call had finished; not a sample", i+1)
+		return false, nil
+	}
+	resume, total := float64(resumed-tb)/1e6, float64(resumed-tk)/1e6
+	b.res.RestartResumeMs = append(b.res.RestartResumeMs, resume)
+	b.res.RestartTotalMs = append(b.res.RestartTotalMs, total)
+	b.res.RevisionsLost = max(b.res.RevisionsLost, 1) // the call in flight failed and was redone
+	progress("restart %d: every peer resumed %.1f ms after the new master started (%.1f ms after the kill)", i+1, resume, total)
+	return true, nil
 }
 
 // strike waits for a call in flight on every peer, sleeps a random part of its expected duration,
@@ -593,6 +665,8 @@ func (b *bench) summary() result {
 	r.StallMsP50, r.StallMsP99 = percentile(r.StallMs, 50), percentile(r.StallMs, 99)
 	r.RedialsPerKill = percentile(r.Redials, 50)
 	r.OpSecondsMedian = percentile(b.opSecs, 50)
+	r.RestartSamples = len(r.RestartResumeMs)
+	r.RestartResumeMsP50, r.RestartResumeMsP99 = percentile(r.RestartResumeMs, 50), percentile(r.RestartResumeMs, 99)
 	var after []float64
 	for i := range r.AbortMs {
 		after = append(after, r.AbortMs[i]-r.VictimExitMs[i])
@@ -601,7 +675,7 @@ func (b *bench) summary() result {
 	r.AbortAfterGoneMsP50, r.AbortAfterGoneMsP99 = percentile(r.AbortAfterGoneMs, 50), percentile(r.AbortAfterGoneMs, 99)
 	r.AbortAfterGoneLimit = targetAfterGoneP99
 	r.TargetsMet = r.Samples > 0 && r.AbortMsP99 <= targetAbortP99 && (r.StallSamples == 0 || r.StallMsP99 <= targetStallP99) &&
-		r.BuffersRestored && r.ResultsCorrect
+		r.BuffersRestored && r.ResultsCorrect && (r.RestartSamples == 0 || r.RestartResumeMsP99 <= targetRestartResumeP99)
 	return r
 }
 

@@ -35,8 +35,9 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestRecoverySmall kills one peer and stops another on a small buffer: the survivors must abort
-// with their buffers restored, resume with correct results, and the stopped peer must be dealt with.
+// TestRecoverySmall kills one peer and stops another on a small buffer, then restarts the master: the
+// survivors must abort with their buffers restored, resume with correct results, the stopped peer
+// must be dealt with, and every peer must carry on over the master's restart.
 func TestRecoverySmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stall round waits for the heartbeat timeout")
@@ -47,13 +48,16 @@ func TestRecoverySmall(t *testing.T) {
 	c := cluster.New(cluster.Config{Stderr: &logs, Env: []string{cluster.EnvLog + "=info"}})
 	defer c.Close()
 	b := newBench(c, 3, 32<<20, 7, 3*time.Minute)
-	if err := b.run(ctx, 2, 1); err != nil {
+	if err := b.run(ctx, 2, 1, 1); err != nil {
 		c.Close()
 		t.Fatalf("%v\nchildren's stderr:\n%s", err, logs.String())
 	}
 	r := b.summary()
-	if r.Samples != 2 || r.StallSamples != 1 {
-		t.Fatalf("samples %d kill, %d stall; want 2 and 1", r.Samples, r.StallSamples)
+	if r.Samples != 2 || r.StallSamples != 1 || r.RestartSamples != 1 {
+		t.Fatalf("samples %d kill, %d stall, %d restart; want 2, 1 and 1", r.Samples, r.StallSamples, r.RestartSamples)
+	}
+	if r.RevisionsLost > 1 {
+		t.Fatalf("a master restart cost %d calls, want at most 1", r.RevisionsLost)
 	}
 	if !r.BuffersRestored || !r.ResultsCorrect {
 		t.Fatalf("buffers restored %v, results correct %v", r.BuffersRestored, r.ResultsCorrect)

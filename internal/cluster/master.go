@@ -24,14 +24,24 @@ type ListeningEvent struct {
 	Addr  string `json:"addr"`  // host:port on 127.0.0.1
 }
 
+// envMasterAddr carries the address the master role listens on; empty means 127.0.0.1:0.
+const envMasterAddr = "CONCORD_CLUSTER_MASTER_ADDR"
+
 // StartMaster starts the master role with cfg, waits until it listens, and returns the child and the
 // address peers connect to. It fails if the master does not report its address before ctx is done.
 func (c *Cluster) StartMaster(ctx context.Context, cfg master.Config) (*Proc, string, error) {
+	return c.StartMasterAt(ctx, cfg, "")
+}
+
+// StartMasterAt is StartMaster on a given listen address, host:port (empty: 127.0.0.1 and any free
+// port), for instance to restart a master where its peers look for it.
+func (c *Cluster) StartMasterAt(ctx context.Context, cfg master.Config, addr string) (*Proc, string, error) {
 	js, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("cluster: master config: %w", err)
 	}
-	p, err := c.Spawn(Spec{Role: RoleMaster, Name: "master", Env: []string{envMasterConfig + "=" + string(js)}})
+	env := []string{envMasterConfig + "=" + string(js), envMasterAddr + "=" + addr}
+	p, err := c.Spawn(Spec{Role: RoleMaster, Name: "master", Env: env})
 	if err != nil {
 		return nil, "", err
 	}
@@ -46,7 +56,8 @@ func (c *Cluster) StartMaster(ctx context.Context, cfg master.Config) (*Proc, st
 	return p, ev.Addr, nil
 }
 
-// masterMain is the master role: it serves on 127.0.0.1:0 until SIGTERM, SIGINT or the end of stdin.
+// masterMain is the master role: it serves on the address StartMasterAt gave (127.0.0.1:0 by
+// default) until SIGTERM, SIGINT or the end of stdin.
 func masterMain() int {
 	var cfg master.Config
 	if js := os.Getenv(envMasterConfig); js != "" {
@@ -57,7 +68,11 @@ func masterMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := os.Getenv(envMasterAddr)
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "master role: listen: %v\n", err)
 		return 1

@@ -1,6 +1,9 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Type identifies a control message.
 type Type uint8
@@ -56,13 +59,16 @@ func Decode(t Type, p []byte) (Message, error) {
 	var m Message
 	switch t {
 	case TypeHello:
-		v := &Hello{Token: d.str("token"), Addr: d.str("addr"), Site: d.str("site"), Caps: d.u64("caps"),
+		h := &Hello{Token: d.str("token"), Addr: d.str("addr"), Site: d.str("site"), Caps: d.u64("caps"),
 			Peer: d.u64("peer"), Group: d.u32("group")}
 		n := d.count(4, "nics")
 		for i := 0; i < n; i++ {
-			v.NICs = append(v.NICs, d.str("nic"))
+			h.NICs = append(h.NICs, d.str("nic"))
 		}
-		m = v
+		if d.boolean("resume") {
+			h.Resume = decodeResume(d)
+		}
+		m = h
 	case TypeVoteTopology:
 		m = &VoteTopology{Rewire: d.boolean("rewire")}
 	case TypeLinksReady:
@@ -76,7 +82,11 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeVotePending:
 		m = &VotePending{}
 	case TypeInitiate:
-		m = &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant")}}
+		v := &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant")}}
+		if d.boolean("stats") {
+			v.Stats = &Contribution{Finite: d.boolean("finite"), Norm: d.f64("norm")}
+		}
+		m = v
 	case TypeDone:
 		v := &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: d.code(), Detail: d.str("detail"),
 			LinkBytes: d.u64("link bytes"), LinkNanos: d.u64("link nanos")}
@@ -169,13 +179,67 @@ func Decode(t Type, p []byte) (Message, error) {
 // still counts as live. Group is the peer group the peer joins (for example one per pipeline stage):
 // rings, epochs, collectives and shared-state syncs span one group; 0 is the default group.
 type Hello struct {
-	Token string   // the run token; the master refuses peers with another token
-	Addr  string   // the address ring neighbours dial, host:port
-	Site  string   // the site (datacenter, region) the peer runs in; may be empty
-	Caps  uint64   // capability bits, reserved
-	Peer  uint64   // the chosen peer id, or 0 for one assigned by the master
-	Group uint32   // the peer group, 0 by default
+	Token string // the run token; the master refuses peers with another token
+	Addr  string // the address ring neighbours dial, host:port
+	Site  string // the site (datacenter, region) the peer runs in; may be empty
+	Caps  uint64 // capability bits, reserved
+	Peer  uint64 // the chosen peer id, or 0 for one assigned by the master
+	Group uint32 // the peer group, 0 by default
 	NICs  []string // the interfaces the peer may use inside its site (names or addresses); may be empty
+	// Resume, when set, says that the peer was accepted by a master before this connection (one that
+	// restarted, or the same one after the connection broke) and what it holds, so that a restarted
+	// master can rebuild its view from the peers that come back.
+	Resume *Resume
+}
+
+// MaxResumeRing bounds the ring a Resume may carry.
+const MaxResumeRing = 1 << 16
+
+// Resume is what a reconnecting peer held when it lost the master: the master incarnation that
+// accepted it, the epoch and ring in force, its shared-state revision and the encoded digest of that
+// state (sharedstate.EncodeDigest; empty before its first sync), and its last reported training step.
+type Resume struct {
+	Incarnation uint64
+	Epoch       uint64
+	Ring        []uint64 // at most MaxResumeRing ids
+	Revision    uint64
+	Digest      []byte
+	Step        uint64
+	HasStep     bool
+	InOptimizer bool
+}
+
+func decodeResume(d *decoder) *Resume {
+	r := &Resume{Incarnation: d.u64("resume incarnation"), Epoch: d.u64("resume epoch")}
+	n := d.count(8, "resume ring")
+	if n > MaxResumeRing {
+		d.fail("resume ring")
+		return r
+	}
+	for range n {
+		r.Ring = append(r.Ring, d.u64("resume ring"))
+	}
+	r.Revision = d.u64("resume revision")
+	r.Digest = d.bytes("resume digest")
+	r.Step = d.u64("resume step")
+	r.HasStep = d.boolean("resume has step")
+	r.InOptimizer = d.boolean("resume in optimizer")
+	return r
+}
+
+func appendResume(b []byte, r *Resume) []byte {
+	b = appendU64(b, r.Incarnation)
+	b = appendU64(b, r.Epoch)
+	b = appendU32(b, uint32(len(r.Ring)))
+	for _, id := range r.Ring {
+		b = appendU64(b, id)
+	}
+	b = appendU64(b, r.Revision)
+	b = appendU32(b, uint32(len(r.Digest)))
+	b = append(b, r.Digest...)
+	b = appendU64(b, r.Step)
+	b = appendBool(b, r.HasStep)
+	return appendBool(b, r.InOptimizer)
 }
 
 // VoteTopology is an accepted peer's vote in UpdateTopology. Rewire asks for the ring's links to be
@@ -207,6 +271,16 @@ type Desc struct {
 type Initiate struct {
 	Tag  uint64
 	Desc Desc
+	// Stats, when the peer computes them, describe its contribution, for the master's contribution
+	// guard.
+	Stats *Contribution
+}
+
+// Contribution describes a peer's input to a collective: whether every element is finite, and its
+// Euclidean norm (meaningful only when Finite).
+type Contribution struct {
+	Finite bool
+	Norm   float64
 }
 
 // Done reports that the peer finished its part of the operation (Tag, Seq) (Code is CodeOK) or failed
@@ -412,6 +486,10 @@ func (m *Hello) Append(b []byte) []byte {
 	for _, nic := range m.NICs {
 		b = appendString(b, nic)
 	}
+	b = appendBool(b, m.Resume != nil)
+	if m.Resume != nil {
+		b = appendResume(b, m.Resume)
+	}
 	return b
 }
 
@@ -432,7 +510,13 @@ func (m *VotePending) Append(b []byte) []byte { return b }
 func (m *Initiate) Append(b []byte) []byte {
 	b = appendU64(b, m.Tag)
 	b = appendU64(b, m.Desc.Count)
-	return append(b, m.Desc.DType, m.Desc.Op, m.Desc.Quant)
+	b = append(b, m.Desc.DType, m.Desc.Op, m.Desc.Quant)
+	b = appendBool(b, m.Stats != nil)
+	if m.Stats != nil {
+		b = appendBool(b, m.Stats.Finite)
+		b = appendU64(b, math.Float64bits(m.Stats.Norm))
+	}
+	return b
 }
 
 func (m *Done) Append(b []byte) []byte {

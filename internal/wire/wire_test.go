@@ -12,11 +12,14 @@ func sampleMessages() []Message {
 	return []Message{
 		&Hello{Token: "run-1", Addr: "127.0.0.1:4000", Site: "eu", Caps: 7, NICs: []string{"eth0", "10.1.0.2"}},
 		&Hello{Token: "run-1", Addr: "127.0.0.1:4001", Peer: 1 << 40, Group: 3},
+		&Hello{Token: "run-1", Addr: "127.0.0.1:4002", Peer: 9, Resume: &Resume{Incarnation: 5, Epoch: 5<<32 | 3,
+			Ring: []uint64{9, 4, 7}, Revision: 12, Digest: []byte{1, 2, 3}, Step: 40, HasStep: true, InOptimizer: true}},
 		&VoteTopology{Rewire: true},
 		&LinksReady{Epoch: 3, OK: false, Failed: []uint64{4, 9}, Detail: "dial refused"},
 		&LinksReady{Epoch: 3, OK: true},
 		&VotePending{},
 		&Initiate{Tag: 12, Desc: Desc{Count: 1 << 40, DType: 3, Op: 2, Quant: 1}},
+		&Initiate{Tag: 13, Desc: Desc{Count: 8, DType: 10, Op: 0}, Stats: &Contribution{Finite: true, Norm: 2.5}},
 		&Done{Tag: 12, Seq: 99, Code: CodePeerLeft, Detail: "peer 3: eof", LinkBytes: 1 << 20, LinkNanos: 5e6},
 		&Done{Tag: 12, Seq: 100, LinkBytes: 1 << 20, LinkNanos: 5e6, Links: []LinkTiming{
 			{Peer: 4, Dir: LinkOut, Bytes: 1 << 20, Start: 1e5, End: 9e6, Wait: 2e6},

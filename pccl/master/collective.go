@@ -138,6 +138,9 @@ func (m *Machine) initiate(p *peer, v *wire.Initiate) {
 		m.kick(p.id, "collective from a peer that is not accepted")
 		return
 	}
+	if !m.withinOps(p, v.Tag) {
+		return
+	}
 	if n := len(g.ring); n < m.cfg.MinPeers {
 		m.send(p.id, &wire.Outcome{Tag: v.Tag, Code: wire.CodeTooFewPeers,
 			Detail: fmt.Sprintf("%d peers in the ring, MinPeers is %d", n, m.cfg.MinPeers)})
@@ -168,6 +171,7 @@ func (m *Machine) initiate(p *peer, v *wire.Initiate) {
 	}
 	o.voters[p.id] = true
 	m.diagVote(o, p.id)
+	m.noteContribution(g, o, p.id, v.Stats)
 	if o.failed {
 		o.told[p.id] = true
 		m.send(p.id, &wire.Outcome{Tag: o.tag, Code: o.code, Detail: o.detail})
@@ -201,6 +205,9 @@ func (m *Machine) checkOp(g *group, o *op) {
 		if o.failed {
 			// Everyone has heard of the failure; the next vote starts afresh.
 			m.dropVoting(g, o)
+			return
+		}
+		if m.guard(g, o) {
 			return
 		}
 		g.seq++

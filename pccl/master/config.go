@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -31,6 +32,19 @@ type Config struct {
 	SolveBudget time.Duration
 	// ImproveBudget bounds that background search. Zero means 30s.
 	ImproveBudget time.Duration
+	// MaxPeers is the most peers (registered and accepted, all groups) the master admits; a Hello
+	// beyond it is refused with a Kick that says so. Zero means 16384.
+	MaxPeers int
+	// MaxOpsPerPeer is the most collectives (distinct tags) one peer may have voted for or running at
+	// once; a peer that votes for more is kicked. Zero means 256.
+	MaxOpsPerPeer int
+	// Guard is the contribution guard (see GuardPolicy). The zero value checks nothing.
+	Guard GuardPolicy
+	// ResumeGrace is how long a restarted master waits for the peers of the master before it to come
+	// back and report what they hold before it rebuilds each group from their reports (see resume.go);
+	// it stops waiting as soon as every peer of each group's majority ring has reported. Zero means
+	// 2s.
+	ResumeGrace time.Duration
 	// Incarnation names this start of the master; it must differ from every earlier start's (the
 	// server draws a random one when it is zero) and be below 2^32. It is sent in every Welcome and
 	// makes the high 32 bits of every epoch, so a restarted master never hands out an epoch that a peer
@@ -75,6 +89,15 @@ func (c Config) withDefaults() Config {
 	if c.ImproveBudget == 0 {
 		c.ImproveBudget = 30 * time.Second
 	}
+	if c.MaxPeers == 0 {
+		c.MaxPeers = defaultMaxPeers
+	}
+	if c.MaxOpsPerPeer == 0 {
+		c.MaxOpsPerPeer = defaultMaxOpsPerPeer
+	}
+	if c.ResumeGrace == 0 {
+		c.ResumeGrace = 2 * time.Second
+	}
 	return c
 }
 
@@ -88,6 +111,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: Config.HeartbeatInterval is %v, must be >= 0", c.HeartbeatInterval)
 	case c.HeartbeatTimeout < 0:
 		return fmt.Errorf("master: Config.HeartbeatTimeout is %v, must be >= 0", c.HeartbeatTimeout)
+	case c.MaxPeers < 0:
+		return fmt.Errorf("master: Config.MaxPeers is %d, must be >= 0", c.MaxPeers)
+	case c.MaxOpsPerPeer < 0:
+		return fmt.Errorf("master: Config.MaxOpsPerPeer is %d, must be >= 0", c.MaxOpsPerPeer)
+	case c.Guard.NormFactor < 0 || (c.Guard.NormFactor > 0 && c.Guard.NormFactor <= 1) || math.IsNaN(c.Guard.NormFactor):
+		return fmt.Errorf("master: Config.Guard.NormFactor is %v, must be 0 (off) or above 1", c.Guard.NormFactor)
+	case c.ResumeGrace < 0:
+		return fmt.Errorf("master: Config.ResumeGrace is %v, must be >= 0", c.ResumeGrace)
 	case c.MeasureDuration < 0 || c.SolveBudget < 0 || c.ImproveBudget < 0:
 		return fmt.Errorf("master: Config.MeasureDuration, SolveBudget and ImproveBudget must be >= 0")
 	case c.Incarnation >= 1<<32:

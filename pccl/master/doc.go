@@ -69,6 +69,23 @@
 //	     <------------------------------- HeartbeatAck
 //	Bye --------------------------------->
 //
+// # The master's own stalls
+//
+// The server ticks the Machine every HeartbeatInterval/4 and measures the time between two ticks.
+// When a tick comes later than twice its interval, the master itself did not run (a GC pause, a
+// SIGSTOP, a VM migration, a starved CPU): the server first feeds the Machine what its connection
+// readers had already received, then sends Stalled instead of Tick, which pushes every heartbeat
+// deadline back by the stall (stall.go). A pause of the master therefore costs the peers nothing but
+// the pause, as long as it is shorter than their MasterTimeout.
+//
+// # Restarts, limits and the contribution guard
+//
+// A restarted master rebuilds its view from the Resume reports in its peers' Hellos (resume.go). The
+// machine bounds the peers it admits and the collectives a peer may have in flight, and the server
+// the frame size and the rate of new connections per source address (limits.go). An optional
+// contribution guard checks the finiteness and norm each peer reported in its Initiate vote before a
+// collective commences, and excludes the offender or fails the collective for all (guard.go).
+//
 // Any message a peer may not send in its state gets it kicked: a Kick with the reason, then the
 // connection is closed.
 //

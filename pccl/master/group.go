@@ -32,7 +32,7 @@ type group struct {
 	pendingVotes int // accepted peers with votePending set
 	syncVotes    int // accepted peers with a voteSync
 
-	seq uint64         // last collective sequence number handed out
+	seq uint64         // last collective sequence number handed out; starts at incarnation<<32 (see group)
 	ops map[uint64]*op // collectives by tag
 
 	sync  *syncRound         // the shared-state sync in progress, or nil
@@ -50,7 +50,9 @@ func (m *Machine) group(id GroupID) *group {
 	if g := m.groups[id]; g != nil {
 		return g
 	}
-	g := &group{id: id, ops: map[uint64]*op{}}
+	// Sequence numbers, like epochs, carry the incarnation in their high 32 bits: peers drop the
+	// frames of sequence numbers they have finished, so a restarted master must not hand them out again.
+	g := &group{id: id, ops: map[uint64]*op{}, seq: m.cfg.Incarnation << 32}
 	m.groups[id] = g
 	i, _ := slices.BinarySearch(m.gids, id)
 	m.gids = slices.Insert(m.gids, i, id)

@@ -14,7 +14,7 @@ import (
 // (PeerID) is another thing: chosen by the peer in its Hello, or assigned by the master.
 type ConnID = uint64
 
-// Input is an input to the Machine: Received, Closed, Tick, Solved, Improved or ForceRing.
+// Input is an input to the Machine: Received, Closed, Tick, Stalled, Solved, Improved or ForceRing.
 type Input interface{ isInput() }
 
 // Received is a control message from a connection. The first message of a connection must be a
@@ -88,6 +88,9 @@ type Machine struct {
 	lat      map[edge]time.Duration // one-way latency estimates from tests
 	solveSeq uint64                 // last Solve request id, unique across groups
 
+	resume  resumeState                 // the rebuild window after a restart (resume.go)
+	contrib map[guardKey]*contributions // contributions reported for the contribution guard (guard.go)
+
 	counters Counters
 	events   []Event
 	out      []Action
@@ -99,7 +102,8 @@ const maxEvents = 200
 // New returns a Machine with no peers.
 func New(cfg Config) *Machine {
 	return &Machine{cfg: cfg.withDefaults(), peers: map[PeerID]*peer{}, conns: map[ConnID]PeerID{},
-		groups: map[GroupID]*group{}, bw: map[edge]float64{}, lat: map[edge]time.Duration{}}
+		groups: map[GroupID]*group{}, bw: map[edge]float64{}, lat: map[edge]time.Duration{},
+		contrib: map[guardKey]*contributions{}}
 }
 
 // Step applies one input at time now and returns the actions to carry out in order.
@@ -115,8 +119,11 @@ func (m *Machine) Step(now time.Time, ev Input) []Action {
 		}
 	case Tick:
 		m.tick()
+		m.checkResume()
 	case Dead:
 		m.dead(ev)
+	case Stalled:
+		m.stalled(ev.Gap)
 	case Solved:
 		m.solved(ev)
 	case Improved:

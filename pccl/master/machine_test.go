@@ -27,6 +27,9 @@ var update = flag.Bool("update", false, "rewrite the golden files of the scenari
 //	hello C [addr=A] [site=S] [token=T] [peer=P] [group=G]
 //	                                       a Hello on new connection C; P is the chosen peer id (none:
 //	                                       the master assigns one, C when it is free), G the group
+//	      [rinc=I repoch=E rring=A-B-C rrev=R [rstate=name:hash,...] [rstep=N]]
+//	                                       with a Resume report: accepted by incarnation I at epoch E
+//	                                       on ring A,B,C, holding revision R of that state, at step N
 //	links ID epoch=E [fail=P]              LinksReady (ok unless fail names an unreachable peer)
 //	topo ID [rewire]                       VoteTopology
 //	pending ID                             VotePending
@@ -48,6 +51,8 @@ var update = flag.Bool("update", false, "rewrite the golden files of the scenari
 // A Solve action is answered at once with the exact solver's ring.
 //
 //	tick                                   Tick
+//	stall DURATION                         the master did not run for DURATION: the clock moves by it,
+//	                                       then Stalled{DURATION} is the input
 //
 // Run `go test ./pccl/master -run Scenarios -update` to accept new output.
 func TestScenarios(t *testing.T) {
@@ -91,6 +96,25 @@ func diff(want, got string) string {
 		}
 	}
 	return ""
+}
+
+// parseState reads a digest written name:hash,... (f32 entries of 4 elements; a name ending in ~ is
+// MayDiffer).
+func parseState(t *testing.T, st string, rev uint64) sharedstate.Digest {
+	d := sharedstate.Digest{Revision: rev}
+	if st == "" {
+		return d
+	}
+	for _, kv := range strings.Split(st, ",") {
+		name, h, _ := strings.Cut(kv, ":")
+		hash, err := strconv.ParseUint(h, 10, 64)
+		if err != nil {
+			t.Fatalf("state %q: %v", st, err)
+		}
+		may := strings.HasSuffix(name, "~")
+		d.Entries = append(d.Entries, sharedstate.EntryDigest{Name: strings.TrimSuffix(name, "~"), DType: rings.F32, Count: 4, Hash: hash, MayDiffer: may})
+	}
+	return d
 }
 
 func runScenario(t *testing.T, file string) string {
@@ -148,8 +172,22 @@ func runScenario(t *testing.T, file string) string {
 			if !ok {
 				tok = "tok"
 			}
-			in = Received{id(), &wire.Hello{Token: tok, Addr: addr, Site: args["site"], Peer: num("peer", 0),
-				Group: uint32(num("group", 0))}}
+			h := &wire.Hello{Token: tok, Addr: addr, Site: args["site"], Peer: num("peer", 0),
+				Group: uint32(num("group", 0))}
+			if _, ok := args["rinc"]; ok {
+				h.Resume = &wire.Resume{Incarnation: num("rinc", 0), Epoch: num("repoch", 0), Revision: num("rrev", 0)}
+				for _, f := range strings.Split(args["rring"], "-") {
+					v, _ := strconv.ParseUint(f, 10, 64)
+					h.Resume.Ring = append(h.Resume.Ring, v)
+				}
+				if st := args["rstate"]; st != "" {
+					h.Resume.Digest = sharedstate.EncodeDigest(parseState(t, st, num("rrev", 0)))
+				}
+				if _, ok := args["rstep"]; ok {
+					h.Resume.Step, h.Resume.HasStep = num("rstep", 0), true
+				}
+			}
+			in = Received{id(), h}
 		case "links":
 			l := &wire.LinksReady{Epoch: num("epoch", 0), OK: true}
 			if _, ok := args["fail"]; ok {
@@ -174,18 +212,7 @@ func runScenario(t *testing.T, file string) string {
 			}
 			in = Received{id(), d}
 		case "sync":
-			d := sharedstate.Digest{Revision: num("rev", 0)}
-			if st := args["state"]; st != "" {
-				for _, kv := range strings.Split(st, ",") {
-					name, h, _ := strings.Cut(kv, ":")
-					hash, err := strconv.ParseUint(h, 10, 64)
-					if err != nil {
-						t.Fatalf("%s:%d: %v", file, n, err)
-					}
-					may := strings.HasSuffix(name, "~")
-					d.Entries = append(d.Entries, sharedstate.EntryDigest{Name: strings.TrimSuffix(name, "~"), DType: rings.F32, Count: 4, Hash: hash, MayDiffer: may})
-				}
-			}
+			d := parseState(t, args["state"], num("rev", 0))
 			strategy := map[string]sharedstate.Strategy{"": sharedstate.EnforcePopular, "popular": sharedstate.EnforcePopular,
 				"send": sharedstate.SendOnly, "receive": sharedstate.ReceiveOnly}[args["strategy"]]
 			in = Received{id(), &wire.VoteSync{Strategy: uint8(strategy), Digest: sharedstate.EncodeDigest(d)}}
@@ -228,6 +255,13 @@ func runScenario(t *testing.T, file string) string {
 			continue
 		case "tick":
 			in = Tick{}
+		case "stall":
+			d, err := time.ParseDuration(fields[1])
+			if err != nil {
+				t.Fatalf("%s:%d: %v", file, n, err)
+			}
+			now = now.Add(d)
+			in = Stalled{Gap: d}
 		case "restart":
 			cfg.Incarnation = num("incarnation", 0)
 			m = New(cfg)
@@ -314,7 +348,7 @@ func checkInvariants(t *testing.T, m *Machine, file string, line int) {
 				t.Fatalf("%s:%d: group %d: accepted peer %d is not in the ring", file, line, gid, id)
 			}
 		}
-		if g.epoch>>32 != m.cfg.Incarnation {
+		if g.counter > 0 && g.epoch>>32 != m.cfg.Incarnation { // no epoch yet: none handed out
 			t.Fatalf("%s:%d: group %d: epoch %#x is not of incarnation %d", file, line, gid, g.epoch, m.cfg.Incarnation)
 		}
 		for tag, o := range g.ops {

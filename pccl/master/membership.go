@@ -43,6 +43,9 @@ func (m *Machine) join(c ConnID, h *wire.Hello) {
 		m.counters.Kicked++
 		return
 	}
+	if !m.admit(c) {
+		return
+	}
 	id := h.Peer
 	switch {
 	case id != 0 && m.peers[id] != nil:
@@ -69,6 +72,7 @@ func (m *Machine) join(c ConnID, h *wire.Hello) {
 		HeartbeatTimeout:  uint64(m.cfg.HeartbeatTimeout),
 		Incarnation:       m.cfg.Incarnation,
 	})
+	m.resumeReport(m.peers[id])
 	// Bootstrap: with nobody accepted there is nobody to vote, so wire the newcomers at once.
 	if g.wiring == nil && len(g.ring) == 0 {
 		m.startRound(g)

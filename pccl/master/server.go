@@ -25,6 +25,11 @@ type ServerConfig struct {
 	MaxFrame int
 	// SendQueue is how many messages may wait for a slow peer before it is dropped. Zero means 1024.
 	SendQueue int
+	// HandshakeRate is how many new connections per second one source address (IP) may open; beyond
+	// it (after a burst of HandshakeBurst) connections are closed at once. Zero means 50.
+	HandshakeRate float64
+	// HandshakeBurst is the burst of HandshakeRate. Zero means 200.
+	HandshakeBurst int
 	// OnEvent, if set, is called (on the server's event loop) for every event the machine notes.
 	OnEvent func(Event)
 	// Gossip, if set, runs a gossip failure detector with the peers (they join it at GossipAddr): a
@@ -62,10 +67,37 @@ type peerConn struct {
 	once sync.Once
 }
 
+// Validate reports the first invalid field, the protocol configuration's included.
+func (c ServerConfig) Validate() error {
+	switch {
+	case c.MaxFrame < 0 || c.MaxFrame > maxFrameLimit:
+		return fmt.Errorf("master: ServerConfig.MaxFrame is %d, must be in [0, %d]", c.MaxFrame, maxFrameLimit)
+	case c.SendQueue < 0:
+		return fmt.Errorf("master: ServerConfig.SendQueue is %d, must be >= 0", c.SendQueue)
+	case c.HandshakeRate < 0:
+		return fmt.Errorf("master: ServerConfig.HandshakeRate is %v, must be >= 0", c.HandshakeRate)
+	case c.HandshakeBurst < 0:
+		return fmt.Errorf("master: ServerConfig.HandshakeBurst is %d, must be >= 0", c.HandshakeBurst)
+	}
+	return c.Config.Validate()
+}
+
+// maxFrameLimit bounds ServerConfig.MaxFrame: one control frame may not hold more than this.
+const maxFrameLimit = 1 << 30
+
+// firstFrameTimeout bounds the wait for a connection's handshake and first message (its Hello).
+const firstFrameTimeout = 10 * time.Second
+
 // NewServer returns a server; Serve starts it.
 func NewServer(cfg ServerConfig) *Server {
 	if cfg.SendQueue == 0 {
 		cfg.SendQueue = 1024
+	}
+	if cfg.HandshakeRate == 0 {
+		cfg.HandshakeRate = defaultHandshakeRate
+	}
+	if cfg.HandshakeBurst == 0 {
+		cfg.HandshakeBurst = defaultHandshakeBurst
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -79,7 +111,7 @@ func NewServer(cfg ServerConfig) *Server {
 // Serve accepts peers on ln until ctx is done, then closes ln and every connection and returns once all
 // its goroutines have finished. It returns nil after ctx ends, or the listener's error.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	if err := s.cfg.Config.Validate(); err != nil {
+	if err := s.cfg.Validate(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -107,6 +139,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		<-ctx.Done()
 		ln.Close()
 	}()
+	limit := newRateLimiter(s.cfg.HandshakeRate, s.cfg.HandshakeBurst)
 	for {
 		c, aerr := ln.Accept()
 		if aerr != nil {
@@ -114,6 +147,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 				err = fmt.Errorf("master: accept: %w", aerr)
 			}
 			break
+		}
+		if src := sourceOf(c.RemoteAddr()); !limit.allow(src, time.Now()) {
+			s.log.Debug("connection refused: handshake rate", "source", src)
+			c.Close()
+			continue
 		}
 		s.wg.Add(1)
 		go s.handle(ctx, c)
@@ -143,8 +181,10 @@ func (s *Server) Snapshot() Snapshot {
 
 func (s *Server) loop(ctx context.Context, m *Machine) {
 	cfg := m.cfg
-	tick := time.NewTicker(cfg.HeartbeatInterval / 4)
+	interval := cfg.HeartbeatInterval / 4
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	lastTick := time.Now()
 	for {
 		var in Input
 		select {
@@ -155,10 +195,33 @@ func (s *Server) loop(ctx context.Context, m *Machine) {
 			continue
 		case <-tick.C:
 			in = Tick{}
+			now := time.Now()
+			if late := now.Sub(lastTick) - interval; late > stallThreshold(interval) {
+				// The master itself did not run: read what the peers sent meanwhile, then extend
+				// their deadlines by the stall before anyone is judged.
+				s.drain(ctx, m)
+				in = Stalled{Gap: late}
+			}
+			lastTick = now
 		case in = <-s.in:
 		}
 		for _, a := range m.Step(time.Now(), in) {
 			s.act(ctx, a)
+		}
+	}
+}
+
+// drain feeds the machine every input the connection readers have already queued, without waiting
+// for more.
+func (s *Server) drain(ctx context.Context, m *Machine) {
+	for {
+		select {
+		case in := <-s.in:
+			for _, a := range m.Step(time.Now(), in) {
+				s.act(ctx, a)
+			}
+		default:
+			return
 		}
 	}
 }
@@ -266,13 +329,13 @@ func (pc *peerConn) closeAfterQueue() {
 
 func (s *Server) handle(ctx context.Context, c net.Conn) {
 	defer s.wg.Done()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(firstFrameTimeout))
 	if err := wire.Exchange(c, wire.KindControl); err != nil {
 		s.log.Debug("handshake failed", "remote", c.RemoteAddr(), "err", err)
 		c.Close()
 		return
 	}
-	c.SetDeadline(time.Time{})
+	c.SetWriteDeadline(time.Time{}) // the read deadline stays until the first message
 	s.mu.Lock()
 	s.next++
 	pc := &peerConn{id: s.next, conn: c, out: make(chan wire.Message, s.cfg.SendQueue)}
@@ -282,9 +345,12 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	s.wg.Add(1)
 	go s.write(ctx, pc)
 	var buf []byte
-	for {
+	for first := true; ; first = false {
 		msg, b, err := wire.ReadFrame(c, s.cfg.MaxFrame, buf)
 		buf = b
+		if first && err == nil {
+			c.SetReadDeadline(time.Time{})
+		}
 		if err != nil {
 			reason := err.Error()
 			if errors.Is(err, io.EOF) {

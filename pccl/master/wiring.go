@@ -73,6 +73,9 @@ func (m *Machine) checkTopology(g *group) {
 
 // startRound begins wiring a ring made of g's ring in force plus every registered peer of g.
 func (m *Machine) startRound(g *group) {
+	if m.holding() {
+		return // the rebuild window after a restart wires every group when it closes
+	}
 	ring := m.placeNewcomers(slices.Clone(g.ring), m.registered(g))
 	if len(ring) == 0 {
 		return
