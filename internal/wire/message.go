@@ -179,12 +179,12 @@ func Decode(t Type, p []byte) (Message, error) {
 // still counts as live. Group is the peer group the peer joins (for example one per pipeline stage):
 // rings, epochs, collectives and shared-state syncs span one group; 0 is the default group.
 type Hello struct {
-	Token string // the run token; the master refuses peers with another token
-	Addr  string // the address ring neighbours dial, host:port
-	Site  string // the site (datacenter, region) the peer runs in; may be empty
-	Caps  uint64 // capability bits, reserved
-	Peer  uint64 // the chosen peer id, or 0 for one assigned by the master
-	Group uint32 // the peer group, 0 by default
+	Token string   // the run token; the master refuses peers with another token
+	Addr  string   // the address ring neighbours dial, host:port
+	Site  string   // the site (datacenter, region) the peer runs in; may be empty
+	Caps  uint64   // capability bits, reserved
+	Peer  uint64   // the chosen peer id, or 0 for one assigned by the master
+	Group uint32   // the peer group, 0 by default
 	NICs  []string // the interfaces the peer may use inside its site (names or addresses); may be empty
 	// Resume, when set, says that the peer was accepted by a master before this connection (one that
 	// restarted, or the same one after the connection broke) and what it holds, so that a restarted
