@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 // group starts n members on loopback, joined to the first; events of member 0 go to its channel.
 func startGroup(t *testing.T, cfg Config, n int) ([]*Member, chan Event) {
 	t.Helper()
-	events := make(chan Event, 64)
+	events := make(chan Event, 1024) // never full: a blocked notify would hold up Close
 	var ms []*Member
 	for i := range n {
 		var notify func(Event)
@@ -51,7 +51,7 @@ func TestHungMemberIsDeclaredDead(t *testing.T) {
 	victim := PeerName(3, 7)
 	joined := map[string]bool{}
 	for len(joined) < 3 {
-		e := <-events
+		e := next(t, events)
 		if e.Kind != Joined {
 			t.Fatalf("event %+v before everyone joined", e)
 		}
@@ -76,14 +76,27 @@ func TestCloseIsReported(t *testing.T) {
 	ms, events := startGroup(t, LAN(), 2)
 	defer ms[0].Close()
 	for range 2 {
-		if e := <-events; e.Kind != Joined {
+		if e := next(t, events); e.Kind != Joined {
 			t.Fatalf("event %+v, want Joined", e)
 		}
 	}
 	ms[1].Close()
-	e := <-events
+	e := next(t, events)
 	if e.Kind != Gone || e.Name != PeerName(2, 7) {
 		t.Fatalf("event %+v, want %s Gone", e, PeerName(2, 7))
+	}
+}
+
+// next returns the next event, failing the test instead of hanging when none comes within a minute
+// (far beyond any bound of the LAN preset, even on a loaded machine).
+func next(t *testing.T, events chan Event) Event {
+	t.Helper()
+	select {
+	case e := <-events:
+		return e
+	case <-time.After(time.Minute):
+		t.Fatal("no gossip event within a minute")
+		return Event{}
 	}
 }
 
