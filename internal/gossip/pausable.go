@@ -100,7 +100,28 @@ func (p *pausable) Shutdown() error {
 	var err error
 	p.once.Do(func() {
 		close(p.stop)
+		// The inner transport's listeners may be blocked handing over a packet or a stream that no
+		// forwarder takes any more, and its Shutdown waits for them: drain until it returns.
+		shut := make(chan struct{})
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			in, streams := p.Transport.PacketCh(), p.Transport.StreamCh()
+			for {
+				select {
+				case <-in:
+				case c := <-streams:
+					if c != nil {
+						c.Close()
+					}
+				case <-shut:
+					return
+				}
+			}
+		}()
 		err = p.Transport.Shutdown()
+		close(shut)
+		<-drained
 	})
 	return err
 }
