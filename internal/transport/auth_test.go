@@ -175,11 +175,15 @@ func TestAuthNoSecret(t *testing.T) {
 				t.Fatalf("listener reported %v, want ErrAuth", err)
 			}
 			closeRaw()
-			// A client that completes the handshake and hangs up.
-			_, closeRaw = rawClient(t, k.name, addr)
-			closeRaw()
-			if err := r.wait(t); !errors.Is(err, ErrAuth) {
-				t.Fatalf("listener reported %v, want ErrAuth", err)
+			// A client that completes the handshake and hangs up. Over QUIC the client's side of the
+			// handshake can finish before the listener's: a client that closes at once may then be
+			// gone before quic-go hands its connection over, and there is nothing left to refuse.
+			if k.name != "quic" {
+				_, closeRaw = rawClient(t, k.name, addr)
+				closeRaw()
+				if err := r.wait(t); !errors.Is(err, ErrAuth) {
+					t.Fatalf("listener reported %v, want ErrAuth", err)
+				}
 			}
 			checkGood(t, k, addr)
 		})

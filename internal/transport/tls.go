@@ -255,13 +255,19 @@ func (l *tlsListener) handshake(c net.Conn) {
 	defer func() { <-l.slots }()
 	c.SetDeadline(time.Now().Add(l.t.cfg.HandshakeTimeout))
 	stop := context.AfterFunc(l.ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	tc := tls.Server(c, l.t.server)
 	err := tc.Handshake()
 	if err != nil {
 		err = tlsHandshakeError(err, "dialler")
 	} else if err = auth.Accept(tc, tc.ConnectionState(), l.t.cfg.Auth.Secret); err != nil && !errors.Is(err, ErrAuth) {
 		err = fmt.Errorf("%w: no proof of the run secret: %v", ErrAuth, err)
+	}
+	// Detach the listener's cancellation before the connection is handed over: once it belongs to
+	// its acceptor, closing the listener must not poison its deadline. A cancellation that already
+	// fired means the listener is closing, and the connection goes with it.
+	if !stop() && err == nil {
+		c.Close()
+		return
 	}
 	if err != nil {
 		c.Close()
