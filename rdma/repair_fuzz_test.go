@@ -65,7 +65,7 @@ type fuzzMachine struct {
 	asks   []uint64
 	epochs map[rdma.PathID]uint32
 	step   int
-	last   string
+	last   rdma.Input
 }
 
 func newFuzzMachine(t *testing.T, r *fuzzReader) *fuzzMachine {
@@ -86,11 +86,18 @@ func newFuzzMachine(t *testing.T, r *fuzzReader) *fuzzMachine {
 }
 
 // path decodes a path between this node and another one, in either direction, on any channel.
-func (fm *fuzzMachine) path(b byte) rdma.PathID {
+func (fm *fuzzMachine) path(b byte) rdma.PathID { return fm.pathDir(b, (b/3)%2 == 1) }
+
+// sent decodes a path this node sends on, and received one it receives on: the runtime reports chunk
+// events only at the end of a path that handles them.
+func (fm *fuzzMachine) sent(b byte) rdma.PathID     { return fm.pathDir(b, false) }
+func (fm *fuzzMachine) received(b byte) rdma.PathID { return fm.pathDir(b, true) }
+
+func (fm *fuzzMachine) pathDir(b byte, receive bool) rdma.PathID {
 	peer := fm.others[int(b)%len(fm.others)]
 	ch := uint16(int(b/6) % fm.nics)
 	p := rdma.PathID{Src: fm.self, Dst: peer, Channel: ch}
-	if (b/3)%2 == 1 {
+	if receive {
 		p.Src, p.Dst = peer, fm.self
 	}
 	if !slices.Contains(fm.paths, p) {
@@ -146,11 +153,11 @@ func (fm *fuzzMachine) next(r *fuzzReader) (in rdma.Input, ok bool) {
 		p := fm.path(r.byte())
 		return rdma.Open{Path: p, Op: uint64(r.byte() % 8), Primary: rdma.NICID(p.Channel), Chunks: uint64(r.byte() % 16)}, true
 	case fzPosted:
-		return rdma.Posted{Path: fm.path(r.byte()), Seq: uint64(r.byte() % 16), Local: fm.nic(r.byte()), Remote: fm.nic(r.byte())}, true
+		return rdma.Posted{Path: fm.sent(r.byte()), Seq: uint64(r.byte() % 16), Local: fm.nic(r.byte()), Remote: fm.nic(r.byte())}, true
 	case fzAcked:
-		return rdma.Acked{Path: fm.path(r.byte()), Seq: uint64(r.byte() % 16), Local: fm.nic(r.byte()), Remote: fm.nic(r.byte())}, true
+		return rdma.Acked{Path: fm.sent(r.byte()), Seq: uint64(r.byte() % 16), Local: fm.nic(r.byte()), Remote: fm.nic(r.byte())}, true
 	case fzReceived:
-		return rdma.Received{Path: fm.path(r.byte()), Seq: uint64(r.byte() % 16), Local: fm.nic(r.byte()), Remote: fm.nic(r.byte())}, true
+		return rdma.Received{Path: fm.received(r.byte()), Seq: uint64(r.byte() % 16), Local: fm.nic(r.byte()), Remote: fm.nic(r.byte())}, true
 	case fzLinkFailed:
 		return rdma.LinkFailed{Peer: fm.peer(r.byte()), Local: fm.nic(r.byte()), Remote: fm.nic(r.byte()),
 			Err: errors.New("connection reset")}, true
@@ -221,33 +228,38 @@ func FuzzRepair(f *testing.F) {
 			if !ok {
 				return
 			}
-			fm.last = fmt.Sprintf("%#v", in)
+			fm.last = in
 			acts := fm.m.Step(fm.now, in)
 			fm.check(in, acts)
 		}
 	})
 }
 
+// lazy is a description formatted only when a check fails, which keeps fuzzing fast.
+type lazy func() string
+
+func (l lazy) String() string { return l() }
+
 func (fm *fuzzMachine) fatalf(format string, args ...any) {
 	fm.t.Helper()
-	fm.t.Fatalf("step %d (%s): %s", fm.step, fm.last, fmt.Sprintf(format, args...))
+	fm.t.Fatalf("step %d (%#v): %s", fm.step, fm.last, fmt.Sprintf(format, args...))
 }
 
-func (fm *fuzzMachine) checkNode(what string, n rdma.NodeID) {
+func (fm *fuzzMachine) checkNode(what fmt.Stringer, n rdma.NodeID) {
 	fm.t.Helper()
 	if !slices.Contains(fm.others, n) {
 		fm.fatalf("%s names node %d, not a peer of node %d in ring %v", what, n, fm.self, fuzzRing)
 	}
 }
 
-func (fm *fuzzMachine) checkNIC(what string, n rdma.NICID) {
+func (fm *fuzzMachine) checkNIC(what fmt.Stringer, n rdma.NICID) {
 	fm.t.Helper()
 	if int(n) >= fm.nics {
 		fm.fatalf("%s names NIC %d of %d", what, n, fm.nics)
 	}
 }
 
-func (fm *fuzzMachine) checkRef(what string, r rdma.NICRef) {
+func (fm *fuzzMachine) checkRef(what fmt.Stringer, r rdma.NICRef) {
 	fm.t.Helper()
 	if !slices.Contains(fuzzRing, r.Node) {
 		fm.fatalf("%s names %v, outside ring %v", what, r, fuzzRing)
@@ -258,7 +270,7 @@ func (fm *fuzzMachine) checkRef(what string, r rdma.NICRef) {
 // checkSent checks a control message the machine sends to node to.
 func (fm *fuzzMachine) checkSent(to rdma.NodeID, msg rdma.Message) {
 	fm.t.Helper()
-	what := fmt.Sprintf("message %v to %d", msg, to)
+	what := lazy(func() string { return fmt.Sprintf("message %v to %d", msg, to) })
 	switch msg.Kind {
 	case rdma.MsgNotice, rdma.MsgFailReq:
 		if !slices.Contains(fm.paths, msg.Path) || fm.other(msg.Path) != to {
@@ -301,7 +313,7 @@ func (fm *fuzzMachine) check(in rdma.Input, acts []rdma.Action) {
 	// The last Pause or Resume of each path in this step, which must match the pair the machine shows.
 	resumed := map[rdma.PathID]rdma.Resume{}
 	for _, a := range acts {
-		what := formatAction(a)
+		what := lazy(func() string { return formatAction(a) })
 		switch a := a.(type) {
 		case rdma.Resume:
 			if !slices.Contains(fm.paths, a.Path) || a.Path.Src != fm.self {
