@@ -386,9 +386,14 @@ func (m *Repair) Deadline() time.Time {
 		}
 	}
 	for _, p := range m.sortedPaths() {
-		min(p.ackBy)
+		// An ack or stall deadline waits while its probe is out: the probe's deadline stands for it.
+		if p.probing == 0 {
+			min(p.ackBy)
+		}
 		min(p.reqBy)
-		min(p.stallBy)
+		if p.stallProbe == 0 {
+			min(p.stallBy)
+		}
 	}
 	for _, w := range m.probes {
 		min(w.by)
