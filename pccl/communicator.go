@@ -73,6 +73,7 @@ type Communicator struct {
 type view struct {
 	epoch    uint64
 	ring     []uint64
+	run      wire.RunSize
 	optimize OptimizeStats
 }
 
@@ -212,6 +213,25 @@ func (c *Communicator) Rank() int { return slices.Index(c.view.Load().ring, c.id
 // WorldSize returns the number of peers in the ring in force.
 func (c *Communicator) WorldSize() int { return len(c.view.Load().ring) }
 
+// GroupInfo describes this peer's group and the whole run. The group's figures follow the ring in
+// force; the run-wide ones are the master's count when it last sent this peer's group a topology
+// (Connect, UpdateTopology, OptimizeTopology), so another group's change shows at this group's next
+// one.
+type GroupInfo struct {
+	Group           uint32 // this peer's group (Config.Group)
+	GroupWorldSize  int    // peers in this group's ring in force
+	GlobalWorldSize int    // accepted peers over all groups
+	Groups          int    // groups with at least one accepted peer
+	LargestGroup    int    // accepted peers of the largest group
+}
+
+// GroupInfo returns this peer's group and the run-wide sizes; see GroupInfo.
+func (c *Communicator) GroupInfo() GroupInfo {
+	v := c.view.Load()
+	return GroupInfo{Group: c.cfg.Group, GroupWorldSize: len(v.ring), GlobalWorldSize: int(v.run.Peers),
+		Groups: int(v.run.Groups), LargestGroup: int(v.run.Largest)}
+}
+
 // Epoch returns the epoch of the ring in force; it changes with every membership or ring change.
 func (c *Communicator) Epoch() uint64 { return c.view.Load().epoch }
 
@@ -339,8 +359,8 @@ func (c *Communicator) run(m *machine) {
 
 // publish stores the view accessors read when the machine's ring, epoch or stats changed.
 func (c *Communicator) publish(m *machine) {
-	if v := c.view.Load(); v.epoch != m.epoch || !slices.Equal(v.ring, m.ring) || v.optimize != m.opt.stats {
-		c.view.Store(&view{epoch: m.epoch, ring: slices.Clone(m.ring), optimize: m.opt.stats})
+	if v := c.view.Load(); v.epoch != m.epoch || !slices.Equal(v.ring, m.ring) || v.run != m.run || v.optimize != m.opt.stats {
+		c.view.Store(&view{epoch: m.epoch, ring: slices.Clone(m.ring), run: m.run, optimize: m.opt.stats})
 	}
 }
 

@@ -33,6 +33,7 @@ type machine struct {
 
 	epoch uint64
 	ring  []uint64
+	run   wire.RunSize // the whole run, all groups, as of the last Topology
 
 	lastHeard time.Time // last message from the master
 	nextBeat  time.Time // when the next heartbeat is due
@@ -430,7 +431,7 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 	case *wire.Connect:
 		emit(wireAct{msg})
 	case *wire.Topology:
-		m.epoch, m.ring = msg.Epoch, slices.Clone(msg.Ring)
+		m.epoch, m.ring, m.run = msg.Epoch, slices.Clone(msg.Ring), msg.Run
 		m.topo.outstanding = false
 		m.rc.rejoining = false
 		emit(retireAct{slices.Clone(msg.Ring)})

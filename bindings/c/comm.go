@@ -23,7 +23,7 @@ import (
 // change membership (update topology, sync, optimize, the re-wire after a failure) with the launch
 // and completion of all-reduces, which is the "no collective in flight" rule of those calls.
 type comm struct {
-	group uint32 // the peer group given at creation; not yet forwarded (pccl.Config has no group)
+	group uint32 // the peer group given at creation, forwarded as pccl.Config.Group
 	ctx   context.Context
 	stop  context.CancelFunc // cancels ctx: pcclDestroyCommunicator ends blocked calls
 
@@ -193,12 +193,16 @@ func pcclGetAttribute(p *C.pcclComm_t, attr C.pcclAttribute_t, out *C.int) C.pcc
 	if out == nil {
 		return fail(C.pcclInvalidArgument, errNull("p_attribute_out"))
 	}
+	info := pc.GroupInfo()
 	switch attr {
-	case C.PCCL_ATTRIBUTE_GLOBAL_WORLD_SIZE, C.PCCL_ATTRIBUTE_PEER_GROUP_WORLD_SIZE,
-		C.PCCL_ATTRIBUTE_LARGEST_PEER_GROUP_WORLD_SIZE:
-		*out = C.int(pc.WorldSize())
+	case C.PCCL_ATTRIBUTE_GLOBAL_WORLD_SIZE:
+		*out = C.int(info.GlobalWorldSize)
+	case C.PCCL_ATTRIBUTE_PEER_GROUP_WORLD_SIZE:
+		*out = C.int(info.GroupWorldSize)
+	case C.PCCL_ATTRIBUTE_LARGEST_PEER_GROUP_WORLD_SIZE:
+		*out = C.int(info.LargestGroup)
 	case C.PCCL_ATTRIBUTE_NUM_DISTINCT_PEER_GROUPS:
-		*out = 1
+		*out = C.int(info.Groups)
 	default:
 		return fail(C.pcclInvalidArgument, fmt.Errorf("%w: attribute %d", pccl.ErrInvalid, attr))
 	}

@@ -112,6 +112,7 @@ func Decode(t Type, p []byte) (Message, error) {
 		for i := 0; i < n; i++ {
 			v.Ring = append(v.Ring, d.u64("ring"))
 		}
+		v.Run = RunSize{Peers: d.u32("run peers"), Groups: d.u32("run groups"), Largest: d.u32("largest group")}
 		m = v
 	case TypePending:
 		m = &Pending{Answer: d.boolean("answer")}
@@ -373,10 +374,19 @@ type Connect struct {
 }
 
 // Topology puts the ring of Epoch in force. Changed is false when nothing changed since the last one.
+// Run describes the whole run, all peer groups together, as the master sees it when it sends the
+// message.
 type Topology struct {
 	Epoch   uint64
 	Changed bool
 	Ring    []uint64
+	Run     RunSize
+}
+
+// RunSize counts the accepted peers of a run over all its peer groups: Peers in all, Groups that have
+// at least one accepted peer, and the accepted peers of the Largest group.
+type RunSize struct {
+	Peers, Groups, Largest uint32
 }
 
 // Pending answers ArePeersPending; every voter receives the same answer.
@@ -596,7 +606,9 @@ func (m *Topology) Append(b []byte) []byte {
 	for _, id := range m.Ring {
 		b = appendU64(b, id)
 	}
-	return b
+	b = appendU32(b, m.Run.Peers)
+	b = appendU32(b, m.Run.Groups)
+	return appendU32(b, m.Run.Largest)
 }
 
 func (m *Pending) Append(b []byte) []byte { return appendBool(b, m.Answer) }

@@ -29,7 +29,7 @@ func sampleMessages() []Message {
 		&Bye{},
 		&Welcome{Peer: 17, HeartbeatInterval: 250e6, HeartbeatTimeout: 1500e6, Incarnation: 0x9e3779b9},
 		&Connect{Epoch: 4, Ring: []PeerInfo{{ID: 1, Addr: "a:1", Site: "x"}, {ID: 2, Addr: "b:2"}}},
-		&Topology{Epoch: 4, Changed: true, Ring: []uint64{2, 1}},
+		&Topology{Epoch: 4, Changed: true, Ring: []uint64{2, 1}, Run: RunSize{Peers: 5, Groups: 2, Largest: 3}},
 		&Pending{Answer: true},
 		&Commence{Tag: 1, Seq: 2, Epoch: 3},
 		&Outcome{Tag: 1, Seq: 2, Code: CodeMismatch, Detail: "count"},

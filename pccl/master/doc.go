@@ -26,6 +26,10 @@
 // optimization, sync) at a time. Votes are counted among the group's accepted peers only, and a
 // departure aborts and re-wires only its own group.
 //
+// Every Topology message carries the run's size over all groups (accepted peers, groups with one, the
+// largest group), counted when it is sent: a peer learns of another group's change at its own group's
+// next Topology, never in between.
+//
 // # Identity and epochs
 //
 // A peer may choose its id in Hello (Peer, nonzero), so that it keeps it when it reconnects, to this

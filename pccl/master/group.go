@@ -3,6 +3,7 @@ package master
 import (
 	"slices"
 
+	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/sharedstate"
 )
 
@@ -114,4 +115,20 @@ func (g *group) tags() []uint64 {
 	}
 	slices.Sort(tags)
 	return tags
+}
+
+// runSize counts the accepted peers of the whole run, for the Topology messages that carry it: every
+// peer learns of another group's change at its own group's next Topology message.
+func (m *Machine) runSize() wire.RunSize {
+	var s wire.RunSize
+	for _, id := range m.gids {
+		n := uint32(len(m.groups[id].acc))
+		if n == 0 {
+			continue
+		}
+		s.Peers += n
+		s.Groups++
+		s.Largest = max(s.Largest, n)
+	}
+	return s
 }

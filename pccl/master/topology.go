@@ -323,8 +323,9 @@ func rotate(ring []PeerID) []PeerID {
 // round in which only the links that changed are re-opened.
 func (m *Machine) applyRing(g *group, ring []PeerID, why string) {
 	if slices.Equal(rotate(ring), rotate(g.ring)) {
+		run := m.runSize()
 		for _, id := range g.ring {
-			m.send(id, &wire.Topology{Epoch: g.epoch, Changed: false, Ring: slices.Clone(g.ring)})
+			m.send(id, &wire.Topology{Epoch: g.epoch, Changed: false, Ring: slices.Clone(g.ring), Run: run})
 		}
 		return
 	}

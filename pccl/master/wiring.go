@@ -62,9 +62,9 @@ func (m *Machine) checkTopology(g *group) {
 	g.topoVotes = 0
 	if len(m.registered(g)) == 0 && !g.ringDirty && !rewire {
 		// One copy of the ring, shared by every message: receivers only read it.
-		ring := slices.Clone(g.ring)
+		ring, run := slices.Clone(g.ring), m.runSize()
 		for _, id := range acc {
-			m.send(id, &wire.Topology{Epoch: g.epoch, Changed: false, Ring: ring})
+			m.send(id, &wire.Topology{Epoch: g.epoch, Changed: false, Ring: ring, Run: run})
 		}
 		return
 	}
@@ -177,9 +177,9 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 	g.admit(admitted)
 	m.gnote(g, "ring", 0, "epoch %d: ring %v", r.epoch, r.ring)
 	m.checkOptimize(g)
-	ring := slices.Clone(r.ring) // shared by every message, as in checkTopology
+	ring, run := slices.Clone(r.ring), m.runSize() // shared by every message, as in checkTopology
 	for _, id := range r.ring {
-		m.send(id, &wire.Topology{Epoch: r.epoch, Changed: true, Ring: ring})
+		m.send(id, &wire.Topology{Epoch: r.epoch, Changed: true, Ring: ring, Run: run})
 	}
 	// Votes cast while the ring was being wired (pending queries) may now be complete.
 	m.checkPending(g)

@@ -355,6 +355,8 @@ static int peer(uint16_t port) {
     if (v != NPEERS) die("global world size %d", v);
     CHECK(pcclGetAttribute(comm, PCCL_ATTRIBUTE_NUM_DISTINCT_PEER_GROUPS, &v));
     if (v != 1) die("%d peer groups", v);
+    CHECK(pcclGetAttribute(comm, PCCL_ATTRIBUTE_LARGEST_PEER_GROUP_WORLD_SIZE, &v));
+    if (v != NPEERS) die("largest peer group of %d", v);
 
     bool pending = true;
     CHECK(pcclArePeersPending(comm, &pending));

@@ -137,6 +137,10 @@ func TestStatusDiagnosisMetrics(t *testing.T) {
 		"concord_recovery_seconds{group=0}_sum":                          3.5,
 		"concord_last_recovery_seconds{group=0}":                         1.5,
 		"concord_group_ops_in_flight{group=0}":                           1,
+		"concord_group_epoch{group=0}":                                   7,
+		"concord_group_ring_size{group=0}":                               3,
+		"concord_group_peers{group=0}{state=accepted}":                   3,
+		"concord_group_peers{group=0}{state=registered}":                 0,
 	}
 	for k, v := range vals {
 		if strings.Contains(k, "{group=0}") {

@@ -90,6 +90,7 @@ type metricsCollector struct {
 	syndromesActive, syndromesRaised    *prometheus.Desc
 	syndromesCleared, evicted, recovery *prometheus.Desc
 	groupOpsInFlight, lastRecovery      *prometheus.Desc
+	groupPeers, groupEpoch, groupRing   *prometheus.Desc
 }
 
 func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
@@ -121,6 +122,9 @@ func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
 		recovery: d("concord_recovery_seconds",
 			"Time from a group's first aborted collective to its next completed one (count: recoveries).", "group"),
 		lastRecovery:     d("concord_last_recovery_seconds", "The latest recovery time of the group (see concord_recovery_seconds).", "group"),
+		groupPeers:       d("concord_group_peers", "Peers of each group known to the master, by state (see concord_peers).", "group", "state"),
+		groupEpoch:       d("concord_group_epoch", "Epoch of each group's ring in force or being wired.", "group"),
+		groupRing:        d("concord_group_ring_size", "Peers in each group's ring in force (the group's world size).", "group"),
 		groupOpsInFlight: d("concord_group_ops_in_flight", "Collectives voting or running that have not failed, per group.", "group"),
 	}
 }
@@ -130,7 +134,8 @@ func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.peers, c.epoch, c.ringSize, c.opsInFlight,
 		c.joined, c.left, c.kicked, c.timeouts, c.opsDone, c.opsAborted,
 		c.linkBandwidth, c.linkDelay, c.peerStep, c.syndromesActive, c.syndromesRaised, c.syndromesCleared,
-		c.evicted, c.recovery, c.lastRecovery, c.groupOpsInFlight} {
+		c.evicted, c.recovery, c.lastRecovery, c.groupOpsInFlight,
+		c.groupPeers, c.groupEpoch, c.groupRing} {
 		ch <- d
 	}
 }
@@ -181,6 +186,13 @@ func (c *metricsCollector) collectDiagnosis(ch chan<- prometheus.Metric, s maste
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	for _, r := range groupRows(s) {
+		gid := u(uint64(r.ID))
+		gauge(c.groupPeers, float64(r.Registered), gid, master.Registered.String())
+		gauge(c.groupPeers, float64(r.Accepted), gid, master.Accepted.String())
+		gauge(c.groupEpoch, float64(r.Epoch), gid)
+		gauge(c.groupRing, float64(r.RingSize), gid)
+	}
 	for _, g := range s.Groups {
 		gid := u(uint64(g.ID))
 		// Only the ring's own links: the matrices may hold every pair, which would be n² series.
@@ -216,6 +228,29 @@ func (c *metricsCollector) collectDiagnosis(ch chan<- prometheus.Metric, s maste
 			gauge(c.peerStep, float64(p.Step), u(uint64(p.Group)), u(p.ID))
 		}
 	}
+}
+
+// groupRows returns a row for every group, in id order, with its peers counted by state.
+func groupRows(s master.Snapshot) []statusGroupRow {
+	rows := make([]statusGroupRow, len(s.Groups))
+	at := make(map[master.GroupID]int, len(s.Groups))
+	for i, g := range s.Groups {
+		rows[i] = statusGroupRow{ID: g.ID, Epoch: g.Epoch, RingSize: len(g.Ring), OpsInFlight: opsInFlight(g.Ops)}
+		at[g.ID] = i
+	}
+	for _, p := range s.Peers {
+		i, ok := at[p.Group]
+		if !ok {
+			continue
+		}
+		switch p.State {
+		case master.Accepted:
+			rows[i].Accepted++
+		case master.Registered:
+			rows[i].Registered++
+		}
+	}
+	return rows
 }
 
 // opsInFlight counts the collectives that are voting or running and have not failed.
@@ -448,6 +483,7 @@ type statusPage struct {
 	Sites      []statusSite
 	Heat       []statusHeatSection // bandwidth, then delay
 	Syndromes  []statusSyndromeRow
+	Groups     []statusGroupRow
 	Ops        []statusOpRow
 	Events     []statusEventRow // newest first
 	HasEvents  bool
@@ -462,6 +498,14 @@ type statusPeerRow struct {
 	Color               string
 	LastSeen, JoinedAgo string
 	Step                string // "-" while the peer reported none
+}
+
+// statusGroupRow is one peer group on the page.
+type statusGroupRow struct {
+	ID                    uint32
+	Accepted, Registered  int
+	Epoch                 uint64
+	RingSize, OpsInFlight int
 }
 
 // statusSyndromeRow is one active syndrome on the page.
@@ -571,6 +615,7 @@ func buildStatusPage(s master.Snapshot) statusPage {
 		{ID: "delay", Title: "Delay", Note: "time the row peer was held back sending 1 MiB to the column peer, recent median; a slow link is a hot cell, a slow sender a hot row, a slow receiver a hot column",
 			Map: buildHeatMap(s.Delay, labels, formatDelay, delayRamp)},
 	}
+	p.Groups = groupRows(s)
 	for _, g := range s.Groups {
 		for _, sy := range g.Syndromes {
 			row := statusSyndromeRow{Group: strconv.FormatUint(uint64(g.ID), 10), Kind: sy.Kind,

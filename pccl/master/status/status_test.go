@@ -590,3 +590,42 @@ func BenchmarkStatusPage(b *testing.B) {
 		b.SetBytes(int64(rec.Body.Len()))
 	}
 }
+
+// TestStatusGroups checks that the page and the metrics show every peer group: group 0 with its
+// three accepted peers and one collective in flight, group 1 with one registered peer and no ring.
+func TestStatusGroups(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := Handler(staticSnap(statusSnapshot()), reg)
+	_, _, body := get(t, h, "/")
+	rows := regexp.MustCompile(`<tr class="group">(.*)</tr>`).FindAllStringSubmatch(body, -1)
+	want := []string{
+		`<td class="num">0</td><td class="num">3</td><td class="num">0</td><td class="num">7</td><td class="num">3</td><td class="num">1</td>`,
+		`<td class="num">1</td><td class="num">0</td><td class="num">1</td><td class="num">12884901890</td><td class="num">0</td><td class="num">0</td>`,
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("%d group rows, want %d", len(rows), len(want))
+	}
+	for i, row := range rows {
+		if row[1] != want[i] {
+			t.Errorf("group row %d = %q, want %q", i, row[1], want[i])
+		}
+	}
+
+	vals, _ := gathered(t, reg)
+	for k, v := range map[string]float64{
+		"concord_group_peers{group=0}{state=accepted}":   3,
+		"concord_group_peers{group=0}{state=registered}": 0,
+		"concord_group_peers{group=1}{state=accepted}":   0,
+		"concord_group_peers{group=1}{state=registered}": 1,
+		"concord_group_epoch{group=0}":                   7,
+		"concord_group_epoch{group=1}":                   3<<32 | 2,
+		"concord_group_ring_size{group=0}":               3,
+		"concord_group_ring_size{group=1}":               0,
+		"concord_group_ops_in_flight{group=0}":           1,
+		"concord_group_ops_in_flight{group=1}":           0,
+	} {
+		if got, ok := vals[k]; !ok || got != v {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, v)
+		}
+	}
+}
