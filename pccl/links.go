@@ -577,7 +577,11 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 	// A frame is written whole or the connection is given up: a write that makes no progress for
 	// its deadline means the link is silent.
 	oc.conn.SetWriteDeadline(t0.Add(s.l.deadline(len(payload))))
+	writing, stopped := make(chan struct{}), make(chan struct{})
+	go s.giveUpStuckWrite(oc.conn, writing, stopped)
 	_, err := bufs.WriteTo(oc.conn)
+	close(writing)
+	<-stopped // before oc.mu is released, so a late deadline never hits the next frame's write
 	t1 := time.Now()
 	took := t1.Sub(t0)
 	s.sentNanos += uint64(took)
@@ -628,6 +632,17 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 		s.l.broken(s.ins[k])
 		<-req.done
 		err = fmt.Errorf("%w for %v", errSilentLink, limit)
+	case <-s.aborted:
+		// A frame still arriving after the abort grace is coming from a peer that stopped (or a
+		// link that went silent) mid-frame: give the connection up rather than wait for the deadline.
+		grace := time.NewTimer(abortGrace)
+		select {
+		case err = <-req.done:
+		case <-grace.C:
+			s.l.broken(s.ins[k])
+			err = <-req.done
+		}
+		grace.Stop()
 	}
 	if err != nil {
 		select {
@@ -639,6 +654,31 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 	}
 	s.in.add(s.t0, posted, time.Now(), len(dst))
 	return nil
+}
+
+// abortGrace is how long a frame whose operation was aborted may still take to finish crossing its
+// connection. Frames are written and read whole, so a connection shared with other tags survives an
+// abort; a frame still stuck after the grace is stuck on a peer that stopped or a link that went
+// silent, and its connection is given up at once instead of at the progress deadline.
+const abortGrace = 100 * time.Millisecond
+
+// giveUpStuckWrite runs beside one frame's write on conn until writing is closed, then closes
+// stopped. If the operation is aborted while the write is in progress and the write is still blocked
+// after abortGrace, it makes the write fail (the caller then gives the connection up).
+func (s *stream) giveUpStuckWrite(conn net.Conn, writing <-chan struct{}, stopped chan<- struct{}) {
+	defer close(stopped)
+	select {
+	case <-writing:
+		return
+	case <-s.aborted:
+	}
+	grace := time.NewTimer(abortGrace)
+	defer grace.Stop()
+	select {
+	case <-writing:
+	case <-grace.C:
+		conn.SetWriteDeadline(time.Unix(1, 0))
+	}
 }
 
 // Abort stops the stream: pending and later Sends and Receives return err. Its connections stay
