@@ -482,6 +482,10 @@ type stream struct {
 	h       *opHandle
 	aborted chan struct{} // h.aborted
 
+	wmu     sync.Mutex // guards writing
+	writing net.Conn   // the connection a Send is writing a frame to, nil between frames
+	watch   sync.Once  // starts giveUpStuckWrites at the first Send
+
 	sentBytes uint64 // owned by the sender goroutine; read after the collective
 	sentNanos uint64 // time blocked in sends
 
@@ -577,11 +581,10 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 	// A frame is written whole or the connection is given up: a write that makes no progress for
 	// its deadline means the link is silent.
 	oc.conn.SetWriteDeadline(t0.Add(s.l.deadline(len(payload))))
-	writing, stopped := make(chan struct{}), make(chan struct{})
-	go s.giveUpStuckWrite(oc.conn, writing, stopped)
+	s.watch.Do(func() { go s.giveUpStuckWrites() })
+	s.setWriting(oc.conn)
 	_, err := bufs.WriteTo(oc.conn)
-	close(writing)
-	<-stopped // before oc.mu is released, so a late deadline never hits the next frame's write
+	s.setWriting(nil) // before oc.mu is released, so a late deadline never hits the next frame's write
 	t1 := time.Now()
 	took := t1.Sub(t0)
 	s.sentNanos += uint64(took)
@@ -662,22 +665,32 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 // silent, and its connection is given up at once instead of at the progress deadline.
 const abortGrace = 100 * time.Millisecond
 
-// giveUpStuckWrite runs beside one frame's write on conn until writing is closed, then closes
-// stopped. If the operation is aborted while the write is in progress and the write is still blocked
-// after abortGrace, it makes the write fail (the caller then gives the connection up).
-func (s *stream) giveUpStuckWrite(conn net.Conn, writing <-chan struct{}, stopped chan<- struct{}) {
-	defer close(stopped)
-	select {
-	case <-writing:
+// setWriting records the connection a Send of s is writing a frame to (nil when none).
+func (s *stream) setWriting(conn net.Conn) {
+	s.wmu.Lock()
+	s.writing = conn
+	s.wmu.Unlock()
+}
+
+// giveUpStuckWrites runs once per stream that sends, until the stream is aborted (release aborts
+// every stream). If a frame is still being written then, and still after abortGrace, it makes that
+// write fail (its Send then gives the connection up). The deadline is set under wmu while the Send
+// still holds the connection, so it never reaches another frame's write.
+func (s *stream) giveUpStuckWrites() {
+	<-s.aborted
+	s.wmu.Lock()
+	busy := s.writing != nil
+	s.wmu.Unlock()
+	if !busy {
 		return
-	case <-s.aborted:
 	}
 	grace := time.NewTimer(abortGrace)
 	defer grace.Stop()
-	select {
-	case <-writing:
-	case <-grace.C:
-		conn.SetWriteDeadline(time.Unix(1, 0))
+	<-grace.C
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.writing != nil {
+		s.writing.SetWriteDeadline(time.Unix(1, 0))
 	}
 }
 
