@@ -28,14 +28,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -43,6 +40,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/bench/internal/measure"
+	"github.com/concord-ccl/concord/bench/internal/nodeproc"
 	"github.com/concord-ccl/concord/internal/netlab"
 )
 
@@ -168,15 +166,18 @@ type bench struct {
 	faultAt           float64
 
 	lab     *netlab.Lab
-	procs   []*proc
-	reports chan report
+	nodesP  *nodeproc.Group[report]
 	faultNs int64 // when the NIC went down (Unix nanoseconds)
 }
 
-// proc is one node process.
-type proc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
+// Meta is what the node-process group reads of a report.
+func (r report) Meta() nodeproc.Meta {
+	return nodeproc.Meta{Event: r.Event, Label: r.Label, Node: r.Node, Err: r.Err}
+}
+
+// failure is the report that stands for a node's unreadable line or its exit.
+func failure(event string, node int, detail string) report {
+	return report{Event: event, Node: node, Err: detail}
 }
 
 func (b *bench) run(ctx context.Context) (result, error) {
@@ -251,79 +252,28 @@ func (b *bench) run(ctx context.Context) (result, error) {
 
 // spawn starts one node process per namespace, inside it.
 func (b *bench) spawn() error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	b.reports = make(chan report, 16*b.nodes)
-	for i := range b.nodes {
-		cmd := exec.Command(self, "--node-index", strconv.Itoa(i), "--nodes", strconv.Itoa(b.nodes),
+	var err error
+	b.nodesP, err = nodeproc.Start(b.lab, b.nodes, func(i int) []string {
+		return []string{"--node-index", strconv.Itoa(i), "--nodes", strconv.Itoa(b.nodes),
 			"--nics", strconv.Itoa(b.nics), "--nic-mbit", strconv.Itoa(b.mbit), "--size", strconv.FormatInt(b.size, 10),
 			"--chunk", strconv.Itoa(b.chunk), "--port", strconv.Itoa(b.port), "--timeout", (b.timeout * 3 / 4).String(),
 			"--fail-node", strconv.Itoa(b.failNode), "--fail-nic", strconv.Itoa(b.failNIC),
 			"--min-ack-timeout", b.ackTimeout.String(), "--probe-timeout", b.probeTimeout.String(),
-			"--fault-at", strconv.FormatFloat(b.faultAt, 'g', -1, 64))
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return err
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := b.lab.Node(i).Start(cmd); err != nil {
-			return fmt.Errorf("node %d: %w", i, err)
-		}
-		b.procs = append(b.procs, &proc{cmd: cmd, stdin: stdin})
-		go b.read(i, stdout)
-	}
-	return nil
-}
-
-// read forwards a node's report lines; a line that is not a report ends the node's reports.
-func (b *bench) read(i int, r io.Reader) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		var rep report
-		if err := json.Unmarshal(sc.Bytes(), &rep); err != nil {
-			rep = report{Event: "fatal", Node: i, Err: fmt.Sprintf("bad line %q", sc.Text())}
-		}
-		rep.Node = i
-		b.reports <- rep
-	}
-	b.reports <- report{Event: "exit", Node: i}
+			"--fault-at", strconv.FormatFloat(b.faultAt, 'g', -1, 64)}
+	}, failure)
+	return err
 }
 
 // collect waits for one report of the given event (and label) from every node.
 func (b *bench) collect(ctx context.Context, event, label string) ([]report, error) {
-	got := make([]report, b.nodes)
-	seen := 0
-	for seen < b.nodes {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for %q from every node (%d of %d): %w", event, seen, b.nodes, ctx.Err())
-		case r := <-b.reports:
-			switch {
-			case r.Event == "fatal" || r.Event == "exit":
-				return nil, fmt.Errorf("node %d: %s %s", r.Node, r.Event, r.Err)
-			case r.Event == event && r.Label == label && got[r.Node].Event == "":
-				got[r.Node] = r
-				seen++
-			}
-		}
-	}
-	return got, nil
+	return b.nodesP.Collect(ctx, event, label)
 }
 
 // op runs one AllReduce on every node. With fault set, it takes the failing NIC down as soon as the
 // failing node reports that it has received --fault-at of its data.
 func (b *bench) op(ctx context.Context, label string, fault bool) ([]report, error) {
-	cmd, _ := json.Marshal(command{Op: "run", Label: label})
-	for i, p := range b.procs {
-		if _, err := p.stdin.Write(append(cmd, '\n')); err != nil {
-			return nil, fmt.Errorf("node %d: %w", i, err)
-		}
+	if err := b.nodesP.Broadcast(command{Op: "run", Label: label}); err != nil {
+		return nil, err
 	}
 	done := make([]report, b.nodes)
 	finished := 0
@@ -332,7 +282,7 @@ func (b *bench) op(ctx context.Context, label string, fault bool) ([]report, err
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%s AllReduce: %d of %d nodes done: %w", label, finished, b.nodes, ctx.Err())
-		case r = <-b.reports:
+		case r = <-b.nodesP.Reports():
 		}
 		if r.Event == "fatal" || r.Event == "exit" {
 			return nil, fmt.Errorf("node %d: %s %s", r.Node, r.Event, r.Err)
@@ -411,25 +361,8 @@ func (b *bench) measureRepair(res *result, healthy, failed []report) {
 // quit and get 5 seconds; after a failure or Ctrl-C (ctx done) they are killed at once. The lab's
 // Close would kill any that is left anyway, through their parent-death signal.
 func (b *bench) teardown(ctx context.Context) {
-	quit, _ := json.Marshal(command{Op: "quit"})
-	for _, p := range b.procs {
-		if ctx.Err() != nil {
-			p.cmd.Process.Kill()
-		} else {
-			p.stdin.Write(append(quit, '\n'))
-		}
-		p.stdin.Close()
-	}
-	grace := time.After(5 * time.Second)
-	for _, p := range b.procs {
-		exited := make(chan struct{})
-		go func() { p.cmd.Wait(); close(exited) }()
-		select {
-		case <-exited:
-		case <-grace:
-			p.cmd.Process.Kill()
-			<-exited
-		}
+	if b.nodesP != nil {
+		b.nodesP.Close(ctx, command{Op: "quit"})
 	}
 	if err := b.lab.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "hotrepair: teardown:", err)

@@ -35,15 +35,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -51,6 +48,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/bench/internal/measure"
+	"github.com/concord-ccl/concord/bench/internal/nodeproc"
 	"github.com/concord-ccl/concord/internal/netlab"
 	"github.com/concord-ccl/concord/rdma/plan"
 )
@@ -191,15 +189,19 @@ type bench struct {
 	reps                    int
 
 	lab       *netlab.Lab
-	procs     []*proc
-	reports   chan report
+	nodesP    *nodeproc.Group[report]
 	down      map[[2]int]bool
 	failovers []int // every node's failovers after the last call
 }
 
-type proc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
+// Meta is what the node-process group reads of a report.
+func (r report) Meta() nodeproc.Meta {
+	return nodeproc.Meta{Event: r.Event, Label: r.Label, Node: r.Node, Err: r.Err}
+}
+
+// failure is the report that stands for a node's unreadable line or its exit.
+func failure(event string, node int, detail string) report {
+	return report{Event: event, Node: node, Err: detail}
 }
 
 func (b *bench) run(ctx context.Context) (result, error) {
@@ -376,100 +378,32 @@ func (b *bench) call(ctx context.Context, label, strategy string, down [][2]int)
 
 // ask sends cmd to every node and collects one report of event with cmd's label from each.
 func (b *bench) ask(ctx context.Context, cmd command, event string) ([]report, error) {
-	line, _ := json.Marshal(cmd)
-	for i, p := range b.procs {
-		if _, err := p.stdin.Write(append(line, '\n')); err != nil {
-			return nil, fmt.Errorf("node %d: %w", i, err)
-		}
+	if err := b.nodesP.Broadcast(cmd); err != nil {
+		return nil, err
 	}
-	return b.collect(ctx, event, cmd.Label)
+	return b.nodesP.Collect(ctx, event, cmd.Label)
 }
 
 // spawn starts one node process per namespace, inside it.
 func (b *bench) spawn() error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	b.reports = make(chan report, 16*b.nodes)
-	for i := range b.nodes {
-		cmd := exec.Command(self, "--node-index", strconv.Itoa(i), "--nodes", strconv.Itoa(b.nodes),
+	var err error
+	b.nodesP, err = nodeproc.Start(b.lab, b.nodes, func(i int) []string {
+		return []string{"--node-index", strconv.Itoa(i), "--nodes", strconv.Itoa(b.nodes),
 			"--nics", strconv.Itoa(b.nics), "--nic-mbit", strconv.Itoa(b.mbit), "--size", strconv.FormatInt(b.size, 10),
-			"--port", strconv.Itoa(b.port), "--timeout", (b.timeout / 4).String())
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return err
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := b.lab.Node(i).Start(cmd); err != nil {
-			return fmt.Errorf("node %d: %w", i, err)
-		}
-		b.procs = append(b.procs, &proc{cmd: cmd, stdin: stdin})
-		go b.read(i, stdout)
-	}
-	return nil
-}
-
-// read forwards a node's report lines; a line that is not a report ends the node's reports.
-func (b *bench) read(i int, r io.Reader) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		var rep report
-		if err := json.Unmarshal(sc.Bytes(), &rep); err != nil {
-			rep = report{Event: "fatal", Node: i, Err: fmt.Sprintf("bad line %q", sc.Text())}
-		}
-		rep.Node = i
-		b.reports <- rep
-	}
-	b.reports <- report{Event: "exit", Node: i}
+			"--port", strconv.Itoa(b.port), "--timeout", (b.timeout / 4).String()}
+	}, failure)
+	return err
 }
 
 // collect waits for one report of the given event and label from every node.
 func (b *bench) collect(ctx context.Context, event, label string) ([]report, error) {
-	got := make([]report, b.nodes)
-	seen := 0
-	for seen < b.nodes {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for %q %q from every node (%d of %d): %w", event, label, seen, b.nodes, ctx.Err())
-		case r := <-b.reports:
-			switch {
-			case r.Event == "fatal" || r.Event == "exit":
-				return nil, fmt.Errorf("node %d: %s %s", r.Node, r.Event, r.Err)
-			case r.Event == event && r.Label == label && got[r.Node].Event == "":
-				got[r.Node] = r
-				seen++
-			}
-		}
-	}
-	return got, nil
+	return b.nodesP.Collect(ctx, event, label)
 }
 
 // teardown stops every node process and removes the lab.
 func (b *bench) teardown(ctx context.Context) {
-	quit, _ := json.Marshal(command{Op: "quit"})
-	for _, p := range b.procs {
-		if ctx.Err() != nil {
-			p.cmd.Process.Kill()
-		} else {
-			p.stdin.Write(append(quit, '\n'))
-		}
-		p.stdin.Close()
-	}
-	grace := time.After(5 * time.Second)
-	for _, p := range b.procs {
-		exited := make(chan struct{})
-		go func() { p.cmd.Wait(); close(exited) }()
-		select {
-		case <-exited:
-		case <-grace:
-			p.cmd.Process.Kill()
-			<-exited
-		}
+	if b.nodesP != nil {
+		b.nodesP.Close(ctx, command{Op: "quit"})
 	}
 	if err := b.lab.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "schedules: teardown:", err)
