@@ -419,9 +419,28 @@ func (b *bench) restartRound(ctx context.Context, i int) (bool, error) {
 	}
 	b.master = mp
 	tb := time.Now().UnixNano()
-	_, _, late, err := b.survivorsAborted(ctx, tk, "every peer's AllReduce returning an error after SIGKILL of the master")
+	// Every peer's call in flight must fail. The kill can also fall between two calls on every
+	// peer (a call that ended just before it, its line still on the way): then no call fails, and the
+	// peers go on under the new master; a call completed after it started says so, and the round
+	// is not a sample.
+	late := false
+	err = b.until(ctx, waitAbort, "every peer's AllReduce returning an error after SIGKILL of the master, or completing under the new master", func() bool {
+		for _, s := range b.live() {
+			if s.abort.T < tk && s.done.T < tb {
+				return false
+			}
+		}
+		return true
+	})
 	if err != nil {
 		return false, err
+	}
+	for _, s := range b.live() {
+		if s.abort.T < tk || (s.done.T >= tk && s.done.T < s.abort.T) {
+			late = true
+		} else {
+			b.res.AbortErrors[s.abort.Kind]++
+		}
 	}
 	resumed, err := b.survivorsResumed(ctx)
 	if err != nil {
