@@ -148,7 +148,7 @@ type integer interface {
 func accumulateFloat[T float](op Op, d, s []T) {
 	switch op {
 	case Sum, Avg:
-		addSlice(d, s)
+		addFloat(d, s)
 	case Prod:
 		mulSlice(d, s)
 	case Min:
@@ -211,6 +211,20 @@ func addSlice[T integer | float](d, s []T) {
 	for ; i < len(d); i++ {
 		d[i] += s[i]
 	}
+}
+
+// addFloat is addSlice for floating-point elements: a vector kernel takes what it can where the
+// machine has one, and addSlice the rest. Both perform the same addition per element.
+func addFloat[T float](d, s []T) {
+	s = s[:len(d)]
+	done := 0
+	switch dd := any(d).(type) {
+	case []float32:
+		done = addF32Vec(dd, any(s).([]float32))
+	case []float64:
+		done = addF64Vec(dd, any(s).([]float64))
+	}
+	addSlice(d[done:], s[done:])
 }
 
 func mulSlice[T integer | float](d, s []T) {

@@ -1,0 +1,41 @@
+//go:build amd64 && !purego
+
+package rings
+
+import "golang.org/x/sys/cpu"
+
+// haveAVX says whether the vector add kernels may run: AVX instructions, with the YMM state saved
+// by the operating system.
+var haveAVX = cpu.X86.HasAVX
+
+// addF32AVX sets d[i] += s[i] for i < n, where n is a multiple of 32.
+//
+//go:noescape
+func addF32AVX(d, s *float32, n int)
+
+// addF64AVX sets d[i] += s[i] for i < n, where n is a multiple of 16.
+//
+//go:noescape
+func addF64AVX(d, s *float64, n int)
+
+// addF32Vec adds the longest prefix of s to d that the vector kernel handles and returns its length.
+// Each element is the one IEEE 754 addition the scalar loop does, with d as the first operand, so
+// results (NaN payloads included) are the same bit for bit.
+func addF32Vec(d, s []float32) int {
+	n := len(d) &^ 31
+	if !haveAVX || n == 0 {
+		return 0
+	}
+	addF32AVX(&d[0], &s[0], n)
+	return n
+}
+
+// addF64Vec is addF32Vec for float64.
+func addF64Vec(d, s []float64) int {
+	n := len(d) &^ 15
+	if !haveAVX || n == 0 {
+		return 0
+	}
+	addF64AVX(&d[0], &s[0], n)
+	return n
+}

@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package rings
+
+// Without a vector kernel every element goes through addSlice.
+func addF32Vec(d, s []float32) int { return 0 }
+
+func addF64Vec(d, s []float64) int { return 0 }
