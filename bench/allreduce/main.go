@@ -6,9 +6,10 @@
 // It starts a master and --peers peer processes (this program, re-executed), and in each iteration
 // every peer refills its buffer (untimed), passes a barrier (a one-element AllReduce on another tag),
 // then times one in-place float32 SUM AllReduce of --size bytes. An iteration's time is the maximum
-// over the peers; the figure is the median over --iters iterations after --warmup untimed ones. Every
-// element of every peer's result is checked against an independently computed sum, and the peers'
-// xxh3 result hashes must be equal.
+// over the peers; the figure is the median over --iters iterations after --warmup untimed ones. A
+// second barrier follows the timed call, so that no peer checks its result while another is still
+// in the call. Every element of every peer's result is checked against an independently computed
+// sum, and the peers' xxh3 result hashes must be equal.
 //
 // The limit: --peers processes in a ring (measured before and after the all-reduce, --ring-reps
 // timed repetitions each, median of all), each sending --size bytes from a real buffer to the next
@@ -16,6 +17,10 @@
 // 2(N-1)·D bytes cannot cross loopback faster than limit_seconds = 2(N-1)·D/L. The float adds of the
 // reduce-scatter, (N-1)·D bytes at the add rate Red of two goroutines, give limit_reduce_seconds =
 // (N-1)·D·(2/L + 1/Red), the true ceiling when both share the same cores.
+//
+// --gomaxprocs sets GOMAXPROCS in every child (the peers, the master and the limit's ring alike): with
+// more processes than cores, one scheduler thread per process spares the cores the idle spinning of
+// the others. 0 leaves Go's default, one per core.
 //
 // --transport picks what the master and the peers talk over: tcp (the default), tls (TLS 1.3 over
 // TCP) or quic, each of the last two authenticated with a run secret drawn for the run; a
@@ -105,6 +110,7 @@ type result struct {
 	Warmup             int       `json:"warmup"`
 	Pool               int       `json:"pool"`
 	PartBytes          int       `json:"part_bytes"`
+	GOMAXPROCS         int       `json:"gomaxprocs"` // of every child; 0: Go's default
 	Seconds            []float64 `json:"seconds"`
 	SecondsMedian      float64   `json:"seconds_median"`
 	SecondsMin         float64   `json:"seconds_min"`
@@ -148,6 +154,7 @@ func run() int {
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
 	profDir := fs.String("cpuprofile-dir", "", "write a CPU profile of every peer's timed iterations to this directory")
 	transports := fs.String("transport", "tcp", "tcp, tls or quic, or a comma-separated list to run one after the other")
+	procs := fs.Int("gomaxprocs", 0, "GOMAXPROCS of every child process, the limit's ring included (0: Go's default, one per core)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./bench/allreduce [flags]\n")
 		fs.VisitAll(func(f *flag.Flag) {
@@ -169,8 +176,8 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "allreduce: --part:", err)
 		return 2
 	}
-	if *peers < 2 || size <= 0 || size%4 != 0 || *iters < 1 || *warmup < 0 || *ringReps < 1 {
-		fmt.Fprintln(os.Stderr, "allreduce: need --peers >= 2, --size a positive multiple of 4, --iters >= 1, --warmup >= 0")
+	if *peers < 2 || size <= 0 || size%4 != 0 || *iters < 1 || *warmup < 0 || *ringReps < 1 || *procs < 0 {
+		fmt.Fprintln(os.Stderr, "allreduce: need --peers >= 2, --size a positive multiple of 4, --iters >= 1, --warmup >= 0, --gomaxprocs >= 0")
 		return 2
 	}
 	if *profDir != "" {
@@ -198,8 +205,13 @@ func run() int {
 	for _, name := range names {
 		p := params{Peers: *peers, Bytes: int(size), Iters: *iters, Warmup: *warmup, Pool: *pool, Part: int(part), ProfileDir: *profDir, Transport: name}
 		progress("transport %s", name)
-		c := cluster.New(cluster.Config{})
+		var env []string
+		if *procs > 0 {
+			env = []string{"GOMAXPROCS=" + strconv.Itoa(*procs)}
+		}
+		c := cluster.New(cluster.Config{Env: env})
 		res, err := bench(ctx, c, p, *ringReps)
+		res.GOMAXPROCS = *procs
 		if cerr := c.Close(); cerr != nil {
 			fmt.Fprintln(os.Stderr, "allreduce:", cerr)
 		}
@@ -483,6 +495,12 @@ func peer() error {
 		dt := time.Since(t0)
 		if err != nil {
 			return fmt.Errorf("iteration %d: %w", it, err)
+		}
+		// A second barrier before the checks: a peer that finished first must not hash and check
+		// its 64 MiB on the cores the others still need for the timed call.
+		one[0] = 1
+		if err := comm.AllReduce(ctx, pccl.Bytes(one), pccl.Bytes(one), barrier); err != nil {
+			return fmt.Errorf("iteration %d: barrier after the call: %w", it, err)
 		}
 		ev := iterEvent{Event: "iter", Rank: rank, Iter: it, Warm: it < p.Warmup, Seconds: dt.Seconds(), OK: true,
 			Hash: fmt.Sprintf("%016x", workload.Hash(b))}
