@@ -55,6 +55,8 @@ func TestCProgram(t *testing.T) {
 		t.Fatal("pccl_test.c does not compile against pccl.h")
 	}
 	run(plain)
+	// The same program over QUIC, authenticated with a run secret, through Concord's additions.
+	run(plain, "CONCORD_TEST_TRANSPORT=quic", "CONCORD_TEST_SECRET=a run secret of the C test, long enough")
 
 	asan := compile("pccl_test_asan", "-g", "-fsanitize=address", "-fno-omit-frame-pointer")
 	if asan == "" {

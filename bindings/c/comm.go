@@ -33,6 +33,10 @@ type comm struct {
 	ops      map[uint64]*pending
 	dirty    bool // a collective failed because a peer left: re-wire before the next one
 	explicit struct{ pool bool }
+	// transport names the transport the communicator connects over ("tcp", "tls" or "quic"; empty
+	// means tcp) and secret is the run secret that authenticates tls and quic.
+	transport string
+	secret    []byte
 }
 
 // pending is an async all-reduce launched and not yet awaited.
@@ -166,7 +170,12 @@ func pcclConnect(p *C.pcclComm_t) C.pcclResult_t {
 		return fail(C.pcclInvalidUsage, errors.New("pccl: communicator is already connected"))
 	}
 	cfg := c.cfg
+	tr, err := selectTransport(c.transport, c.secret)
 	c.mu.Unlock()
+	if err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	cfg.Transport = tr
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = listenFor(cfg.Master)
 	}
@@ -528,17 +537,31 @@ func goString(s *C.char) string {
 //export concordSetTransport
 func concordSetTransport(p *C.pcclComm_t, name *C.char) C.pcclResult_t {
 	return configure(p, func(c *comm) error {
-		if n := strings.ToLower(goString(name)); n != "tcp" {
-			return fmt.Errorf("%w: transport %q (from C only \"tcp\" is available)", pccl.ErrInvalid, n)
-		}
-		c.cfg.Transport = nil
-		return nil
+		n, err := transportName(goString(name))
+		c.transport = n
+		return err
 	})
 }
 
 //export concordSetSecret
-func concordSetSecret(p *C.pcclComm_t, token *C.char) C.pcclResult_t {
-	return configure(p, func(c *comm) error { c.cfg.Token = goString(token); return nil })
+func concordSetSecret(p *C.pcclComm_t, secret *C.char) C.pcclResult_t {
+	return configure(p, func(c *comm) error {
+		c.cfg.Token, c.secret = goString(secret), []byte(goString(secret))
+		return nil
+	})
+}
+
+//export concordSetNICs
+func concordSetNICs(p *C.pcclComm_t, nics *C.char) C.pcclResult_t {
+	return configure(p, func(c *comm) error {
+		c.cfg.NICs = nil
+		for _, nic := range strings.Split(goString(nics), ",") {
+			if nic = strings.TrimSpace(nic); nic != "" {
+				c.cfg.NICs = append(c.cfg.NICs, nic)
+			}
+		}
+		return nil
+	})
 }
 
 //export concordSetSite

@@ -21,8 +21,10 @@ import (
 
 // masterInst is the Go side of a pcclMasterInstance_t: a master.Server served in the background.
 type masterInst struct {
-	addr string
-	cfg  master.Config
+	addr      string
+	cfg       master.Config
+	transport string // "tcp", "tls" or "quic"; empty means tcp
+	secret    []byte // authenticates tls and quic
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -77,7 +79,11 @@ func pcclRunMaster(p *C.pcclMasterInstance_t) C.pcclResult_t {
 	if err := m.cfg.Validate(); err != nil {
 		return fail(C.pcclInvalidArgument, err)
 	}
-	ln, err := net.Listen("tcp", m.addr)
+	tr, err := selectTransport(m.transport, m.secret)
+	if err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	ln, err := tr.Listen(m.addr)
 	if err != nil {
 		return fail(C.pcclInternalError, fmt.Errorf("pccl: master: listen on %s: %w", m.addr, err))
 	}
@@ -178,8 +184,11 @@ func concordMasterSetPreset(p *C.pcclMasterInstance_t, preset *C.char) C.pcclRes
 }
 
 //export concordMasterSetSecret
-func concordMasterSetSecret(p *C.pcclMasterInstance_t, token *C.char) C.pcclResult_t {
-	return configureMaster(p, func(m *masterInst) error { m.cfg.Token = goString(token); return nil })
+func concordMasterSetSecret(p *C.pcclMasterInstance_t, secret *C.char) C.pcclResult_t {
+	return configureMaster(p, func(m *masterInst) error {
+		m.cfg.Token, m.secret = goString(secret), []byte(goString(secret))
+		return nil
+	})
 }
 
 //export concordMasterGetPort

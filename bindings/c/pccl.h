@@ -340,11 +340,19 @@ PCCL_EXPORT size_t concordGetLastError(char *buf, size_t len);
 /* Returns the kind of the most recent failed call's error (CONCORD_OK when none failed yet). */
 PCCL_EXPORT concordErrorKind_t concordGetLastErrorKind(void);
 
-/* Selects the transport: "tcp" (the default and, from C, the only one). */
+/* Selects the transport, before pcclConnect: "tcp" (the default), "tls" (TLS 1.3 over TCP) or "quic".
+ * tls and quic authenticate every connection with the run secret (concordSetSecret), which they
+ * require; the master must use the same transport (concordMasterSetTransport). */
 PCCL_EXPORT pcclResult_t concordSetTransport(pcclComm_t *communicator, const char *name);
 
-/* Sets the run token; the master refuses peers whose token differs from its own. */
-PCCL_EXPORT pcclResult_t concordSetSecret(pcclComm_t *communicator, const char *token);
+/* Sets the run secret: the master refuses peers whose secret differs from its own, and tls and quic
+ * authenticate with it (at least 16 bytes there). */
+PCCL_EXPORT pcclResult_t concordSetSecret(pcclComm_t *communicator, const char *secret);
+
+/* Lists the local network interfaces (names or addresses, comma-separated, distinct) this peer may
+ * use for traffic inside its site, before pcclConnect; they are announced to the master, which lists
+ * them with the peer (the intra-site phases do not use them yet). NULL or "" means none. */
+PCCL_EXPORT pcclResult_t concordSetNICs(pcclComm_t *communicator, const char *nics);
 
 /* Names the datacenter or region of this peer, for topology and the master's status page. */
 PCCL_EXPORT pcclResult_t concordSetSite(pcclComm_t *communicator, const char *site);
@@ -374,8 +382,12 @@ PCCL_EXPORT pcclResult_t concordGetRank(const pcclComm_t *communicator, int *ran
 /* Applies a master timing preset, "lan" (the default) or "wan", before pcclRunMaster. */
 PCCL_EXPORT pcclResult_t concordMasterSetPreset(pcclMasterInstance_t *master_instance, const char *preset);
 
-/* Sets the master's run token before pcclRunMaster. */
-PCCL_EXPORT pcclResult_t concordMasterSetSecret(pcclMasterInstance_t *master_instance, const char *token);
+/* Sets the master's run secret before pcclRunMaster (see concordSetSecret). */
+PCCL_EXPORT pcclResult_t concordMasterSetSecret(pcclMasterInstance_t *master_instance, const char *secret);
+
+/* Selects the transport the master listens on, before pcclRunMaster: "tcp" (the default), "tls" or
+ * "quic"; tls and quic need concordMasterSetSecret. */
+PCCL_EXPORT pcclResult_t concordMasterSetTransport(pcclMasterInstance_t *master_instance, const char *name);
 
 /* Returns the port a running master listens on (useful after asking for port 0). */
 PCCL_EXPORT pcclResult_t concordMasterGetPort(const pcclMasterInstance_t *master_instance, uint16_t *port_out);

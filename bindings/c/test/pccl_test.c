@@ -8,6 +8,10 @@
  * starts with different content and must receive the majority's), all-reduces every data type (sync,
  * async and multiple-with-retry; every element checked), and then peer 2 kills itself mid-operation
  * while the survivors retry until the all-reduce succeeds over the two of them.
+ *
+ * With CONCORD_TEST_TRANSPORT set (tls or quic), the master and the peers use that transport through
+ * Concord's additions (concordMasterSetTransport, concordSetTransport), authenticated with the run
+ * secret in CONCORD_TEST_SECRET, and the peers announce their NIC (concordSetNICs).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pccl.h>
@@ -331,6 +335,17 @@ static void survive_a_kill(pcclComm_t *comm) {
     if (world_size(comm) != 2) die("world size %d after the kill", world_size(comm));
 }
 
+/* The transport and run secret of the environment, or NULL for PCCL's plain TCP. */
+static const char *test_transport(void) {
+    const char *t = getenv("CONCORD_TEST_TRANSPORT");
+    return (t != NULL && *t != '\0') ? t : NULL;
+}
+
+static const char *test_secret(void) {
+    const char *s = getenv("CONCORD_TEST_SECRET");
+    return s != NULL ? s : "";
+}
+
 static int peer(uint16_t port) {
     alarm(120);
     CHECK(pcclInit());
@@ -341,6 +356,11 @@ static int peer(uint16_t port) {
     params.p2p_connection_pool_size = 2;
     pcclComm_t *comm = NULL;
     CHECK(pcclCreateCommunicator(&params, &comm));
+    if (test_transport() != NULL) {
+        CHECK(concordSetSecret(comm, test_secret()));
+        CHECK(concordSetTransport(comm, test_transport()));
+        CHECK(concordSetNICs(comm, "127.0.0.1"));
+    }
     CHECK(pcclConnect(comm));
     if (pcclConnect(comm) != pcclInvalidUsage) die("a second pcclConnect did not fail with pcclInvalidUsage");
 
@@ -390,6 +410,12 @@ static int driver(const char *self) {
     CHECK(pcclGetBuildInfo(&build));
     pcclMasterInstance_t *master = NULL;
     CHECK(pcclCreateMaster(loopback(0), &master));
+    if (test_transport() != NULL) {
+        if (concordMasterSetTransport(master, "carrier-pigeon") != pcclInvalidArgument) die("an unknown transport was accepted");
+        CHECK(concordMasterSetTransport(master, test_transport()));
+        if (pcclRunMaster(master) != pcclInvalidArgument) die("%s without a run secret did not fail", test_transport());
+        CHECK(concordMasterSetSecret(master, test_secret()));
+    }
     CHECK(pcclRunMaster(master));
     if (pcclRunMaster(master) != pcclInvalidArgument) die("a second pcclRunMaster did not fail");
     uint16_t port = 0;

@@ -108,9 +108,11 @@ def _split(address: str) -> tuple[str, int]:
 
 class Master:
     """A Concord master served in this process (the run's coordinator). Use it as a context manager,
-    or call run() and close(). ``port=0`` picks a free port; read it from ``port`` or ``address``."""
+    or call run() and close(). ``port=0`` picks a free port; read it from ``port`` or ``address``.
+    ``transport`` is "tcp" (default), "tls" or "quic"; the last two need ``secret``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, preset: str = "lan", secret: str | None = None):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, preset: str = "lan", secret: str | None = None,
+                 transport: str | None = None):
         self._lib = _lib.lib()
         self._h = ctypes.c_void_p()
         check(self._lib.pcclCreateMaster(_socket_address(host, port), ctypes.byref(self._h)), "create master")
@@ -119,6 +121,8 @@ class Master:
         check(self._lib.concordMasterSetPreset(self._h, preset.encode()), "master preset")
         if secret is not None:
             check(self._lib.concordMasterSetSecret(self._h, secret.encode()), "master secret")
+        if transport is not None:
+            check(self._lib.concordMasterSetTransport(self._h, transport.encode()), "master transport")
 
     def run(self) -> "Master":
         """Starts serving in the background."""
@@ -209,12 +213,15 @@ class Communicator:
     at ``master`` ("host:port") and returns once the accepted peers admit this peer; close() leaves.
 
     ``group`` is the peer group (collectives and shared state span one group; see the package README
-    for its status), ``pool_size`` the connections per ring neighbour, ``secret`` the run token,
-    ``site`` the datacenter name, ``preset`` "lan" or "wan", ``listen``/``advertise`` the address this
-    peer accepts ring links on and the one neighbours dial."""
+    for its status), ``pool_size`` the connections per ring neighbour, ``secret`` the run secret,
+    ``transport`` "tcp" (default), "tls" or "quic" (both need ``secret``, and the master the same
+    transport), ``site`` the datacenter name, ``nics`` the network interfaces announced for intra-site
+    traffic, ``preset`` "lan" or "wan", ``listen``/``advertise`` the address this peer accepts ring
+    links on and the one neighbours dial."""
 
     def __init__(self, master: str, *, group: int = 0, pool_size: int = 0, secret: str | None = None,
-                 site: str | None = None, preset: str | None = None, listen: str | None = None,
+                 transport: str | None = None, site: str | None = None, nics: list[str] | None = None,
+                 preset: str | None = None, listen: str | None = None,
                  advertise: str | None = None, master_timeout: float | None = None):
         self._lib = _lib.lib()
         host, port = _split(master)
@@ -228,8 +235,12 @@ class Communicator:
             check(self._lib.concordSetPreset(self._h, preset.encode()), "preset")
         if secret is not None:
             check(self._lib.concordSetSecret(self._h, secret.encode()), "secret")
+        if transport is not None:
+            check(self._lib.concordSetTransport(self._h, transport.encode()), "transport")
         if site is not None:
             check(self._lib.concordSetSite(self._h, site.encode()), "site")
+        if nics is not None:
+            check(self._lib.concordSetNICs(self._h, ",".join(nics).encode()), "nics")
         if listen is not None:
             check(self._lib.concordSetListenAddress(self._h, listen.encode(), (advertise or "").encode()), "listen")
         if master_timeout is not None:

@@ -130,6 +130,7 @@ _SIGNATURES = {
     "concordGetLastErrorKind": [],
     "concordSetTransport": [_P, ctypes.c_char_p],
     "concordSetSecret": [_P, ctypes.c_char_p],
+    "concordSetNICs": [_P, ctypes.c_char_p],
     "concordSetSite": [_P, ctypes.c_char_p],
     "concordSetListenAddress": [_P, ctypes.c_char_p, ctypes.c_char_p],
     "concordSetPreset": [_P, ctypes.c_char_p],
@@ -138,6 +139,7 @@ _SIGNATURES = {
     "concordGetRank": [_P, ctypes.POINTER(ctypes.c_int)],
     "concordMasterSetPreset": [_P, ctypes.c_char_p],
     "concordMasterSetSecret": [_P, ctypes.c_char_p],
+    "concordMasterSetTransport": [_P, ctypes.c_char_p],
     "concordMasterGetPort": [_P, ctypes.POINTER(ctypes.c_uint16)],
 }
 

@@ -17,13 +17,14 @@ def contribution(dtype, rank, n):
     return ((np.arange(n) % 7) + rank + 1).astype(dtype)
 
 
-def run_peers(n, master, body):
-    """Runs body(rank_hint, comm) on n communicators in threads after growing the ring to n."""
+def run_peers(n, master, body, **options):
+    """Runs body(rank_hint, comm) on n communicators in threads after growing the ring to n; options
+    go to every Communicator."""
     errors, results = [], [None] * n
 
     def peer(i):
         try:
-            with concord.Communicator(master.address, pool_size=2) as comm:
+            with concord.Communicator(master.address, pool_size=2, **options) as comm:
                 first = True
                 while True:
                     if not first:
@@ -118,3 +119,26 @@ def test_errors_mirror_go_sentinels():
     with pytest.raises(concord.MasterLostError):
         with concord.Communicator("127.0.0.1:1", master_timeout=0.5):
             pass
+
+
+SECRET = "the numpy test's run secret, 32+ bytes"
+
+
+def test_tls_transport_with_a_run_secret():
+    n, count = 3, 257
+
+    def body(i, comm):
+        a = contribution(np.float32, i, count)
+        comm.all_reduce(a, tag=1)
+        np.testing.assert_array_equal(a, sum(contribution(np.float32, r, count) for r in range(n)))
+        return True
+
+    with concord.Master(transport="tls", secret=SECRET) as master:
+        assert run_peers(n, master, body, transport="tls", secret=SECRET, nics=["127.0.0.1"]) == [True] * n
+        # A peer with another secret does not get in.
+        with pytest.raises(concord.ConcordError):
+            with concord.Communicator(master.address, transport="tls", secret="another secret, also long enough",
+                                      master_timeout=5):
+                pass
+    with pytest.raises(concord.InvalidError):
+        concord.Master(transport="carrier-pigeon")
