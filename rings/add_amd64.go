@@ -20,7 +20,9 @@ func addF64AVX(d, s *float64, n int)
 
 // addF32Vec adds the longest prefix of s to d that the vector kernel handles and returns its length.
 // Each element is the one IEEE 754 addition the scalar loop does, with d as the first operand, so
-// results (NaN payloads included) are the same bit for bit.
+// results are the same bit for bit; only when both operands are NaN may the payload differ from the
+// scalar loop's, whose operand order the compiler chooses. On one build and one machine every run
+// gives the same bits.
 func addF32Vec(d, s []float32) int {
 	n := len(d) &^ 31
 	if !haveAVX || n == 0 {

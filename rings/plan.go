@@ -80,7 +80,10 @@ type Plan struct {
 // reads its contribution from send, outside its region the staging buffer starts as a copy of send,
 // and every later phase works in place on the staging buffer. After the last phase Execute calls commit (if not
 // nil) once, and only if commit returns nil copies the staging buffer into recv, with one copy. send and
-// recv have the same length (a multiple of the element size) and may be the same slice.
+// recv have the same length (a multiple of the element size) and may be the same slice. A plan of one
+// unquantized all-reduce phase over the whole buffer, with send and recv the same slice and a Stream
+// that is not a Retainer, works in the buffer itself instead, saving each part's original bytes before it first writes them and putting
+// them back on failure: the result needs no copy after the commit.
 //
 // Any failure leaves send and recv exactly as they were. On the first error of a phase or when ctx is
 // done, Execute aborts every Stream of the plan (so that the peers of later phases stop too) and waits
@@ -101,6 +104,9 @@ func (p Plan) Execute(ctx context.Context, send, recv []byte, commit func() erro
 	pool := p.Pool
 	if pool == nil {
 		pool = &defaultPool
+	}
+	if p.inPlace(send, recv) {
+		return p.executeInPlace(ctx, recv, commit, pool)
 	}
 	work := pool.Get(len(send))
 	defer pool.Put(work)
@@ -131,6 +137,46 @@ func (p Plan) Execute(ctx context.Context, send, recv []byte, commit func() erro
 		}
 	}
 	copy(recv, work)
+	return nil
+}
+
+// inPlace reports whether the plan runs on the caller's buffer with a backup instead of a staging
+// buffer: one all-reduce phase over the whole buffer, without quantization, in a ring of more than
+// one peer, with send and recv the same slice, over a Stream that keeps no payload after Send (a
+// Retainer's frames would be rewritten by the restore after an abort).
+func (p Plan) inPlace(send, recv []byte) bool {
+	if len(p.Phases) != 1 || len(send) == 0 {
+		return false
+	}
+	ph := p.Phases[0]
+	if _, retains := ph.Stream.(Retainer); retains {
+		return false
+	}
+	return ph.Kind == KindAllReduce && ph.Off == 0 && ph.Len == len(send) && ph.Quant == NoQuant &&
+		ph.World > 1 && &send[0] == &recv[0]
+}
+
+// executeInPlace runs the plan's one all-reduce phase in buf itself. The original bytes of every part
+// go to a backup buffer before the phase first writes them (the copy is spread over the operation,
+// where a staging buffer would copy the whole result after the commit), and a failure, including a
+// commit error, puts them back.
+func (p Plan) executeInPlace(ctx context.Context, buf []byte, commit func() error, pool *BufferPool) error {
+	ph := p.Phases[0]
+	backup := pool.Get(len(buf))
+	defer pool.Put(backup)
+	r := newRun(ph, buf, buf, true, p.DType, p.Op, partElems(p.PartBytes, p.DType.Size()))
+	r.keepOriginal(backup)
+	if err := r.start(ctx, ph.Kind, pool); err != nil {
+		r.restore()
+		p.abort(err)
+		return err
+	}
+	if commit != nil {
+		if err := commit(); err != nil {
+			r.restore()
+			return fmt.Errorf("%w: commit: %w", ErrAborted, err)
+		}
+	}
 	return nil
 }
 

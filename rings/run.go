@@ -60,6 +60,13 @@ type run struct {
 	seen   int
 	nsent  int // frames whose Send returned nil
 
+	// In place on the caller's buffer (an all-reduce with send and recv the same slice), backup keeps
+	// the original bytes of every part before its first write, so that a failure can put them back:
+	// saved[partBase[c]+p] says part p of chunk c has been saved. Both are written by the receiver
+	// goroutine only, and read by restore after both goroutines returned.
+	backup []byte
+	saved  []bool
+
 	ready chan struct{} // receiver -> sender: one notice per completed (step, part) that is sent on
 	quit  chan struct{} // closed by fail
 	cause error         // first failure; written once by fail, read after both goroutines finished
@@ -69,12 +76,17 @@ type run struct {
 // when inPlace). Without inPlace, the parts of work the phase never receives are copied from src first.
 // On failure it returns an error wrapping ErrAborted and the cause, with ph.Stream aborted.
 func runPhase(ctx context.Context, ph Phase, src, work []byte, inPlace bool, dt DType, op Op, pe int, pool *BufferPool) error {
-	r := newRun(ph, src, work, inPlace, dt, op, pe)
+	return newRun(ph, src, work, inPlace, dt, op, pe).start(ctx, ph.Kind, pool)
+}
+
+// start runs the phase r was built for (of kind k), with its buffers from pool.
+func (r *run) start(ctx context.Context, k Kind, pool *BufferPool) error {
+	src, work, inPlace := r.src, r.work, r.inPlace
 	if r.quant != NoQuant {
 		r.qwork = pool.Get(r.qlen)
 		defer pool.Put(r.qwork)
 		// Chunk 0 is the largest (Partition), so a part of it is the largest part.
-		n := min(r.pe, r.chunks[0].Len) * accSize(dt)
+		n := min(r.pe, r.chunks[0].Len) * accSize(r.dt)
 		r.racc = pool.Get(n)
 		defer pool.Put(r.racc)
 		r.sacc = pool.Get(n)
@@ -95,7 +107,7 @@ func runPhase(ctx context.Context, ph Phase, src, work []byte, inPlace bool, dt 
 	if !inPlace {
 		// A reduce-scatter never receives this rank's own chunk, an all-gather never its owned one.
 		var c int
-		switch ph.Kind {
+		switch k {
 		case KindReduceScatter:
 			c = r.rank
 		case KindAllGather:
@@ -405,6 +417,7 @@ func (r *run) recvLoop() error {
 					return err
 				}
 			case step < r.world-1:
+				r.save(c, p)
 				if err := r.reduce(id, dst, r.src[lo:hi]); err != nil {
 					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
 				}
@@ -432,6 +445,7 @@ func (r *run) recvLoop() error {
 				if err := r.release(step, p); err != nil {
 					return err
 				}
+				r.save(c, p)
 				if err := r.s.Recv(id, dst); err != nil {
 					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
 				}
@@ -491,6 +505,42 @@ func (r *run) reduce(id ChunkID, dst, own []byte) error {
 	Accumulate(r.dt, r.op, tmp, own)
 	copy(dst, tmp)
 	return nil
+}
+
+// keepOriginal makes r save the original bytes of every part of work into backup (as long as work)
+// before it first writes them, for restore.
+func (r *run) keepOriginal(backup []byte) {
+	r.backup = backup
+	r.partBase = make([]int, len(r.chunks))
+	parts := 0
+	for c := range r.chunks {
+		r.partBase[c] = parts
+		parts += r.parts(c)
+	}
+	r.saved = make([]bool, parts)
+}
+
+// save copies part p of chunk c of work into backup before its first write (with keepOriginal).
+func (r *run) save(c, p int) {
+	if r.saved == nil || r.saved[r.partBase[c]+p] {
+		return
+	}
+	lo, hi := r.part(c, p)
+	copy(r.backup[lo:hi], r.work[lo:hi])
+	r.saved[r.partBase[c]+p] = true
+}
+
+// restore puts back the original bytes of every part saved. It is called after both goroutines
+// returned.
+func (r *run) restore() {
+	for c := range r.chunks {
+		for p := range r.parts(c) {
+			if r.saved[r.partBase[c]+p] {
+				lo, hi := r.part(c, p)
+				copy(r.work[lo:hi], r.backup[lo:hi])
+			}
+		}
+	}
 }
 
 // release returns once the region that all-gather step's part p overwrites may be written: with a
