@@ -18,9 +18,10 @@
 // reduce-scatter, (N-1)·D bytes at the add rate Red of two goroutines, give limit_reduce_seconds =
 // (N-1)·D·(2/L + 1/Red), the true ceiling when both share the same cores.
 //
-// --gomaxprocs sets GOMAXPROCS in every child (the peers, the master and the limit's ring alike): with
-// more processes than cores, one scheduler thread per process spares the cores the idle spinning of
-// the others. 0 leaves Go's default, one per core.
+// --gomaxprocs sets GOMAXPROCS in every child (the peers, the master and the limit's ring alike). The
+// default, auto, gives each peer its share of the cores (cores / peers, at least 1), as one would
+// deploy N peers on one machine: with Go's default every process runs a scheduler thread per core,
+// and N processes on C cores then fight over them. 0 leaves Go's default.
 //
 // --transport picks what the master and the peers talk over: tcp (the default), tls (TLS 1.3 over
 // TCP) or quic, each of the last two authenticated with a run secret drawn for the run; a
@@ -154,7 +155,7 @@ func run() int {
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
 	profDir := fs.String("cpuprofile-dir", "", "write a CPU profile of every peer's timed iterations to this directory")
 	transports := fs.String("transport", "tcp", "tcp, tls or quic, or a comma-separated list to run one after the other")
-	procs := fs.Int("gomaxprocs", 0, "GOMAXPROCS of every child process, the limit's ring included (0: Go's default, one per core)")
+	procsFlag := fs.String("gomaxprocs", "auto", measure.ProcsUsage+"; the limit's ring included")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./bench/allreduce [flags]\n")
 		fs.VisitAll(func(f *flag.Flag) {
@@ -176,8 +177,13 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "allreduce: --part:", err)
 		return 2
 	}
-	if *peers < 2 || size <= 0 || size%4 != 0 || *iters < 1 || *warmup < 0 || *ringReps < 1 || *procs < 0 {
-		fmt.Fprintln(os.Stderr, "allreduce: need --peers >= 2, --size a positive multiple of 4, --iters >= 1, --warmup >= 0, --gomaxprocs >= 0")
+	procs, err := measure.ParseProcs(*procsFlag, *peers)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "allreduce:", err)
+		return 2
+	}
+	if *peers < 2 || size <= 0 || size%4 != 0 || *iters < 1 || *warmup < 0 || *ringReps < 1 {
+		fmt.Fprintln(os.Stderr, "allreduce: need --peers >= 2, --size a positive multiple of 4, --iters >= 1, --warmup >= 0")
 		return 2
 	}
 	if *profDir != "" {
@@ -205,13 +211,9 @@ func run() int {
 	for _, name := range names {
 		p := params{Peers: *peers, Bytes: int(size), Iters: *iters, Warmup: *warmup, Pool: *pool, Part: int(part), ProfileDir: *profDir, Transport: name}
 		progress("transport %s", name)
-		var env []string
-		if *procs > 0 {
-			env = []string{"GOMAXPROCS=" + strconv.Itoa(*procs)}
-		}
-		c := cluster.New(cluster.Config{Env: env})
+		c := cluster.New(cluster.Config{Env: measure.ProcsEnv(procs)})
 		res, err := bench(ctx, c, p, *ringReps)
-		res.GOMAXPROCS = *procs
+		res.GOMAXPROCS = procs
 		if cerr := c.Close(); cerr != nil {
 			fmt.Fprintln(os.Stderr, "allreduce:", cerr)
 		}

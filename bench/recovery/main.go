@@ -73,6 +73,7 @@ const (
 )
 
 type result struct {
+	GOMAXPROCS      int       `json:"gomaxprocs"` // of every child; 0: Go's default
 	Peers           int       `json:"peers"`
 	Bytes           int       `json:"bytes"`
 	Kills           int       `json:"kills"`
@@ -143,6 +144,7 @@ func run() int {
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
 	seed := fs.Uint64("seed", 1, "seed of the victims and kill delays")
 	verbose := fs.Bool("v", false, "print every line of every peer to stderr")
+	procsFlag := fs.String("gomaxprocs", "0", measure.ProcsUsage+" (default 0: Go's)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
@@ -151,15 +153,21 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "recovery: need --peers >= 3 (two survivors), --size a positive multiple of 4, --kills and --stalls >= 0")
 		return 2
 	}
+	procs, err := measure.ParseProcs(*procsFlag, *peers)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "recovery:", err)
+		return 2
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
 	defer cancelT()
 
-	c := cluster.New(cluster.Config{})
+	c := cluster.New(cluster.Config{Env: measure.ProcsEnv(procs)})
 	b := newBench(c, *peers, int(size), *seed, *timeout+time.Minute)
 	b.verbose = *verbose
 	b.res.Kills, b.res.Stalls, b.res.Restarts = *kills, *stalls, *restarts
+	b.res.GOMAXPROCS = procs
 	err = b.run(ctx, *kills, *stalls, *restarts)
 	if cerr := c.Close(); cerr != nil {
 		fmt.Fprintln(os.Stderr, "recovery:", cerr)
