@@ -144,7 +144,7 @@ func run() int {
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
 	seed := fs.Uint64("seed", 1, "seed of the victims and kill delays")
 	verbose := fs.Bool("v", false, "print every line of every peer to stderr")
-	procsFlag := fs.String("gomaxprocs", "0", measure.ProcsUsage+" (default 0: Go's)")
+	procsFlag := fs.String("gomaxprocs", "0", measure.ProcsUsage)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
