@@ -51,10 +51,14 @@ type run struct {
 	racc     []byte
 	sacc     []byte
 
-	// With a Retainer, an all-reduce's all-gather overwrites regions its reduce-scatter sent. sent gets
-	// one notice per reduce-scatter frame whose Send returned, so that the receiver can wait for the
-	// acknowledgement of that exact frame first; rsBase[s] counts the frames sent before step s, and
-	// seen (owned by the receiver) the notices taken.
+	// An all-reduce's all-gather overwrites regions its reduce-scatter sent. sent gets one notice per
+	// reduce-scatter frame whose Send returned, so that the receiver waits for that exact Send to be
+	// over (and, with a Retainer, for the frame's acknowledgement) before it writes the region. By
+	// causality the Send is over long before, as the value that overwrites the region depends on it;
+	// the notice makes that order one this process can see (a Stream that copies payloads in Go, such
+	// as QUIC's, would otherwise read and write the same bytes with no order between them that the
+	// race detector knows of). rsBase[s] counts the frames sent before step s, and seen (owned by the
+	// receiver) the notices taken.
 	sent   chan struct{}
 	rsBase []int
 	seen   int
@@ -172,7 +176,7 @@ func newRun(ph Phase, src, work []byte, inPlace bool, dt DType, op Op, pe int) *
 		n += r.parts(r.sendChunk(step))
 	}
 	r.ready = make(chan struct{}, n)
-	if r.ret != nil && ph.Kind == KindAllReduce {
+	if ph.Kind == KindAllReduce {
 		r.rsBase = make([]int, world-1)
 		n := 0
 		for step := range world - 1 {
@@ -543,8 +547,9 @@ func (r *run) restore() {
 	}
 }
 
-// release returns once the region that all-gather step's part p overwrites may be written: with a
-// Retainer in an all-reduce, when the reduce-scatter frame that sent it has been acknowledged.
+// release returns once the region that all-gather step's part p overwrites may be written: in an
+// all-reduce, when the Send of the reduce-scatter frame that sent it has returned and, with a
+// Retainer, that frame has been acknowledged.
 func (r *run) release(step, p int) error {
 	if r.sent == nil {
 		return nil
@@ -557,6 +562,9 @@ func (r *run) release(step, p int) error {
 		case <-r.quit:
 			return errStopped
 		}
+	}
+	if r.ret == nil {
+		return nil
 	}
 	id := ChunkID{Step: uint32(k), Part: uint32(p)}
 	if err := r.ret.AwaitAcked(id); err != nil {
