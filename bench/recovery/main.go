@@ -621,11 +621,14 @@ func (b *bench) stallRound(ctx context.Context, i int) (bool, error) {
 	if err := v.proc.Continue(); err != nil {
 		return false, err
 	}
+	tc := time.Now().UnixNano()
 	resumed, err := b.survivorsResumed(ctx)
 	if err != nil {
 		return false, err
 	}
-	// The continued peer must leave by itself (kicked) or come back into the group.
+	// The continued peer must leave by itself (kicked) or come back into the group: complete a call
+	// it started after SIGCONT. (A call that completes right after SIGCONT may be the one it was in
+	// when stopped, whose line was still on its way; the master may still kick it afterwards.)
 	rejoined := false
 	err = b.until(ctx, waitLeave, v.proc.Name()+" leaving or rejoining after SIGCONT", func() bool {
 		select {
@@ -633,7 +636,7 @@ func (b *bench) stallRound(ctx context.Context, i int) (bool, error) {
 			return true
 		default:
 		}
-		rejoined = v.done.T > ts && v.done.OK
+		rejoined = v.start.T > tc && v.done.Seq == v.start.Seq && v.done.OK
 		return rejoined
 	})
 	outcome := ""
