@@ -660,8 +660,9 @@ func buildStatusPage(s master.Snapshot) statusPage {
 const (
 	ringSize   = 360
 	ringRadius = 130.0
-	// ringLabelRoom is the extra width on each side for peer ids written beside the nodes.
-	ringLabelRoom = 50
+	// ringLabelRoom is the extra width on each side for peer ids written beside the nodes: room for
+	// the 15 digits of a 48-bit id.
+	ringLabelRoom = 100
 )
 
 // buildStatusRing places the ring members on a circle, clockwise from the top in ring order, and
