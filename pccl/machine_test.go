@@ -4,20 +4,17 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/concord-ccl/concord/internal/golden"
 	"github.com/concord-ccl/concord/internal/wire"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files of the peer scenario tests")
 
 // TestPeerScenarios runs every testdata/*.txt script through a peer machine (id 2, heartbeat 250ms,
 // master timeout 2s) and compares what it did with the golden file next to it. One line is one input:
@@ -47,46 +44,7 @@ var update = flag.Bool("update", false, "rewrite the golden files of the peer sc
 // Errors print as the sentinels they wrap, so the scripts pin the classification, not the wording.
 // Run `go test ./pccl -run PeerScenarios -update` to accept new output.
 func TestPeerScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			got := runPeerScenario(t, file)
-			golden := strings.TrimSuffix(file, ".txt") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("output differs from %s (run with -update after checking):\n%s", golden, lineDiff(string(want), got))
-			}
-		})
-	}
-}
-
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var a, b string
-		if i < len(w) {
-			a = w[i]
-		}
-		if i < len(g) {
-			b = g[i]
-		}
-		if a != b {
-			return fmt.Sprintf("line %d:\nwant: %s\ngot:  %s", i+1, a, b)
-		}
-	}
-	return ""
+	golden.Run(t, "testdata/*.txt", runPeerScenario)
 }
 
 func runPeerScenario(t *testing.T, file string) string {

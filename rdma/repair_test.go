@@ -3,19 +3,16 @@ package rdma_test
 import (
 	"bufio"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/concord-ccl/concord/internal/golden"
 	"github.com/concord-ccl/concord/rdma"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files of the scenario tests")
 
 // TestRepairScenarios runs every testdata/*.txt script through one node's Repair machine and compares
 // what it did with the golden file next to it. The first line creates the machine; every other line is
@@ -37,46 +34,7 @@ var update = flag.Bool("update", false, "rewrite the golden files of the scenari
 //
 // Run `go test ./rdma -run RepairScenarios -update` to accept new output.
 func TestRepairScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			got := runRepairScript(t, file)
-			golden := strings.TrimSuffix(file, ".txt") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("output differs from %s (run with -update after checking):\n%s", golden, lineDiff(string(want), got))
-			}
-		})
-	}
-}
-
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var a, b string
-		if i < len(w) {
-			a = w[i]
-		}
-		if i < len(g) {
-			b = g[i]
-		}
-		if a != b {
-			return fmt.Sprintf("line %d:\nwant: %s\ngot:  %s", i+1, a, b)
-		}
-	}
-	return ""
+	golden.Run(t, "testdata/*.txt", runRepairScript)
 }
 
 func formatAction(a rdma.Action) string {

@@ -2,10 +2,8 @@ package master
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -13,12 +11,11 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/atsp"
+	"github.com/concord-ccl/concord/internal/golden"
 	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/rings"
 	"github.com/concord-ccl/concord/sharedstate"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files of the scenario tests")
 
 // TestScenarios runs every testdata/*.txt script through a Machine and compares what it did with the
 // golden file next to it. One line is one input; the number after the command names the connection
@@ -56,46 +53,7 @@ var update = flag.Bool("update", false, "rewrite the golden files of the scenari
 //
 // Run `go test ./pccl/master -run Scenarios -update` to accept new output.
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			got := runScenario(t, file)
-			golden := strings.TrimSuffix(file, ".txt") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("output differs from %s (run with -update after checking):\n%s", golden, diff(string(want), got))
-			}
-		})
-	}
-}
-
-func diff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var a, b string
-		if i < len(w) {
-			a = w[i]
-		}
-		if i < len(g) {
-			b = g[i]
-		}
-		if a != b {
-			return fmt.Sprintf("line %d:\nwant: %s\ngot:  %s", i+1, a, b)
-		}
-	}
-	return ""
+	golden.Run(t, "testdata/*.txt", runScenario)
 }
 
 // parseState reads a digest written name:hash,... (f32 entries of 4 elements; a name ending in ~ is
