@@ -675,9 +675,14 @@ func (s *stream) setWriting(conn net.Conn) {
 // giveUpStuckWrites runs once per stream that sends, until the stream is aborted (release aborts
 // every stream). If a frame is still being written then, and still after abortGrace, it makes that
 // write fail (its Send then gives the connection up). The deadline is set under wmu while the Send
-// still holds the connection, so it never reaches another frame's write.
+// still holds the connection, so it never reaches another frame's write. It also ends when the
+// communicator dies, whose connections all close.
 func (s *stream) giveUpStuckWrites() {
-	<-s.aborted
+	select {
+	case <-s.aborted:
+	case <-s.l.c.done:
+		return
+	}
 	s.wmu.Lock()
 	busy := s.writing != nil
 	s.wmu.Unlock()
