@@ -158,12 +158,7 @@ func newRun(ph Phase, src, work []byte, inPlace bool, dt DType, op Op, pe int) *
 		}
 	}
 	if r.quant != NoQuant {
-		r.partBase = make([]int, world)
-		parts := 0
-		for c := range r.chunks {
-			r.partBase[c] = parts
-			parts += r.parts(c)
-		}
+		parts := r.indexParts()
 		r.qlen = parts*QuantizedLen(dt, r.quant, 0) + len(work)/size*r.quant.codeBytes()
 	}
 	if world == 1 {
@@ -515,13 +510,19 @@ func (r *run) reduce(id ChunkID, dst, own []byte) error {
 // before it first writes them, for restore.
 func (r *run) keepOriginal(backup []byte) {
 	r.backup = backup
+	r.saved = make([]bool, r.indexParts())
+}
+
+// indexParts fills partBase (partBase[c]: the parts of the chunks before c) and returns the number
+// of parts in all.
+func (r *run) indexParts() int {
 	r.partBase = make([]int, len(r.chunks))
 	parts := 0
 	for c := range r.chunks {
 		r.partBase[c] = parts
 		parts += r.parts(c)
 	}
-	r.saved = make([]bool, parts)
+	return parts
 }
 
 // save copies part p of chunk c of work into backup before its first write (with keepOriginal).
