@@ -675,8 +675,8 @@ func (s *stream) setWriting(conn net.Conn) {
 // giveUpStuckWrites runs once per stream that sends, until the stream is aborted (release aborts
 // every stream). If a frame is still being written then, and still after abortGrace, it makes that
 // write fail (its Send then gives the connection up). The deadline is set under wmu while the Send
-// still holds the connection, so it never reaches another frame's write. It also ends when the
-// communicator dies, whose connections all close.
+// still holds the connection, so it never reaches another frame's write. It ends as soon as the
+// communicator dies, whose connections all close, even during the grace.
 func (s *stream) giveUpStuckWrites() {
 	select {
 	case <-s.aborted:
@@ -691,7 +691,11 @@ func (s *stream) giveUpStuckWrites() {
 	}
 	grace := time.NewTimer(abortGrace)
 	defer grace.Stop()
-	<-grace.C
+	select {
+	case <-grace.C:
+	case <-s.l.c.done:
+		return
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.writing != nil {
