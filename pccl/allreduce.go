@@ -183,7 +183,11 @@ func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h 
 	if ctx.Err() != nil {
 		code = wire.CodeAborted
 	}
-	if verr := c.report(call, ch, d.Tag, &wire.Done{Code: code, Detail: err.Error()}, what); verr != nil {
+	done := &wire.Done{Code: code, Detail: err.Error()}
+	if ls != nil {
+		done.Silent = ls.silentLink(st.ring[(rank+world-1)%world], st.ring[(rank+1)%world])
+	}
+	if verr := c.report(call, ch, d.Tag, done, what); verr != nil {
 		if ctx.Err() != nil {
 			return errors.Join(verr, ctx.Err()) // the caller gave up: say so
 		}

@@ -327,6 +327,80 @@ func TestBubbleSilentLinkIsReported(t *testing.T) {
 	})
 }
 
+// TestBubbleBlackHoledLinkIsAvoided black-holes the route between two ring neighbours of four peers
+// mid-operation, while both still reach the master and everyone else: the operation fails on every
+// peer within the progress deadline, the next UpdateTopology wires a ring in which the two are not
+// neighbours, nobody is evicted, and the next AllReduce is correct on all four.
+func TestBubbleBlackHoledLinkIsAvoided(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := newBubble(t)
+		defer b.close()
+		comms := b.start(ctx, 4, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		defer closeAll(comms)
+		host := map[uint64]string{}
+		for i, c := range comms {
+			host[c.ID()] = b.hosts[i]
+		}
+		ring := comms[0].Ring()
+		x, y := ring[0], ring[1]
+		const count = 1 << 16
+		bufs, _ := inputs(4, count, 0)
+		orig, _ := inputs(4, count, 0)
+		desc := pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum}
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i, c := range comms {
+			wg.Go(func() {
+				errs[i] = c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), desc)
+			})
+		}
+		time.Sleep(3 * time.Millisecond)
+		b.net.Partition(host[x], host[y])
+		wg.Wait()
+		for i, err := range errs {
+			if !errors.Is(err, pccl.ErrPeerLeft) || !pccl.Retryable(err) {
+				t.Fatalf("peer %d: %v, want a retryable ErrPeerLeft", i, err)
+			}
+			checkSum(t, fmt.Sprintf("peer %d's untouched buffer", i), bufs[i], orig[i])
+		}
+		if took := time.Since(start); took > 20*time.Second {
+			t.Fatalf("the silent link failed the operation after %v of bubble time, want about the 10s progress floor", took)
+		}
+		errs = each(comms, func(_ int, c *pccl.Communicator) error { return c.UpdateTopology(ctx) })
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d: UpdateTopology: %v", i, err)
+			}
+		}
+		after := comms[0].Ring()
+		if len(after) != 4 {
+			t.Fatalf("ring %v after the cut, want all four peers", after)
+		}
+		for i, a := range after {
+			if next := after[(i+1)%4]; (a == x && next == y) || (a == y && next == x) {
+				t.Fatalf("ring %v still joins %d and %d, whose link is black-holed", after, x, y)
+			}
+		}
+		bufs, want := inputs(4, count, 7)
+		errs = each(comms, func(i int, c *pccl.Communicator) error {
+			return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), desc)
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d after the re-wiring: %v", i, err)
+			}
+			checkSum(t, fmt.Sprintf("peer %d after the re-wiring", i), bufs[i], want)
+		}
+		s := b.srv.Snapshot()
+		if len(s.Peers) != 4 || s.Counters.Kicked != 0 || s.Counters.LinksCut == 0 {
+			t.Fatalf("%d peers, %d kicked, %d links cut; want 4 peers, none kicked and the link cut", len(s.Peers),
+				s.Counters.Kicked, s.Counters.LinksCut)
+		}
+	})
+}
+
 // TestBubbleNonFiniteQuantizedResultIsNotRetryable feeds an infinity into a quantized AllReduce: the
 // owner of the chunk cannot encode its result, and every peer gets ErrLocalFailure, which Retryable
 // rejects, with its buffer untouched, so no retry loop spins on it.

@@ -46,7 +46,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// ProgressTimeout is the least time a data frame of a collective may take on a link before the
 	// link counts as silent and the operation fails with ErrPeerLeft; frames larger than the measured
-	// send rate moves in a fraction of it get proportionally more (8x the expected time). Default 10s.
+	// send rate moves in a fraction of it get proportionally more (8x the expected time). The failure
+	// names the link to the master, which wires the next ring around it (master.Config.LinkCutTimeout)
+	// while both ends stay in the run. Default 10s.
 	ProgressTimeout time.Duration
 	// MasterTimeout is how long the master may stay silent (no answer, no heartbeat ack) before calls
 	// fail with ErrMasterLost. Default 10s.

@@ -315,7 +315,14 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 	if ctx.Err() != nil {
 		code = wire.CodeAborted
 	}
-	if verr := c.report(call, ch, d.Tag, &wire.Done{Code: code, Detail: err.Error()}, what); verr != nil {
+	done := &wire.Done{Code: code, Detail: err.Error()}
+	for i, s := range streams {
+		if l := s.silentLink(hv.prev(marks[i].ring), hv.next(marks[i].ring)); l.Peer != 0 {
+			done.Silent = l
+			break
+		}
+	}
+	if verr := c.report(call, ch, d.Tag, done, what); verr != nil {
 		if ctx.Err() != nil {
 			return errors.Join(verr, ctx.Err())
 		}

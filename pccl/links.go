@@ -486,6 +486,8 @@ type stream struct {
 	writing net.Conn   // the connection a Send is writing a frame to, nil between frames
 	watch   sync.Once  // starts giveUpStuckWrites at the first Send
 
+	silent atomic.Int32 // 1 + the wire.LinkDir of the first link that went silent; 0: none
+
 	sentBytes uint64 // owned by the sender goroutine; read after the collective
 	sentNanos uint64 // time blocked in sends
 
@@ -598,6 +600,7 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 		default:
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.silent.CompareAndSwap(0, 1+int32(wire.LinkOut))
 			return fmt.Errorf("%w: send %v: %w after %v", ErrPeerLeft, id, errSilentLink, took.Round(time.Millisecond))
 		}
 		return fmt.Errorf("%w: send %v: %w", ErrPeerLeft, id, err)
@@ -622,6 +625,7 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 		return s.h.cause
 	case <-timer.C:
 		// Nothing arrived on this link for the whole deadline: it is silent.
+		s.silent.CompareAndSwap(0, 1+int32(wire.LinkIn))
 		s.l.broken(s.ins[k])
 		return fmt.Errorf("%w: receive %v: %w for %v", ErrPeerLeft, id, errSilentLink, limit)
 	}
@@ -632,6 +636,7 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 	select {
 	case err = <-req.done:
 	case <-timer.C:
+		s.silent.CompareAndSwap(0, 1+int32(wire.LinkIn))
 		s.l.broken(s.ins[k])
 		<-req.done
 		err = fmt.Errorf("%w for %v", errSilentLink, limit)
@@ -701,6 +706,18 @@ func (s *stream) giveUpStuckWrites() {
 	if s.writing != nil {
 		s.writing.SetWriteDeadline(time.Unix(1, 0))
 	}
+}
+
+// silentLink names the link of s that went silent past its progress deadline, if one did, given the
+// ring neighbours the stream runs between: for a Done, which makes the master avoid that edge.
+func (s *stream) silentLink(prev, next uint64) wire.LinkRef {
+	switch s.silent.Load() {
+	case 1 + int32(wire.LinkOut):
+		return wire.LinkRef{Peer: next, Dir: wire.LinkOut}
+	case 1 + int32(wire.LinkIn):
+		return wire.LinkRef{Peer: prev, Dir: wire.LinkIn}
+	}
+	return wire.LinkRef{}
 }
 
 // Abort stops the stream: pending and later Sends and Receives return err. Its connections stay

@@ -91,6 +91,10 @@ func Decode(t Type, p []byte) (Message, error) {
 		v := &Done{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: d.code(), Detail: d.str("detail"),
 			LinkBytes: d.u64("link bytes"), LinkNanos: d.u64("link nanos")}
 		v.Links = d.linkTimings()
+		v.Silent = LinkRef{Peer: d.u64("silent peer"), Dir: LinkDir(d.u8("silent dir"))}
+		if v.Silent.Dir > LinkIn || (v.Silent.Peer == 0 && v.Silent.Dir != 0) {
+			d.fail("silent link")
+		}
 		m = v
 	case TypeHeartbeat:
 		m = &Heartbeat{Seq: d.u64("seq")}
@@ -298,9 +302,13 @@ type Contribution struct {
 // ring: the link to the successor and the link from the predecessor). It is a bounded summary of
 // the whole operation, never one entry per chunk. A peer that does not time its links sends none.
 //
+// Silent names the link whose progress deadline failed the operation (Silent.Peer 0: none). Both ends
+// still reached the master, so the master avoids that edge in the next ring rather than evict
+// either (a route black-holed between them).
+//
 // Encoding: tag u64 | seq u64 | code u8 | detail string | link bytes u64 | link nanos u64 | link
 // count u32 (at most MaxLinkTimings) | per link: peer u64 | dir u8 | bytes u64 | start u64 | end u64
-// | wait u64 (41 bytes each).
+// | wait u64 (41 bytes each) | silent peer u64 | silent dir u8.
 type Done struct {
 	Tag       uint64
 	Seq       uint64
@@ -309,6 +317,13 @@ type Done struct {
 	LinkBytes uint64
 	LinkNanos uint64
 	Links     []LinkTiming
+	Silent    LinkRef
+}
+
+// LinkRef names one direction of the link between the reporting peer and Peer.
+type LinkRef struct {
+	Peer uint64
+	Dir  LinkDir
 }
 
 // MaxLinkTimings bounds Done.Links; the decoder refuses more.
@@ -536,7 +551,9 @@ func (m *Done) Append(b []byte) []byte {
 	b = appendString(b, m.Detail)
 	b = appendU64(b, m.LinkBytes)
 	b = appendU64(b, m.LinkNanos)
-	return appendLinkTimings(b, m.Links)
+	b = appendLinkTimings(b, m.Links)
+	b = appendU64(b, m.Silent.Peer)
+	return append(b, byte(m.Silent.Dir))
 }
 
 // appendLinkTimings appends a list of link timings: count u32, then per entry peer u64 | dir u8 |

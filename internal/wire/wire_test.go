@@ -21,6 +21,7 @@ func sampleMessages() []Message {
 		&Initiate{Tag: 12, Desc: Desc{Count: 1 << 40, DType: 3, Op: 2, Quant: 1}},
 		&Initiate{Tag: 13, Desc: Desc{Count: 8, DType: 10, Op: 0}, Stats: &Contribution{Finite: true, Norm: 2.5}},
 		&Done{Tag: 12, Seq: 99, Code: CodePeerLeft, Detail: "peer 3: eof", LinkBytes: 1 << 20, LinkNanos: 5e6},
+		&Done{Tag: 12, Seq: 98, Code: CodePeerLeft, Detail: "silent", Silent: LinkRef{Peer: 3, Dir: LinkIn}},
 		&Done{Tag: 12, Seq: 100, LinkBytes: 1 << 20, LinkNanos: 5e6, Links: []LinkTiming{
 			{Peer: 4, Dir: LinkOut, Bytes: 1 << 20, Start: 1e5, End: 9e6, Wait: 2e6},
 			{Peer: 2, Dir: LinkIn, Bytes: 1 << 20, Start: 2e5, End: 9.5e6, Wait: 1e6},
@@ -94,6 +95,9 @@ func TestDecodeRejects(t *testing.T) {
 		{"done with too many link timings", TypeDone, doneWithTimings(MaxLinkTimings+1, LinkTiming{Peer: 1, Bytes: 1})},
 		{"link timing of unknown direction", TypeDone, doneWithTimings(1, LinkTiming{Peer: 1, Dir: 2})},
 		{"link timing ending before it starts", TypeDone, doneWithTimings(1, LinkTiming{Peer: 1, Start: 5, End: 4})},
+		{"done without its silent link", TypeDone, doneWithTimings(0, LinkTiming{})[:8+8+1+4+8+8+4]},
+		{"silent link of unknown direction", TypeDone, (&Done{Tag: 1, Silent: LinkRef{Peer: 2, Dir: 2}}).Append(nil)},
+		{"silent link direction without a peer", TypeDone, (&Done{Tag: 1, Silent: LinkRef{Dir: LinkIn}}).Append(nil)},
 	}
 	for _, c := range cases {
 		if _, err := Decode(c.t, c.p); !errors.Is(err, ErrMalformed) {

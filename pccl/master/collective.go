@@ -269,6 +269,9 @@ func (m *Machine) done(p *peer, d *wire.Done) {
 		return
 	}
 	o.done[p.id] = true
+	if d.Code != wire.CodeOK && d.Silent.Peer != 0 {
+		m.silentLink(g, p.id, d.Silent)
+	}
 	if d.Code == wire.CodeOK {
 		m.observeLink(p.id, o.successor(p.id), d.LinkBytes, d.LinkNanos)
 		m.diagReport(o, p.id, d)

@@ -51,6 +51,10 @@ type Config struct {
 	// may still hold from before the restart. Zero (scenarios, a single master that never restarts)
 	// gives plain epoch counters.
 	Incarnation uint64
+	// LinkCutTimeout is how long a link that went silent on the data path (or could not be dialled
+	// while wiring) between two peers that both still reach the master stays out of the group's rings.
+	// Zero means 60s.
+	LinkCutTimeout time.Duration
 	// Diagnosis configures the detection of slow links and slow peers from the peers' link timings:
 	// events, the cost of slow links in the ring solve, and the eviction of chronic stragglers (off
 	// by default).
@@ -98,6 +102,9 @@ func (c Config) withDefaults() Config {
 	if c.ResumeGrace == 0 {
 		c.ResumeGrace = 2 * time.Second
 	}
+	if c.LinkCutTimeout == 0 {
+		c.LinkCutTimeout = time.Minute
+	}
 	return c
 }
 
@@ -119,6 +126,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: Config.Guard.NormFactor is %v, must be 0 (off) or above 1", c.Guard.NormFactor)
 	case c.ResumeGrace < 0:
 		return fmt.Errorf("master: Config.ResumeGrace is %v, must be >= 0", c.ResumeGrace)
+	case c.LinkCutTimeout < 0:
+		return fmt.Errorf("master: Config.LinkCutTimeout is %v, must be >= 0", c.LinkCutTimeout)
 	case c.MeasureDuration < 0 || c.SolveBudget < 0 || c.ImproveBudget < 0:
 		return fmt.Errorf("master: Config.MeasureDuration, SolveBudget and ImproveBudget must be >= 0")
 	case c.Incarnation >= 1<<32:

@@ -15,7 +15,8 @@
 // (OptimizeTopology: bandwidth measurement, ring solve, placement of newcomers) and diagnosis.go (the
 // link timings of every completed collective fed into the group's delay matrix, whose syndromes, in
 // package diagnosis, become events, a higher cost for slow links in the ring solve, and optionally
-// the eviction of chronic stragglers).
+// the eviction of chronic stragglers), and cuts.go (links that went silent on the data path, or could
+// not be dialled, between two peers that still reach the master: rings avoid them for a while).
 //
 // # Groups
 //
@@ -116,11 +117,14 @@
 //	   -> round (epoch E): Connect to every member of the new ring
 //	   -> every member answers LinksReady(E)
 //	        all ok:  Topology(E) to all; newcomers accepted
-//	        some failed: the unreachable peers (newcomers first) are kicked; round retried at E+1
+//	        some failed between accepted peers, and a ring without those links exists: the links
+//	                 are cut; round retried at E+1 on that ring
+//	        some failed otherwise: the unreachable peers (newcomers first) are kicked; round retried at E+1
 //	   a member goes meanwhile: round retried at E+1 without it
 //
-// Without newcomers, a dirty ring or a rewire request, UpdateTopology answers Topology(unchanged) at
-// once. OptimizeTopology ends the same way when its solved ring differs from the ring in force.
+// A collective that failed on a silent link (Done.Silent) cuts that link and marks the ring dirty, so
+// the next round wires a ring around it. Without newcomers, a dirty ring or a rewire request,
+// UpdateTopology answers Topology(unchanged) at once. OptimizeTopology ends the same way when its solved ring differs from the ring in force.
 //
 // # An operation's states (one collective on one tag of a group)
 //

@@ -86,6 +86,7 @@ type Machine struct {
 
 	bw       map[edge]float64       // bandwidth estimates, bytes/s, from tests and real collectives
 	lat      map[edge]time.Duration // one-way latency estimates from tests
+	cuts     map[edge]time.Time     // links cut on the data path (pairOf keys), until when (cuts.go)
 	solveSeq uint64                 // last Solve request id, unique across groups
 
 	resume  resumeState                 // the rebuild window after a restart (resume.go)
@@ -102,7 +103,7 @@ const maxEvents = 200
 // New returns a Machine with no peers.
 func New(cfg Config) *Machine {
 	return &Machine{cfg: cfg.withDefaults(), peers: map[PeerID]*peer{}, conns: map[ConnID]PeerID{},
-		groups: map[GroupID]*group{}, bw: map[edge]float64{}, lat: map[edge]time.Duration{},
+		groups: map[GroupID]*group{}, bw: map[edge]float64{}, lat: map[edge]time.Duration{}, cuts: map[edge]time.Time{},
 		contrib: map[guardKey]*contributions{}}
 }
 

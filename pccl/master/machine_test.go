@@ -168,6 +168,12 @@ func runScenario(t *testing.T, file string) string {
 			case "aborted":
 				d.Code, d.Detail = wire.CodeAborted, "cancelled"
 			}
+			if _, ok := args["silent-out"]; ok {
+				d.Silent = wire.LinkRef{Peer: num("silent-out", 0), Dir: wire.LinkOut}
+			}
+			if _, ok := args["silent-in"]; ok {
+				d.Silent = wire.LinkRef{Peer: num("silent-in", 0), Dir: wire.LinkIn}
+			}
 			in = Received{id(), d}
 		case "sync":
 			d := parseState(t, args["state"], num("rev", 0))

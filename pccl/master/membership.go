@@ -146,6 +146,7 @@ func (m *Machine) remove(id PeerID, kind, reason string) {
 	m.leaveSync(g, id)
 	m.leaveOptimize(g, id)
 	m.diagForget(g, id)
+	m.forgetCuts(id)
 	for e := range m.lat {
 		if e.from == id || e.to == id {
 			delete(m.lat, e)

@@ -91,12 +91,13 @@ type Counters struct {
 	OpsAborted uint64 // collectives aborted
 	Rounds     uint64 // ring wiring rounds started
 	Syncs      uint64 // shared-state syncs completed
+	LinksCut   uint64 // links between two reachable peers taken out of the rings (cuts.go)
 }
 
 // Event is one notable thing that happened, for logs and the status page.
 type Event struct {
 	Time   time.Time
-	Kind   string  // "joined", "accepted", "left", "kicked", "timeout", "aborted", "ring", "mismatch", a syndrome ("slow-link", "slow-sender", "slow-receiver", "slow-compute") or "cleared"
+	Kind   string  // "joined", "accepted", "left", "kicked", "timeout", "aborted", "ring", "mismatch", "link-cut", a syndrome ("slow-link", "slow-sender", "slow-receiver", "slow-compute") or "cleared"
 	Peer   PeerID  // 0 if not about one peer
 	Group  GroupID // the group it happened in (0 for events of the default group or of no group)
 	Detail string

@@ -87,6 +87,10 @@ type optRound struct {
 
 type edge struct{ from, to PeerID }
 
+// cutCost is the cost of a cut link (cuts.go) in the ring solve, in units of the slowest known link:
+// beyond any ring without it, so the solver uses it only when no other ring exists.
+const cutCost = 1e6
+
 // ewmaWeight is the weight of a new bandwidth sample from a real collective.
 const ewmaWeight = 0.3
 
@@ -208,6 +212,8 @@ func (m *Machine) costMatrix(nodes []PeerID) [][]float64 {
 		for j, b := range nodes {
 			switch bw := m.bw[edge{a, b}]; {
 			case i == j:
+			case m.isCut(a, b):
+				cost[i][j] = cutCost * worst
 			case bw > 0:
 				cost[i][j] = m.linkPenalty(a, b) / bw
 			default:
@@ -330,7 +336,7 @@ func (m *Machine) applyRing(g *group, ring []PeerID, why string) {
 		return
 	}
 	m.gnote(g, "ring", 0, "%s ring %v replaces %v", why, ring, g.ring)
-	g.wiring = &round{ring: slices.Clone(ring)}
+	g.wiring = &round{ring: slices.Clone(m.avoidCuts(g, ring))}
 	m.restartRound(g)
 }
 

@@ -76,7 +76,7 @@ func (m *Machine) startRound(g *group) {
 	if m.holding() {
 		return // the rebuild window after a restart wires every group when it closes
 	}
-	ring := m.placeNewcomers(slices.Clone(g.ring), m.registered(g))
+	ring := m.avoidCuts(g, m.placeNewcomers(slices.Clone(g.ring), m.registered(g)))
 	if len(ring) == 0 {
 		return
 	}
@@ -122,7 +122,11 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 	if len(r.reported) < len(r.ring) {
 		return // only members report, and each once
 	}
-	// Everyone reported. Remove whoever cannot be reached, newcomers first, and try again.
+	// Everyone reported. A link that failed between two accepted peers is avoided if a ring without
+	// it exists; otherwise remove whoever cannot be reached, newcomers first, and try again.
+	if m.cutUnreachable(g, r) {
+		return
+	}
 	var victims []PeerID
 	for _, id := range r.ring {
 		rep := r.reported[id]

@@ -82,8 +82,8 @@ func Handler(snap func() master.Snapshot, reg *prometheus.Registry) http.Handler
 type metricsCollector struct {
 	snap func() master.Snapshot
 
-	peers, epoch, ringSize, opsInFlight                 *prometheus.Desc
-	joined, left, kicked, timeouts, opsDone, opsAborted *prometheus.Desc
+	peers, epoch, ringSize, opsInFlight                           *prometheus.Desc
+	joined, left, kicked, timeouts, opsDone, opsAborted, linksCut *prometheus.Desc
 
 	// Per group, per link and per peer: the diagnosis.
 	linkBandwidth, linkDelay, peerStep  *prometheus.Desc
@@ -109,6 +109,7 @@ func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
 		timeouts:    d("concord_heartbeat_timeouts_total", "Peers declared gone for missed heartbeats since the master started."),
 		opsDone:     d("concord_ops_completed_total", "Collectives completed since the master started."),
 		opsAborted:  d("concord_ops_aborted_total", "Collectives aborted since the master started."),
+		linksCut:    d("concord_links_cut_total", "Links between two reachable peers taken out of the rings since the master started, after going silent on the data path or failing to dial."),
 
 		linkBandwidth: d("concord_link_bandwidth_bytes_per_second",
 			"Estimated bandwidth of each link of the ring in force, from bandwidth tests and real collectives.", "group", "from", "to"),
@@ -132,7 +133,7 @@ func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
 // Describe implements prometheus.Collector.
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.peers, c.epoch, c.ringSize, c.opsInFlight,
-		c.joined, c.left, c.kicked, c.timeouts, c.opsDone, c.opsAborted,
+		c.joined, c.left, c.kicked, c.timeouts, c.opsDone, c.opsAborted, c.linksCut,
 		c.linkBandwidth, c.linkDelay, c.peerStep, c.syndromesActive, c.syndromesRaised, c.syndromesCleared,
 		c.evicted, c.recovery, c.lastRecovery, c.groupOpsInFlight,
 		c.groupPeers, c.groupEpoch, c.groupRing} {
@@ -174,6 +175,7 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.timeouts, s.Counters.Timeouts)
 	counter(c.opsDone, s.Counters.OpsDone)
 	counter(c.opsAborted, s.Counters.OpsAborted)
+	counter(c.linksCut, s.Counters.LinksCut)
 	c.collectDiagnosis(ch, s)
 }
 
@@ -360,6 +362,7 @@ type statusCountJSON struct {
 	OpsDone    uint64 `json:"ops_done"`
 	OpsAborted uint64 `json:"ops_aborted"`
 	Rounds     uint64 `json:"rounds"`
+	LinksCut   uint64 `json:"links_cut"`
 }
 
 type statusEventJSON struct {
@@ -388,7 +391,7 @@ func newStatusJSON(s master.Snapshot) statusJSON {
 		Counters: statusCountJSON{
 			Joined: s.Counters.Joined, Accepted: s.Counters.Accepted, Left: s.Counters.Left,
 			Kicked: s.Counters.Kicked, Timeouts: s.Counters.Timeouts, OpsDone: s.Counters.OpsDone,
-			OpsAborted: s.Counters.OpsAborted, Rounds: s.Counters.Rounds,
+			OpsAborted: s.Counters.OpsAborted, Rounds: s.Counters.Rounds, LinksCut: s.Counters.LinksCut,
 		},
 		Bandwidth: finiteMatrix(s.Bandwidth),
 		Delay:     finiteMatrix(s.Delay),

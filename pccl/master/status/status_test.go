@@ -47,7 +47,7 @@ func statusSnapshot() master.Snapshot {
 			{Tag: 4, Seq: 11, Count: 4096, Done: 1, Peers: 3},
 			{Tag: 8, Seq: 12, Count: 16, Peers: 3, Failed: true, FailCause: "peer 5 left"},
 		},
-		Counters: master.Counters{Joined: 10, Accepted: 8, Left: 6, Kicked: 2, Timeouts: 3, OpsDone: 120, OpsAborted: 4, Rounds: 5},
+		Counters: master.Counters{Joined: 10, Accepted: 8, Left: 6, Kicked: 2, Timeouts: 3, OpsDone: 120, OpsAborted: 4, Rounds: 5, LinksCut: 1},
 		Bandwidth: [][]float64{
 			{0, 1.25e9, 0},
 			{3e8, 0, 5e6},
@@ -272,7 +272,7 @@ func TestStatusJSON(t *testing.T) {
 			{Tag: 4, Seq: 11, Count: 4096, Done: 1, Peers: 3},
 			{Tag: 8, Seq: 12, Count: 16, Peers: 3, Failed: true, FailCause: "peer 5 left"},
 		},
-		Counters:  statusCountJSON{Joined: 10, Accepted: 8, Left: 6, Kicked: 2, Timeouts: 3, OpsDone: 120, OpsAborted: 4, Rounds: 5},
+		Counters:  statusCountJSON{Joined: 10, Accepted: 8, Left: 6, Kicked: 2, Timeouts: 3, OpsDone: 120, OpsAborted: 4, Rounds: 5, LinksCut: 1},
 		Bandwidth: [][]float64{{0, 1.25e9, 0}, {3e8, 0, 5e6}, {0, 7e7, 0}},
 		Delay:     nil,
 		Events: []statusEventJSON{
@@ -380,6 +380,7 @@ func TestStatusMetrics(t *testing.T) {
 		"concord_heartbeat_timeouts_total": 3,
 		"concord_ops_completed_total":      120,
 		"concord_ops_aborted_total":        4,
+		"concord_links_cut_total":          1,
 	}
 	if !reflect.DeepEqual(vals, want) {
 		t.Errorf("metrics:\n got %v\nwant %v", vals, want)
