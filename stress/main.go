@@ -33,6 +33,14 @@
 //   - junk: 40 connections to the master that a stranger or a broken client would open (bytes without
 //     a handshake, frames that do not decode, oversized frames, no Hello, another run token, silence).
 //     They must disturb nobody.
+//   - link-blackhole: one ring link, from a peer to its successor, forwards nothing for 4 to 6 s while
+//     both peers still reach the master and everyone else (every peer's connections to other peers
+//     run through a relay in this process that knows each connection's destination). The peers give a
+//     link up after 3 s of silence (ProgressTimeout), so the collective fails on it, the master cuts
+//     the link and the next ring avoids it: nobody is evicted while a ring without it exists. Dealt
+//     only while four healthy peers are in the ring; an eviction as unreachable that it causes anyway
+//     (the group shrank meanwhile) is counted in link_hole_evictions, not as a violation.
+//   - link-slow: one ring link delays every byte by 20 to 100 ms for 2 to 4 s.
 //
 // While the master is paused the stall check is suspended (nobody can make progress). Faults that
 // remove a peer that holds the state are only dealt while at least three such peers are

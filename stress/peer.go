@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/concord-ccl/concord/internal/cluster"
@@ -40,6 +43,8 @@ const (
 // peerParams is what the supervisor tells every peer, as JSON in envPeer.
 type peerParams struct {
 	Master        string        `json:"master"`         // the address of this peer's relay to the master
+	LinkRelay     string        `json:"link_relay"`     // the address of this peer's relay to other peers
+	Progress      time.Duration `json:"progress"`       // pccl.Config.ProgressTimeout
 	Lifetime      time.Duration `json:"lifetime"`       // hard bound on the process's life
 	OptimizeEvery uint64        `json:"optimize_every"` // OptimizeTopology after steps at revisions divisible by this; 0 never
 }
@@ -57,6 +62,7 @@ type peerEvent struct {
 	Started  int64    `json:"started,omitempty"` // step: when its collectives started
 	World    int      `json:"world,omitempty"`
 	Ring     []uint64 `json:"ring,omitempty"`
+	Addr     string   `json:"addr,omitempty"`     // connected: where the session's neighbours dial it
 	Ops      int      `json:"ops,omitempty"`      // step: collectives completed
 	Restored bool     `json:"restored,omitempty"` // aborted: every failed buffer unchanged
 	Kind     string   `json:"kind,omitempty"`     // aborted, session_end: which error
@@ -123,14 +129,16 @@ func peerMain() int {
 	brk := os.Getenv(envBreak)
 	for ctx.Err() == nil {
 		baseline := runtime.NumGoroutine()
-		comm, err := pccl.Connect(ctx, pccl.Config{Master: p.Master, Logger: cluster.Logger()})
+		tr := &linkDialer{Transport: pccl.NewTCP(pccl.TCPConfig{}), relay: p.LinkRelay, master: p.Master}
+		comm, err := pccl.Connect(ctx, pccl.Config{Master: p.Master, Logger: cluster.Logger(), Transport: tr,
+			ProgressTimeout: p.Progress})
 		if err != nil {
 			if ctx.Err() == nil {
 				time.Sleep(100 * time.Millisecond)
 			}
 			continue
 		}
-		emitEvent(peerEvent{Event: "connected", Sess: comm.ID(), World: comm.WorldSize()})
+		emitEvent(peerEvent{Event: "connected", Sess: comm.ID(), World: comm.WorldSize(), Addr: tr.listening()})
 		s := &session{comm: comm, p: p, brk: brk}
 		err = s.run(ctx)
 		comm.Close()
@@ -371,7 +379,7 @@ func (s *session) run(ctx context.Context) error {
 		}
 		if first == nil {
 			s.update(rev)
-			emitEvent(peerEvent{Event: "step", Sess: id, Rev: rev, Started: started.UnixNano(), World: len(ring), Ops: ok})
+			emitEvent(peerEvent{Event: "step", Sess: id, Rev: rev, Started: started.UnixNano(), World: len(ring), Ring: ring, Ops: ok})
 			if s.p.OptimizeEvery > 0 && rev%s.p.OptimizeEvery == 0 {
 				if err := c.OptimizeTopology(ctx); err != nil {
 					if !pccl.Retryable(err) {
@@ -414,4 +422,53 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// linkDialer is a soak peer's Transport: connections to other peers leave through the supervisor's
+// link relay for this peer, each announcing its destination in a first line, so that the supervisor
+// can black-hole or slow the route to one neighbour while the peer still reaches the master and
+// everyone else. The connection to the master goes straight to its own relay.
+type linkDialer struct {
+	pccl.Transport
+	relay, master string
+
+	mu   sync.Mutex
+	addr string // the address of the last listener opened
+}
+
+// Listen records the address the communicator's neighbours will dial.
+func (t *linkDialer) Listen(addr string) (net.Listener, error) {
+	ln, err := t.Transport.Listen(addr)
+	if err == nil {
+		t.mu.Lock()
+		t.addr = ln.Addr().String()
+		t.mu.Unlock()
+	}
+	return ln, err
+}
+
+func (t *linkDialer) listening() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.addr
+}
+
+// Dial connects to addr through the link relay, unless addr is the master's.
+func (t *linkDialer) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	if t.relay == "" || addr == t.master {
+		return t.Transport.Dial(ctx, addr)
+	}
+	c, err := t.Transport.Dial(ctx, t.relay)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetWriteDeadline(dl)
+	}
+	if _, err := io.WriteString(c, addr+"\n"); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("link relay: %w", err)
+	}
+	c.SetWriteDeadline(time.Time{})
+	return c, nil
 }

@@ -22,7 +22,18 @@ import (
 )
 
 // Fault classes, in the order of the summary.
-var faultClasses = []string{"kill", "stop", "spawn", "join", "blackhole", "slow", "leave", "master-stall", "master-restart", "junk"}
+var faultClasses = []string{"kill", "stop", "spawn", "join", "blackhole", "slow", "leave", "master-stall", "master-restart", "junk",
+	"link-blackhole", "link-slow"}
+
+// Ring-link faults. A peer's data path gives up a link silent for soakProgress; a black hole on a ring
+// link outlasts it, so the collective fails on that link, the master cuts it and the next ring avoids
+// it. A peer may still be evicted as unreachable when no ring without the link exists (the group
+// shrank meanwhile): that is expected within linkHoleGrace of the hole, not a violation.
+const (
+	soakProgress  = 3 * time.Second
+	linkHoleMin   = 4 * time.Second
+	linkHoleGrace = 10 * time.Second
+)
 
 // Bounds of the soak's waits.
 const (
@@ -80,25 +91,31 @@ type Stats struct {
 
 // Summary is the JSON line the soak prints last.
 type Summary struct {
-	Seed            uint64           `json:"seed"`
-	DurationS       float64          `json:"duration_s"`
-	Peers           int              `json:"peers"`
-	Iterations      int              `json:"iterations"`
-	OpsCompleted    int64            `json:"ops_completed"`
-	Aborts          int              `json:"aborts"`
-	SyncFailures    int              `json:"sync_failures"`
-	Sessions        int              `json:"sessions"`
-	UnfaultedKicks  int              `json:"unfaulted_kicks"`
-	MaxRevision     uint64           `json:"max_revision"`
-	LongestGapMs    float64          `json:"longest_gap_ms"`   // longest time without a completed collective
-	LongestGapAtS   float64          `json:"longest_gap_at_s"` // when it ended, from the start
-	Faults          map[string]int   `json:"faults"`
-	FaultsTotal     int              `json:"faults_total"`
-	OpsPerWindow    []int64          `json:"ops_per_10s"`
-	MinOpsPerWindow int64            `json:"min_ops_per_10s"`
-	Recovery        map[string]Stats `json:"recovery_ms"`
-	Violations      int              `json:"violations"`
-	ViolationList   []Violation      `json:"violation_list,omitempty"`
+	Seed           uint64  `json:"seed"`
+	DurationS      float64 `json:"duration_s"`
+	Peers          int     `json:"peers"`
+	Iterations     int     `json:"iterations"`
+	OpsCompleted   int64   `json:"ops_completed"`
+	Aborts         int     `json:"aborts"`
+	SyncFailures   int     `json:"sync_failures"`
+	Sessions       int     `json:"sessions"`
+	UnfaultedKicks int     `json:"unfaulted_kicks"`
+	// LinkHoleEvictions counts peers evicted as unreachable from a ring neighbour whose link was
+	// black-holed (no ring without that link existed then).
+	LinkHoleEvictions int `json:"link_hole_evictions"`
+	// SilentLinkAborts counts aborted steps that failed on a link given up as silent past its
+	// progress deadline (a black-holed ring link, or its far end stopped), as seen by any peer.
+	SilentLinkAborts int              `json:"silent_link_aborts"`
+	MaxRevision      uint64           `json:"max_revision"`
+	LongestGapMs     float64          `json:"longest_gap_ms"`   // longest time without a completed collective
+	LongestGapAtS    float64          `json:"longest_gap_at_s"` // when it ended, from the start
+	Faults           map[string]int   `json:"faults"`
+	FaultsTotal      int              `json:"faults_total"`
+	OpsPerWindow     []int64          `json:"ops_per_10s"`
+	MinOpsPerWindow  int64            `json:"min_ops_per_10s"`
+	Recovery         map[string]Stats `json:"recovery_ms"`
+	Violations       int              `json:"violations"`
+	ViolationList    []Violation      `json:"violation_list,omitempty"`
 }
 
 // percentile is the nearest-rank percentile of xs, 0 for none.
@@ -115,7 +132,9 @@ func percentile(xs []float64, p float64) float64 {
 type peerProc struct {
 	name   string
 	proc   *cluster.Proc
-	relay  *relay
+	relay  *relay        // its connections to the master
+	links  *relay        // its connections to other peers
+	addr   string        // where its session's neighbours dial it
 	output chan struct{} // closed once every stdout line of the process is on the merged feed
 
 	sess        uint64    // the session in the group, 0 if none or doomed by a fault
@@ -136,6 +155,15 @@ func (p *peerProc) gone() bool { return p.exited || p.killed || !p.leaveAt.IsZer
 // healthy reports whether the process is in the group and neither frozen nor cut off.
 func (p *peerProc) healthy() bool {
 	return !p.gone() && p.sess != 0 && p.stoppedUntil.IsZero() && p.holedUntil.IsZero()
+}
+
+// linkFault is a black hole or slow-down on one ring link, from a peer to its successor.
+type linkFault struct {
+	class    string // "link-blackhole" or "link-slow"
+	from, to *peerProc
+	dest     string // to's address, as from's link relay knows it
+	until    time.Time
+	over     bool // ended; kept until linkHoleGrace after, to excuse an eviction it caused
 }
 
 // fault is one fault whose recovery is being timed.
@@ -219,8 +247,10 @@ type soak struct {
 	lastWorld  int
 	lastStep   time.Time
 	freezeOver time.Time // when the last stop or black hole ended
-	events     []string  // the last events, for the report of a violation
-	reported   int       // violations already printed
+	ring       []uint64  // the ring (session ids) of the latest completed step
+	linkFaults []linkFault
+	events     []string // the last events, for the report of a violation
+	reported   int      // violations already printed
 	lastStatus time.Time
 	isTerm     bool
 }
@@ -257,6 +287,7 @@ func run(ctx context.Context, o options, log io.Writer) (Summary, error) {
 	}
 	for _, p := range s.order {
 		p.relay.close()
+		p.links.close()
 	}
 	s.finish()
 	if s.sum.Violations > 0 {
@@ -284,7 +315,13 @@ func (s *soak) spawn(why string) (*peerProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay for %s: %w", name, err)
 	}
-	js, _ := json.Marshal(peerParams{Master: r.addr(), Lifetime: s.o.Duration + 5*time.Minute, OptimizeEvery: s.o.OptimizeEvery})
+	lr, err := newRelay("")
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("link relay for %s: %w", name, err)
+	}
+	js, _ := json.Marshal(peerParams{Master: r.addr(), LinkRelay: lr.addr(), Progress: soakProgress,
+		Lifetime: s.o.Duration + 5*time.Minute, OptimizeEvery: s.o.OptimizeEvery})
 	env := []string{envPeer + "=" + string(js)}
 	if s.o.Break != "" {
 		env = append(env, envBreak+"="+s.o.Break)
@@ -292,9 +329,10 @@ func (s *soak) spawn(why string) (*peerProc, error) {
 	cp, err := s.c.Spawn(cluster.Spec{Role: rolePeer, Name: name, Env: env})
 	if err != nil {
 		r.close()
+		lr.close()
 		return nil, err
 	}
-	p := &peerProc{name: name, proc: cp, relay: r, output: make(chan struct{})}
+	p := &peerProc{name: name, proc: cp, relay: r, links: lr, output: make(chan struct{})}
 	go func() { // drain the per-process feed; the merged feed is the one read
 		for range cp.Lines() {
 		}
@@ -372,7 +410,7 @@ func (s *soak) handle(l cluster.Line) {
 	switch ev.Event {
 	case "connected":
 		if time.Unix(0, ev.T).After(p.doomedAt) {
-			p.sess, p.established = ev.Sess, false
+			p.sess, p.established, p.addr = ev.Sess, false, ev.Addr
 		}
 		s.sum.Sessions++
 		s.event("%s connected as %d (world %d)", p.name, ev.Sess, ev.World)
@@ -397,6 +435,9 @@ func (s *soak) handle(l cluster.Line) {
 			s.sum.LongestGapMs, s.sum.LongestGapAtS = gap, now.Sub(s.start).Seconds()
 		}
 		s.lastStep = now
+		if len(ev.Ring) > 0 {
+			s.ring = ev.Ring
+		}
 		if s.o.Verbose && !s.iterations[ev.Rev] {
 			s.event("revision %d done by %s (world %d)", ev.Rev, key, ev.World)
 		}
@@ -425,7 +466,11 @@ func (s *soak) handle(l cluster.Line) {
 	case "aborted":
 		s.sum.Aborts++
 		s.check.aborted(now, key, ev.Rev, ev.Restored, ev.Detail)
-		s.event("%s aborted at revision %d (%d ops done): %s", key, ev.Rev, ev.Ops, ev.Kind)
+		silent := strings.Contains(ev.Detail, "silent past its progress deadline")
+		if silent {
+			s.sum.SilentLinkAborts++
+		}
+		s.event("%s aborted at revision %d (%d ops done): %s (silent link: %v)", key, ev.Rev, ev.Ops, ev.Kind, silent)
 	case "wrong":
 		s.check.wrongElement(now, key, ev.Rev, ev.Detail)
 	case "sync_failed":
@@ -444,7 +489,11 @@ func (s *soak) handle(l cluster.Line) {
 				// Kicked although no fault hit it (a fault clears sess): e.g. heartbeats starved.
 				s.sum.UnfaultedKicks++
 				fmt.Fprintf(s.log, "stress: %s left the group although no fault hit it: %s\n", key, ev.Detail)
-				if strings.Contains(ev.Detail, "kicked by the master") && !strings.Contains(ev.Detail, "no heartbeat") {
+				excused := strings.Contains(ev.Detail, "unreachable from its ring neighbour") && s.linkHoled(p, now)
+				if excused {
+					s.sum.LinkHoleEvictions++
+				}
+				if !excused && strings.Contains(ev.Detail, "kicked by the master") && !strings.Contains(ev.Detail, "no heartbeat") {
 					s.check.fail(now, vPeer, 0, key, "a healthy peer was kicked: %s", ev.Detail)
 				}
 			}
@@ -511,6 +560,7 @@ func (s *soak) tick(now time.Time) error {
 		case <-p.proc.Done():
 			p.exited = true
 			p.relay.close()
+			p.links.close()
 			code := p.proc.ExitCode()
 			s.event("%s exited with status %d", p.name, code)
 			switch {
@@ -536,6 +586,7 @@ func (s *soak) tick(now time.Time) error {
 			healthy++
 		}
 	}
+	s.endLinkFaults(now)
 	for ; running < s.o.Peers && !s.closing; running++ {
 		if _, err := s.spawn("replacement"); err != nil {
 			return err
@@ -609,6 +660,12 @@ func (s *soak) inject(now time.Time) {
 	if !s.masterStoppedUntil.IsZero() {
 		frozen = true
 	}
+	for _, f := range s.linkFaults {
+		if f.class == "link-blackhole" && !f.over {
+			frozen = true
+		}
+	}
+	links, inRing := s.ringLinks()
 	var possible []string
 	for _, c := range faultClasses {
 		ok := false
@@ -631,6 +688,11 @@ func (s *soak) inject(now time.Time) {
 			ok = running < s.o.Peers+maxExtraPeers && !s.joinArmed
 		case "slow":
 			ok = len(slowable) > 0
+		case "link-blackhole":
+			// Four healthy peers in the ring: a ring without the link exists.
+			ok = len(links) > 0 && !frozen && inRing >= 4
+		case "link-slow":
+			ok = len(links) > 0
 		}
 		if ok {
 			possible = append(possible, c)
@@ -673,6 +735,20 @@ func (s *soak) inject(now time.Time) {
 		v.relay.setDelay(20*time.Millisecond + time.Duration(s.rng.Int64N(int64(80*time.Millisecond))))
 		v.slowUntil = now.Add(hold)
 		s.faulted(class, now, v)
+	case "link-blackhole":
+		l := links[s.rng.IntN(len(links))]
+		l.class, l.until = class, now.Add(linkHoleMin+time.Duration(s.rng.Int64N(int64(2*time.Second))))
+		l.from.links.holeLink(l.dest, l.until)
+		s.linkFaults = append(s.linkFaults, l)
+		s.event("link %s→%s of ring %v black-holed until %.3fs", l.from.name, l.to.name, s.ring, l.until.Sub(s.start).Seconds())
+		s.faulted(class, now, nil)
+	case "link-slow":
+		l := links[s.rng.IntN(len(links))]
+		l.class, l.until = class, now.Add(hold)
+		l.from.links.slowLink(l.dest, 20*time.Millisecond+time.Duration(s.rng.Int64N(int64(80*time.Millisecond))))
+		s.linkFaults = append(s.linkFaults, l)
+		s.event("link %s→%s slowed until %.3fs", l.from.name, l.to.name, l.until.Sub(s.start).Seconds())
+		s.faulted(class, now, nil)
 	case "spawn":
 		if p, err := s.spawn("fault"); err == nil {
 			s.faulted(class, now, p)
@@ -810,6 +886,10 @@ func (s *soak) shutdown() {
 		p.relay.blackhole(time.Time{})
 		p.relay.setDelay(0)
 		p.holedUntil, p.slowUntil = time.Time{}, time.Time{}
+		for _, f := range s.linkFaults {
+			f.from.links.holeLink(f.dest, time.Time{})
+			f.from.links.slowLink(f.dest, 0)
+		}
 		if p.leaveAt.IsZero() && !p.killed {
 			if p.proc.Send(peerCommand{Cmd: "leave"}) == nil {
 				p.leaveAt = now
@@ -914,4 +994,65 @@ func (s *soak) report() {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
 	s.log.Write(b.Bytes())
+}
+
+// ringLinks returns the links of the latest ring between two healthy peers whose link addresses are
+// known, untouched by another link fault, and how many healthy peers that ring holds.
+func (s *soak) ringLinks() ([]linkFault, int) {
+	bySess := map[uint64]*peerProc{}
+	for _, p := range s.order {
+		if p.healthy() && p.addr != "" {
+			bySess[p.sess] = p
+		}
+	}
+	busy := map[*peerProc]bool{}
+	for _, f := range s.linkFaults {
+		if !f.over {
+			busy[f.from], busy[f.to] = true, true
+		}
+	}
+	var out []linkFault
+	inRing := 0
+	for i, id := range s.ring {
+		from, to := bySess[id], bySess[s.ring[(i+1)%len(s.ring)]]
+		if from != nil {
+			inRing++
+		}
+		if from != nil && to != nil && from != to && !busy[from] && !busy[to] {
+			out = append(out, linkFault{from: from, to: to, dest: to.addr})
+		}
+	}
+	return out, inRing
+}
+
+// endLinkFaults ends the link faults that are due and forgets those over for linkHoleGrace.
+func (s *soak) endLinkFaults(now time.Time) {
+	kept := s.linkFaults[:0]
+	for _, f := range s.linkFaults {
+		if !f.over && now.After(f.until) {
+			f.over = true
+			if f.class == "link-blackhole" {
+				f.from.links.holeLink(f.dest, time.Time{})
+				s.freezeOver = now
+			} else {
+				f.from.links.slowLink(f.dest, 0)
+			}
+			s.event("%s %s→%s over", f.class, f.from.name, f.to.name)
+		}
+		if !f.over || now.Sub(f.until) < linkHoleGrace {
+			kept = append(kept, f)
+		}
+	}
+	s.linkFaults = kept
+}
+
+// linkHoled reports whether p is an end of a ring link that is black-holed, or was within
+// linkHoleGrace.
+func (s *soak) linkHoled(p *peerProc, now time.Time) bool {
+	for _, f := range s.linkFaults {
+		if f.class == "link-blackhole" && (f.from == p || f.to == p) && now.Sub(f.until) < linkHoleGrace {
+			return true
+		}
+	}
+	return false
 }

@@ -269,7 +269,10 @@ func (m *Machine) done(p *peer, d *wire.Done) {
 		return
 	}
 	o.done[p.id] = true
-	if d.Code != wire.CodeOK && d.Silent.Peer != 0 {
+	if d.Code != wire.CodeOK && d.Silent.Peer != 0 && !o.failed {
+		// Only the report that fails the operation names the culprit: once a link stops, every peer
+		// downstream starves in turn, and the first to starve is the far end of that link; later
+		// reports of silence are its echo.
 		m.silentLink(g, p.id, d.Silent)
 	}
 	if d.Code == wire.CodeOK {
