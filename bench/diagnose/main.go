@@ -10,11 +10,16 @@
 // AllReduce must get back at least 90% of the clean throughput (reroute_recovered). The last line is
 // JSON.
 //
-// A one-way ring shows one link out and one link in per peer, so a slowed sender or receiver first
-// raises a slow link whose evidence says it cannot be told from a slow peer. With --probe (the
-// default) the bench then runs one OptimizeTopology, whose bandwidth tests measure every link, and
-// keeps counting operations; bandwidth_tests says so per case, and all_classified counts only cases
-// classified within 3 operations without one.
+// A one-way ring shows one link out and one link in per peer, so on the ring alone a slowed sender
+// or receiver looks like a slow link. The master tells them apart on its own: when a ring link looks
+// slow in one operation and nothing else is known of its sender's links out or its receiver's links
+// in, it asks for six short bandwidth tests around it (two links out of the sender, two into the
+// receiver, two between other peers), run beside the next operations, whose results are in by the
+// third slow operation, when a syndrome can first be raised. probes counts the master's requests per
+// case (each a "probe" event). Should the syndrome still be ambiguous, with --probe (the default)
+// the bench runs one OptimizeTopology, whose bandwidth tests measure every link, and keeps counting
+// operations; bandwidth_tests says so per case, and all_classified counts only cases classified
+// within 3 operations without one.
 package main
 
 import (
@@ -66,8 +71,11 @@ type caseResult struct {
 	// BandwidthTests is how many OptimizeTopology measurements the case needed: a single one-way ring
 	// shows one link out and one link in per peer, so a slow sender or receiver first looks like a
 	// slow link, which the detector says; the bench then measures every link once.
-	BandwidthTests int      `json:"bandwidth_tests"`
-	Raised         []string `json:"raised"` // every syndrome raised during the case, in order
+	BandwidthTests int `json:"bandwidth_tests"`
+	// Probes is how many times the master asked for bandwidth tests around a suspect link on its
+	// own during the case.
+	Probes int      `json:"probes"`
+	Raised []string `json:"raised"` // every syndrome raised during the case, in order
 }
 
 type bench struct {
@@ -139,7 +147,8 @@ func run(n, size, clean, maxOps int, bw, slow float64, probe bool) (map[string]a
 		falseDetails = append(falseDetails, e.Kind+": "+e.Detail)
 	}
 	falseEvents := len(falseDetails)
-	fmt.Fprintf(os.Stderr, "clean: %.1f ms per op, %d syndromes raised\n", cleanSec*1e3, falseEvents)
+	cleanProbes := b.countSince(from, "probe")
+	fmt.Fprintf(os.Stderr, "clean: %.1f ms per op, %d syndromes raised, %d probe requests\n", cleanSec*1e3, falseEvents, cleanProbes)
 
 	ring := b.ring()
 	a, c := ring[0], ring[1] // a ring link: a sends to c
@@ -235,7 +244,7 @@ func run(n, size, clean, maxOps int, bw, slow float64, probe bool) (map[string]a
 	}
 	return map[string]any{"peers": n, "bytes": size, "network": "in-process peers on the in-memory network",
 		"link_bandwidth": b.base.Bandwidth, "link_latency_seconds": b.base.Latency.Seconds(), "slowdown": slow,
-		"clean_ops": clean, "false_events": falseEvents, "false_events_limit": 0, "false_event_details": falseDetails,
+		"clean_ops": clean, "clean_probes": cleanProbes, "false_events": falseEvents, "false_events_limit": 0, "false_event_details": falseDetails,
 		"cases": cases, "ops_to_classify": perCase, "ops_limit": 3, "all_classified": all,
 		"all_classified_after_bandwidth_test": withTest,
 		"reroute":                             reroute, "reroute_recovered": recovered}, nil
@@ -284,6 +293,20 @@ func (b *bench) raisedSince(from int) []master.Event {
 	return out
 }
 
+// countSince counts the master's events of kind since mark from.
+func (b *bench) countSince(from int, kind string) int {
+	b.srv.Snapshot()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, e := range b.events[from:] {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
 // classify runs operations until match holds for a raised syndrome, at most maxOps.
 func (b *bench) classify(fault, want, culprit string, maxOps int, match func(master.Event) bool) (caseResult, error) {
 	r := caseResult{Fault: fault, Want: want, Culprit: culprit, OpsToClassify: -1}
@@ -302,6 +325,7 @@ func (b *bench) classify(fault, want, culprit string, maxOps int, match func(mas
 		for _, e := range evs {
 			r.Raised = append(r.Raised, e.Kind+": "+e.Detail)
 		}
+		r.Probes = b.countSince(from, "probe")
 		if slices.ContainsFunc(evs, match) {
 			r.Classified, r.OpsToClassify = true, k
 			break
@@ -314,7 +338,7 @@ func (b *bench) classify(fault, want, culprit string, maxOps int, match func(mas
 			}
 		}
 	}
-	fmt.Fprintf(os.Stderr, "%s: classified %v after %d ops; raised %q\n", fault, r.Classified, r.OpsToClassify, r.Raised)
+	fmt.Fprintf(os.Stderr, "%s: classified %v after %d ops (%d probe requests); raised %q\n", fault, r.Classified, r.OpsToClassify, r.Probes, r.Raised)
 	return r, nil
 }
 

@@ -790,7 +790,9 @@ type VoteOptimize struct{}
 
 // MeasureRound asks the peer to measure its link to Target for Nanos nanoseconds over Streams
 // connections, and answer MeasureReport. Target.ID 0 means the peer sends nothing this round (it may
-// still be measured by another peer).
+// still be measured by another peer). Rounds of OptimizeTopology count from 1; Round 0 is a test the
+// master's diagnosis asks for on its own, beside the collectives, which the peer runs whether or not
+// it optimizes.
 type MeasureRound struct {
 	Round   uint32
 	Target  PeerInfo

@@ -27,6 +27,11 @@ type DiagnosisConfig struct {
 	// this many operations of its group: a chronic straggler costs every peer of the ring its pace.
 	// Zero, the default, never evicts.
 	EvictAfter int
+	// NoProbes turns off the bandwidth tests the master asks for on its own when a ring link looks
+	// slow in one operation and the matrix holds nothing else about its sender's links out or its
+	// receiver's links in (see probeSuspects). Default false: they run, so a slow sender or receiver
+	// is told from a slow link by the time the syndrome can be raised.
+	NoProbes bool
 }
 
 func (c DiagnosisConfig) withDefaults() DiagnosisConfig {
@@ -59,7 +64,15 @@ type groupDiag struct {
 	penalty   map[edge]penalty
 	abortedAt time.Time // first abort since the last completed collective; zero when none
 	stats     DiagnosisStats
+
+	ops     uint64          // collectives diagnosed
+	probed  map[edge]uint64 // suspect links whose neighbours were tested, and when (ops)
+	probing map[edge]bool   // bandwidth tests asked for and not reported yet
 }
+
+// probeEvery is how many collectives pass before the neighbours of the same suspect link are tested
+// again: as long as the tests stay fresh in the matrix.
+const probeEvery = 20
 
 // penalty raises a slow link's cost in the topology model until a time.
 type penalty struct {
@@ -71,7 +84,7 @@ type penalty struct {
 func (m *Machine) diag(g *group) *groupDiag {
 	if g.diag == nil {
 		g.diag = &groupDiag{det: diagnosis.New(m.cfg.Diagnosis.Detector), penalty: map[edge]penalty{},
-			stats: DiagnosisStats{Raised: map[string]uint64{}}}
+			stats: DiagnosisStats{Raised: map[string]uint64{}}, probed: map[edge]uint64{}, probing: map[edge]bool{}}
 	}
 	return g.diag
 }
@@ -141,7 +154,12 @@ func (m *Machine) diagnose(g *group, o *op) {
 		op.Reports = append(op.Reports, r)
 	}
 	cfg := m.cfg.Diagnosis.withDefaults()
-	for _, ev := range dg.det.Observe(op) {
+	dg.ops++
+	evs := dg.det.Observe(op)
+	if !cfg.NoProbes {
+		m.probeSuspects(g, dg, op.Ring)
+	}
+	for _, ev := range evs {
 		kind := ev.Kind.String()
 		if ev.Cleared {
 			kind = "cleared"
@@ -177,12 +195,76 @@ func (m *Machine) diagProbe(g *group, from, to PeerID, bytesPerSec float64) {
 	}
 }
 
+// probeSuspects asks for bandwidth tests around each link that looked slow in the collective just
+// diagnosed while the matrix cannot tell it from a slow sender or receiver (diagnosis.Suspects): two
+// links out of its sender, two links into its receiver, and two links between other peers for the
+// group's normal. They run beside the collectives (MeasureRound with Round 0) and their results
+// reach the detector as probes, by the time the syndrome can be raised.
+func (m *Machine) probeSuspects(g *group, dg *groupDiag, ring []PeerID) {
+	for _, l := range dg.det.Suspects(ring) {
+		e := edge{l.From, l.To}
+		if last, ok := dg.probed[e]; ok && dg.ops-last < probeEvery {
+			continue
+		}
+		var others []PeerID
+		i := slices.Index(ring, l.To)
+		for k := 1; k < len(ring); k++ {
+			if id := ring[(i+k)%len(ring)]; id != l.From && id != l.To {
+				others = append(others, id)
+			}
+		}
+		if len(others) < 2 {
+			continue // a ring of three has no other link out of the sender that is not its ring link
+		}
+		dg.probed[e] = dg.ops
+		k := len(others)
+		tests := []edge{{l.From, others[0]}, {l.From, others[1]}, {others[k-1], l.To}, {others[k-2], l.To},
+			{others[0], others[k-1]}, {others[k-1], others[0]}}
+		var asked []string
+		for _, t := range tests {
+			if dg.probing[t] || m.peers[t.from] == nil || m.peers[t.to] == nil {
+				continue
+			}
+			dg.probing[t] = true
+			q := m.peers[t.to]
+			m.send(t.from, &wire.MeasureRound{Round: 0, Target: wire.PeerInfo{ID: q.id, Addr: q.hello.Addr, Site: q.hello.Site},
+				Nanos: uint64(m.cfg.MeasureDuration), Streams: uint16(m.cfg.MeasureStreams)})
+			asked = append(asked, fmt.Sprintf("%d→%d", t.from, t.to))
+		}
+		if len(asked) > 0 {
+			m.gnote(g, "probe", l.From, "link %d→%d looked slow: bandwidth tests of %v tell a slow link from a slow sender or receiver",
+				l.From, l.To, asked)
+		}
+	}
+}
+
+// probeReport takes in the result of a bandwidth test probeSuspects asked for; a report nobody asked
+// for is ignored.
+func (m *Machine) probeReport(p *peer, r *wire.MeasureReport) {
+	g := p.group
+	if g.diag == nil || !g.diag.probing[edge{p.id, r.To}] {
+		return
+	}
+	delete(g.diag.probing, edge{p.id, r.To})
+	m.diagProbe(g, p.id, r.To, r.BytesPerSec)
+}
+
 // diagForget drops a departed peer from g's delay matrix and penalties.
 func (m *Machine) diagForget(g *group, id PeerID) {
 	if g.diag == nil {
 		return
 	}
 	g.diag.det.Forget(id)
+	for e := range g.diag.probing {
+		if e.from == id || e.to == id {
+			delete(g.diag.probing, e)
+		}
+	}
+	for e := range g.diag.probed {
+		if e.from == id || e.to == id {
+			delete(g.diag.probed, e)
+		}
+	}
 	for e := range g.diag.penalty {
 		if e.from == id || e.to == id {
 			delete(g.diag.penalty, e)

@@ -22,6 +22,7 @@ type diagRig struct {
 	rng    *rand.Rand
 	events []Event
 	tag    uint64
+	asked  []Send // bandwidth tests the diagnosis asked for (MeasureRound 0), not answered yet
 }
 
 func newDiagRig(t *testing.T, cfg Config, n int) *diagRig {
@@ -49,6 +50,9 @@ func (r *diagRig) step(in Input) []Send {
 			switch a := a.(type) {
 			case Send:
 				sent = append(sent, a)
+				if mr, ok := a.Msg.(*wire.MeasureRound); ok && mr.Round == 0 {
+					r.asked = append(r.asked, a)
+				}
 				if c, ok := a.Msg.(*wire.Connect); ok {
 					queue = append(queue, Received{a.To, &wire.LinksReady{Epoch: c.Epoch, OK: true}})
 				}
@@ -76,11 +80,12 @@ func (r *diagRig) step(in Input) []Send {
 // timing is the fault of one synthetic operation: extra time on the link slow (a slow link), spent
 // by sleeper before it starts (a peer slow outside communication), or by voter before it votes.
 type timing struct {
-	slow    [2]PeerID
-	sender  PeerID // every link out of it is slow
-	sleeper PeerID
-	voter   PeerID
-	extra   time.Duration
+	slow     [2]PeerID
+	sender   PeerID // every link out of it is slow
+	receiver PeerID // every link into it is slow
+	sleeper  PeerID
+	voter    PeerID
+	extra    time.Duration
 }
 
 // links returns peer i's link timings in ring for one operation under f, from the model of the
@@ -96,7 +101,7 @@ func (r *diagRig) links(ring []PeerID, i int, f timing) []wire.LinkTiming {
 	id, succ, pred := ring[i], ring[(i+1)%n], ring[(i+n-1)%n]
 	busy, stall, late := j(d0*60/100), j(d0*15/100), j(d0/100)
 	switch {
-	case f.slow == [2]PeerID{id, succ}, f.sender == id:
+	case f.slow == [2]PeerID{id, succ}, f.sender == id, f.receiver == succ:
 		stall += f.extra
 	case f.sleeper == id:
 		busy += f.extra
@@ -313,7 +318,11 @@ func TestDiagnoseEviction(t *testing.T) {
 				break
 			}
 			r.collective(timing{sleeper: sleeper, extra: 40 * time.Millisecond})
-			evs = append(evs, r.take()...)
+			for _, e := range r.take() {
+				if e.Kind != "probe" { // the link into the sleeper looks slow at first: its neighbours are tested
+					evs = append(evs, e)
+				}
+			}
 		}
 		if evict == 0 {
 			if !strings.Contains(evs[0].Detail, "busy outside communication") {
@@ -415,5 +424,78 @@ func TestDiagnosisConfigValidate(t *testing.T) {
 	}
 	if err := (Config{Diagnosis: DiagnosisConfig{Penalty: 3, EvictAfter: 5}}).Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestDiagnoseProbesWithinThreeOps checks the bandwidth tests the master asks for on its own: a ring
+// link slow in one collective makes it test two links out of the sender, two into the receiver and
+// two others; with the answers in, the third slow collective raises the right syndrome at once,
+// slow sender, slow receiver or slow link, with no OptimizeTopology.
+func TestDiagnoseProbesWithinThreeOps(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind string
+	}{{"slow sender", "slow-sender"}, {"slow receiver", "slow-receiver"}, {"slow link", "slow-link"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newDiagRig(t, Config{MinPeers: 2}, 6)
+			ring := r.m.Snapshot(r.now).Ring
+			x, y := ring[1], ring[2]
+			for range 5 {
+				r.collective(timing{})
+			}
+			r.take()
+			if len(r.asked) != 0 {
+				t.Fatalf("clean collectives asked for %d bandwidth tests", len(r.asked))
+			}
+			f := timing{extra: 60 * time.Millisecond}
+			culprit := x
+			switch tc.kind {
+			case "slow-sender":
+				f.sender = x
+			case "slow-receiver":
+				f.receiver, culprit = y, y
+			default:
+				f.slow = [2]PeerID{x, y}
+			}
+			var evs []Event
+			for op := 1; op <= 3; op++ {
+				r.collective(f)
+				evs = append(evs, diagEvents(r.take())...)
+				if op == 1 && len(r.asked) != 6 {
+					t.Fatalf("after the first slow collective: %d bandwidth tests asked for, want 6", len(r.asked))
+				}
+				asked := r.asked
+				r.asked = nil
+				for _, s := range asked {
+					to := s.Msg.(*wire.MeasureRound).Target.ID
+					bw := 1e9
+					if (f.sender != 0 && s.To == f.sender) || (f.receiver != 0 && to == f.receiver) {
+						bw = 2e8
+					}
+					r.step(Received{s.To, &wire.MeasureReport{Round: 0, To: to, BytesPerSec: bw}})
+				}
+			}
+			if len(evs) != 1 || evs[0].Kind != tc.kind || evs[0].Peer != culprit {
+				t.Fatalf("after three slow collectives: %+v, want one %s of %d", evs, tc.kind, culprit)
+			}
+			if strings.Contains(evs[0].Detail, "would look the same") {
+				t.Fatalf("the tests did not reach the evidence: %s", evs[0].Detail)
+			}
+			r.collective(f)
+			if len(r.asked) != 0 {
+				t.Fatalf("the same suspect was tested again at once: %d tests", len(r.asked))
+			}
+		})
+	}
+}
+
+// TestDiagnoseProbeReportUnasked checks that a Round 0 report nobody asked for changes nothing and
+// kicks nobody.
+func TestDiagnoseProbeReportUnasked(t *testing.T) {
+	r := newDiagRig(t, Config{MinPeers: 2}, 4)
+	ring := r.m.Snapshot(r.now).Ring
+	r.step(Received{ring[0], &wire.MeasureReport{Round: 0, To: ring[2], BytesPerSec: 1}})
+	if s := r.m.Snapshot(r.now); len(s.Peers) != 4 || s.Counters.Kicked != 0 {
+		t.Fatalf("%d peers, %d kicked after an unasked test report", len(s.Peers), s.Counters.Kicked)
 	}
 }

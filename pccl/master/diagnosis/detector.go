@@ -691,6 +691,40 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 	return out
 }
 
+// Suspects returns the links of ring whose latest sample stood out, in the operation just observed,
+// while the matrix could not tell them from a slow sender or receiver: the sender has fewer than two
+// fresh bandwidth tests of its links out and no other fresh cell out, or the receiver likewise for
+// its links in. A syndrome needs Recent such samples, so bandwidth tests of the neighbouring links
+// asked for now are in by the time it can be raised, and it is raised as the right syndrome at once.
+// The order is deterministic.
+func (d *Detector) Suspects(ring []uint64) []Link {
+	if len(ring) < 2 {
+		return nil
+	}
+	f := d.figures(ring)
+	row, col, _ := d.probeLines(f)
+	var out []Link
+	for l, c := range d.cells {
+		if c.last != d.op {
+			continue
+		}
+		if _, ok := f.pos[l.From]; !ok {
+			continue
+		}
+		if _, ok := f.pos[l.To]; !ok {
+			continue
+		}
+		if !d.hot(c.stall.recent(1), f.medStall, f.medSpan) {
+			continue
+		}
+		if (len(row[l.From]) < 2 && f.outKnown[l.From] < 2) || (len(col[l.To]) < 2 && f.inKnown[l.To] < 2) {
+			out = append(out, l)
+		}
+	}
+	sortLinks(out)
+	return out
+}
+
 // probeLines returns the fresh bandwidth tests between ring members by sender and by receiver
 // (sorted), and the median cost of them all.
 func (d *Detector) probeLines(f *figures) (row, col map[uint64][]Link, med float64) {
