@@ -40,8 +40,11 @@
 // A single ring shows one link out and one link in per peer, so a slow sender or receiver looks
 // like a slow link until a second link of its row or column is observed: in an operation that
 // reports several links per peer (a bidirectional ring), in the ring after the next re-wiring, or in
-// the bandwidth tests of OptimizeTopology, which measure every link (ObserveProbe): a hot ring cell
-// whose sender's tested links out (receiver's links in) are mostly slow is that sender (receiver).
+// bandwidth tests (ObserveProbe): those of OptimizeTopology, which measure every link, or those the
+// owner of the Detector asks for around the links Suspects returns (a cell that stood out in the
+// latest operation with nothing else known of its row or column), which are in before the Recent
+// operations a syndrome needs. A hot ring cell whose sender's tested links out (receiver's links in)
+// are mostly slow is that sender (receiver).
 // A slow link whose row and column hold no other recent cell or test is reported with a lower
 // confidence and says so in its evidence.
 //
