@@ -111,8 +111,8 @@ func TestChunkForCoversTheRefillSlack(t *testing.T) {
 	for _, tc := range []struct{ mbit, want int }{
 		{10, 256 << 10},  // a window of the smallest chunk covers the slack
 		{100, 256 << 10}, // 250 kB per chunk needed
-		{400, 512 << 10}, // 500 kB per chunk needed
-		{1000, 2 << 20},  // 1.25 MB per chunk needed
+		{400, 1 << 20},   // 1 MB per chunk needed
+		{1000, 4 << 20},  // 2.5 MB per chunk needed
 		{100000, 4 << 20},
 	} {
 		if got := chunkFor(tc.mbit); got != tc.want {
