@@ -199,8 +199,12 @@ func (m *Machine) diagProbe(g *group, from, to PeerID, bytesPerSec float64) {
 // diagnosed while the matrix cannot tell it from a slow sender or receiver (diagnosis.Suspects): two
 // links out of its sender, two links into its receiver, and two links between other peers for the
 // group's normal. They run beside the collectives (MeasureRound with Round 0) and their results
-// reach the detector as probes, by the time the syndrome can be raised.
+// reach the detector as probes, by the time the syndrome can be raised. None are asked for while
+// OptimizeTopology measures the group: they would skew its tests, which cover every link anyway.
 func (m *Machine) probeSuspects(g *group, dg *groupDiag, ring []PeerID) {
+	if g.opt != nil {
+		return
+	}
 	for _, l := range dg.det.Suspects(ring) {
 		e := edge{l.From, l.To}
 		if last, ok := dg.probed[e]; ok && dg.ops-last < probeEvery {
