@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -299,32 +300,59 @@ func TestBubbleSilentLinkIsReported(t *testing.T) {
 		defer b.close()
 		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
 		defer closeAll(comms)
-		const count = 1 << 16
-		bufs, _ := inputs(3, count, 0)
-		orig, _ := inputs(3, count, 0)
-		desc := pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum}
-		start := time.Now()
-		var wg sync.WaitGroup
-		errs := make([]error, 3)
-		for i, c := range comms {
-			wg.Go(func() {
-				errs[i] = c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), desc)
-			})
-		}
-		time.Sleep(3 * time.Millisecond)
-		b.net.Partition(b.hosts[0], b.hosts[1])
-		wg.Wait()
-		for i, err := range errs {
-			if !errors.Is(err, pccl.ErrPeerLeft) {
-				t.Fatalf("peer %d: %v, want ErrPeerLeft", i, err)
-			}
-			checkSum(t, fmt.Sprintf("peer %d's untouched buffer", i), bufs[i], orig[i])
-		}
 		// The default progress floor (10s) decides, well before the master timeout would.
-		if took := time.Since(start); took < 10*time.Second || took > 20*time.Second {
+		if took := partitionMidOp(t, b, comms, b.hosts[0], b.hosts[1]); took < 10*time.Second || took > 20*time.Second {
 			t.Fatalf("the silent link was reported after %v of bubble time, want the 10s progress floor", took)
 		}
 	})
+}
+
+// sumEverywhere runs an F32 sum AllReduce of count elements (tag 1) on every peer and checks every
+// element of every result; what names the call in a failure.
+func sumEverywhere(t *testing.T, comms []*pccl.Communicator, count, seed int, what string) {
+	t.Helper()
+	bufs, want := inputs(len(comms), count, seed)
+	errs := each(comms, func(i int, c *pccl.Communicator) error {
+		return c.AllReduce(context.Background(), pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]),
+			pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum})
+	})
+	for i, err := range errs {
+		who := strings.TrimSpace(fmt.Sprintf("peer %d %s", i, what))
+		if err != nil {
+			t.Fatalf("%s: %v", who, err)
+		}
+		checkSum(t, who, bufs[i], want)
+	}
+}
+
+// partitionMidOp starts an AllReduce on every peer, cuts hosts x and y apart 3 ms in, and checks
+// that every caller fails with a retryable ErrPeerLeft and its buffer untouched. It returns how long
+// the callers took, in bubble time.
+func partitionMidOp(t *testing.T, b *bubble, comms []*pccl.Communicator, x, y string) time.Duration {
+	t.Helper()
+	const count = 1 << 16
+	n := len(comms)
+	bufs, _ := inputs(n, count, 0)
+	orig, _ := inputs(n, count, 0)
+	desc := pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, c := range comms {
+		wg.Go(func() {
+			errs[i] = c.AllReduce(context.Background(), pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), desc)
+		})
+	}
+	time.Sleep(3 * time.Millisecond)
+	b.net.Partition(x, y)
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, pccl.ErrPeerLeft) || !pccl.Retryable(err) {
+			t.Fatalf("peer %d: %v, want a retryable ErrPeerLeft", i, err)
+		}
+		checkSum(t, fmt.Sprintf("peer %d's untouched buffer", i), bufs[i], orig[i])
+	}
+	return time.Since(start)
 }
 
 // TestBubbleBlackHoledLinkIsAvoided black-holes the route between two ring neighbours of four peers
@@ -344,31 +372,10 @@ func TestBubbleBlackHoledLinkIsAvoided(t *testing.T) {
 		}
 		ring := comms[0].Ring()
 		x, y := ring[0], ring[1]
-		const count = 1 << 16
-		bufs, _ := inputs(4, count, 0)
-		orig, _ := inputs(4, count, 0)
-		desc := pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum}
-		start := time.Now()
-		var wg sync.WaitGroup
-		errs := make([]error, 4)
-		for i, c := range comms {
-			wg.Go(func() {
-				errs[i] = c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), desc)
-			})
-		}
-		time.Sleep(3 * time.Millisecond)
-		b.net.Partition(host[x], host[y])
-		wg.Wait()
-		for i, err := range errs {
-			if !errors.Is(err, pccl.ErrPeerLeft) || !pccl.Retryable(err) {
-				t.Fatalf("peer %d: %v, want a retryable ErrPeerLeft", i, err)
-			}
-			checkSum(t, fmt.Sprintf("peer %d's untouched buffer", i), bufs[i], orig[i])
-		}
-		if took := time.Since(start); took > 20*time.Second {
+		if took := partitionMidOp(t, b, comms, host[x], host[y]); took > 20*time.Second {
 			t.Fatalf("the silent link failed the operation after %v of bubble time, want about the 10s progress floor", took)
 		}
-		errs = each(comms, func(_ int, c *pccl.Communicator) error { return c.UpdateTopology(ctx) })
+		errs := each(comms, func(_ int, c *pccl.Communicator) error { return c.UpdateTopology(ctx) })
 		for i, err := range errs {
 			if err != nil {
 				t.Fatalf("peer %d: UpdateTopology: %v", i, err)
@@ -383,16 +390,7 @@ func TestBubbleBlackHoledLinkIsAvoided(t *testing.T) {
 				t.Fatalf("ring %v still joins %d and %d, whose link is black-holed", after, x, y)
 			}
 		}
-		bufs, want := inputs(4, count, 7)
-		errs = each(comms, func(i int, c *pccl.Communicator) error {
-			return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), desc)
-		})
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("peer %d after the re-wiring: %v", i, err)
-			}
-			checkSum(t, fmt.Sprintf("peer %d after the re-wiring", i), bufs[i], want)
-		}
+		sumEverywhere(t, comms, 1<<16, 7, "after the re-wiring")
 		s := b.srv.Snapshot()
 		if len(s.Peers) != 4 || s.Counters.Kicked != 0 || s.Counters.LinksCut == 0 {
 			t.Fatalf("%d peers, %d kicked, %d links cut; want 4 peers, none kicked and the link cut", len(s.Peers),
@@ -442,18 +440,8 @@ func TestBubbleTelemetryFillsTheDelayMatrix(t *testing.T) {
 		defer b.close()
 		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
 		defer closeAll(comms)
-		const count = 1 << 14
 		for range 3 {
-			bufs, want := inputs(3, count, 1)
-			errs := each(comms, func(i int, c *pccl.Communicator) error {
-				return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum})
-			})
-			for i, err := range errs {
-				if err != nil {
-					t.Fatalf("peer %d: %v", i, err)
-				}
-				checkSum(t, fmt.Sprintf("peer %d", i), bufs[i], want)
-			}
+			sumEverywhere(t, comms, 1<<14, 1, "")
 		}
 		snap := b.srv.Snapshot()
 		n := len(snap.Ring)
