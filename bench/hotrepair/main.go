@@ -100,7 +100,7 @@ func run(args []string) int {
 	nics := fs.Int("nics", 4, "NICs per node (rails)")
 	mbit := fs.Int("nic-mbit", 400, "rate limit of every NIC, Mbit/s in each direction")
 	sizeStr := fs.String("size", "256MiB", "AllReduce buffer size per node")
-	chunk := fs.Int("chunk", 0, "chunk size in bytes (0: from the NIC rate, see chunkFor)")
+	chunk := fs.Int("chunk", 0, "chunk size in bytes (0: from the NIC rate, see nodeproc.ChunkFor)")
 	failNode := fs.Int("fail-node", 1, "node whose NIC goes down")
 	failNIC := fs.Int("fail-nic", 1, "NIC that goes down")
 	ackTimeout := fs.Duration("min-ack-timeout", 0, "smallest per-chunk ack deadline (0: 4 windows of chunks at the NIC rate, at least 1s)")
@@ -122,7 +122,7 @@ func run(args []string) int {
 		return 2
 	}
 	if *chunk == 0 {
-		*chunk = chunkFor(*mbit)
+		*chunk = nodeproc.ChunkFor(*mbit)
 	}
 	if *index >= 0 {
 		return nodeMain(nodeArgs{Index: *index, Nodes: *nodes, NICs: *nics, Mbit: *mbit, Size: int(size), FaultAt: *faultAt,
@@ -390,32 +390,4 @@ func maxStart(rs []report) int64 {
 		s = max(s, r.StartNs)
 	}
 	return s
-}
-
-// Sizing of chunks against the NIC rate.
-const (
-	// window is the runtime's default window: chunks of one path in flight unacknowledged.
-	window = 2
-	// refillSlack is how long the window must keep a NIC busy while the sender's event context gets
-	// round to posting the next chunk after a completion: the round trip through the shaped NICs plus
-	// the scheduling delay of node processes on a machine with few, shared cores. 20 ms left the
-	// NICs idle for about a tenth of a healthy AllReduce of 4 nodes on 2 cores at 400 Mbit/s (1.16–
-	// 1.21× the ring bound, against 1.08–1.10× with 40 ms).
-	refillSlack = 40 * time.Millisecond
-	minChunk    = 256 << 10
-	maxChunk    = 4 << 20
-)
-
-// chunkFor returns the chunk size for NICs of mbit Mbit/s: the smallest power of two, at least 256 KiB
-// and at most 4 MiB, such that a window of chunks covers refillSlack at the NIC's rate. Chunks are
-// acknowledged when they arrive, so a path leaves its NIC idle only when the window drains before the
-// next chunk is posted; a larger window would do the same with more chunks, but what a failure makes
-// the runtime send again is the window, and the target counts it in chunks.
-func chunkFor(mbit int) int {
-	need := float64(mbit) * 1e6 / 8 * refillSlack.Seconds() / window
-	c := minChunk
-	for float64(c) < need && c < maxChunk {
-		c *= 2
-	}
-	return c
 }

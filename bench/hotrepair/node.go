@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/concord-ccl/concord/bench/internal/nodeproc"
 	"github.com/concord-ccl/concord/internal/netlab"
 	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/tcp"
@@ -44,7 +45,7 @@ func (a nodeArgs) repairConfig() rdma.Config {
 	ack := a.AckTimeout
 	if ack == 0 {
 		perChunk := time.Duration(float64(chunk) * 8 / (float64(a.Mbit) * 1e6) * float64(time.Second))
-		ack = max(4*time.Duration(window)*perChunk, time.Second)
+		ack = max(4*time.Duration(nodeproc.Window)*perChunk, time.Second)
 	}
 	cfg.Repair = rdma.RepairConfig{MinAckTimeout: ack, ProbeTimeout: a.ProbeTimeout}
 	return cfg

@@ -100,6 +100,8 @@ type result struct {
 	Nodes         int          `json:"nodes"`
 	NICs          int          `json:"nics"`
 	NICMbit       int          `json:"nic_mbit"`
+	MTU           int          `json:"mtu"`
+	ChunkBytes    int          `json:"chunk_bytes"`
 	Bytes         int64        `json:"bytes"`
 	Reps          int          `json:"reps"`
 	Alpha         float64      `json:"alpha_seconds"`
@@ -141,18 +143,21 @@ func run(args []string) int {
 	port := fs.Int("port", 7500, "port every NIC listens on, inside its namespace")
 	timeout := fs.Duration("timeout", 15*time.Minute, "give up (and remove everything) after this long")
 	reps := fs.Int("reps", 3, "timed calls of every strategy in every case (the fastest counts)")
+	chunk := fs.Int("chunk", 0, "chunk size in bytes (0: the runtime's default, 256 KiB)")
+	mtu := fs.Int("mtu", 1500, "MTU of every NIC and bridge port (9000: jumbo frames)")
 	index := fs.Int("node-index", -1, "internal: run as node process INDEX")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	size, err := measure.ParseSize(*sizeStr)
-	if err != nil || size <= 0 || size%4 != 0 || *nodes < 3 || *nics < 3 || *mbit <= 0 || *reps < 1 {
-		fmt.Fprintln(os.Stderr, "schedules: need --nodes >= 3, --nics >= 3, --nic-mbit > 0, --size a positive multiple of 4, --reps >= 1")
+	if err != nil || size <= 0 || size%4 != 0 || *nodes < 3 || *nics < 3 || *mbit <= 0 || *reps < 1 || *chunk < 0 ||
+		*mtu < 576 || *mtu > 65535 {
+		fmt.Fprintln(os.Stderr, "schedules: need --nodes >= 3, --nics >= 3, --nic-mbit > 0, --size a positive multiple of 4, --reps >= 1, --chunk >= 0, 576 <= --mtu <= 65535")
 		return 2
 	}
 	if *index >= 0 {
 		return nodeMain(nodeArgs{Index: *index, Nodes: *nodes, NICs: *nics, Mbit: *mbit, Size: int(size), Port: *port,
-			OpTimeout: *timeout})
+			Chunk: *chunk, OpTimeout: *timeout})
 	}
 	if err := netlab.Available(); err != nil {
 		fmt.Fprintln(os.Stderr, "schedules:", err)
@@ -162,7 +167,8 @@ func run(args []string) int {
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
 	defer cancelT()
-	b := &bench{nodes: *nodes, nics: *nics, mbit: *mbit, size: size, port: *port, timeout: *timeout, reps: *reps}
+	b := &bench{nodes: *nodes, nics: *nics, mbit: *mbit, size: size, port: *port, timeout: *timeout, reps: *reps,
+		chunk: *chunk, mtu: *mtu}
 	res, err := b.run(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "schedules: FAILED:", err)
@@ -187,6 +193,7 @@ type bench struct {
 	size                    int64
 	timeout                 time.Duration
 	reps                    int
+	chunk, mtu              int
 
 	lab       *netlab.Lab
 	nodesP    *nodeproc.Group[report]
@@ -205,9 +212,9 @@ func failure(event string, node int, detail string) report {
 }
 
 func (b *bench) run(ctx context.Context) (result, error) {
-	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, Bytes: b.size, Reps: b.reps, Alpha: alpha,
+	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu, ChunkBytes: b.chunk, Bytes: b.size, Reps: b.reps, Alpha: alpha,
 		IdealFormula: idealFormula, TargetVsBest: targetVsBest, TargetVsIdeal: targetVsIdeal}
-	lab, err := netlab.New(netlab.Config{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit})
+	lab, err := netlab.New(netlab.Config{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu})
 	if err != nil {
 		return res, err
 	}
@@ -390,7 +397,7 @@ func (b *bench) spawn() error {
 	b.nodesP, err = nodeproc.Start(b.lab, b.nodes, func(i int) []string {
 		return []string{"--node-index", strconv.Itoa(i), "--nodes", strconv.Itoa(b.nodes),
 			"--nics", strconv.Itoa(b.nics), "--nic-mbit", strconv.Itoa(b.mbit), "--size", strconv.FormatInt(b.size, 10),
-			"--port", strconv.Itoa(b.port), "--timeout", (b.timeout / 4).String()}
+			"--port", strconv.Itoa(b.port), "--timeout", (b.timeout / 4).String(), "--chunk", strconv.Itoa(b.chunk)}
 	}, failure)
 	return err
 }

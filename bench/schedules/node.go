@@ -19,8 +19,8 @@ import (
 
 // nodeArgs is what the parent tells a node process on its command line.
 type nodeArgs struct {
-	Index, Nodes, NICs, Mbit, Size, Port int
-	OpTimeout                            time.Duration
+	Index, Nodes, NICs, Mbit, Size, Port, Chunk int
+	OpTimeout                                   time.Duration
 }
 
 // command is one line from the parent on a node's stdin.
@@ -120,7 +120,7 @@ func nodeMain(a nodeArgs) int {
 	defer ep.Close()
 	// Deadlines for a shared, loaded machine: a late answer must not look like a failure (the plans
 	// route around NICs known to be down, and a NIC going down is seen at once through link state).
-	node, err := rdma.NewNode(ep, ring, rdma.Config{Repair: rdma.RepairConfig{MinAckTimeout: 5 * time.Second,
+	node, err := rdma.NewNode(ep, ring, rdma.Config{ChunkBytes: a.Chunk, Repair: rdma.RepairConfig{MinAckTimeout: 5 * time.Second,
 		MaxAckTimeout: 10 * time.Second, ProbeTimeout: 2 * time.Second, StallTimeout: 20 * time.Second}})
 	if err != nil {
 		return fatal(err)
