@@ -326,6 +326,7 @@ type watch struct {
 	interval time.Duration
 	probe    uint64
 	portUp   bool
+	turn     int // probes sent: a watch of a local NIC asks its neighbours in turn
 }
 
 // NewRepair returns the machine of node self in a group whose nodes form ring (in order; it fixes
@@ -760,6 +761,25 @@ func (m *Repair) watchElem(f FaultClass, a, b NICRef) {
 		next: m.now.Add(m.cfg.ReprobeMin), portUp: f != FaultNIC || a.Node != m.self})
 }
 
+// probePeer returns the neighbour a watch of a local NIC probes next: the neighbours whose NIC on the
+// same rail is not known to be down, in turn (all of them in turn when every one is), so that a
+// neighbour whose own NIC on that rail failed meanwhile cannot keep a healed NIC down.
+func (m *Repair) probePeer(w *watch) NodeID {
+	all := m.neighbours()
+	var up []NodeID
+	for _, n := range all {
+		r := NICRef{n, w.a.NIC}
+		if m.health[r] != Down && !m.links[linkKey(w.a, r)] {
+			up = append(up, n)
+		}
+	}
+	if len(up) == 0 {
+		up = all
+	}
+	w.turn++
+	return up[(w.turn-1)%len(up)]
+}
+
 // localize starts three-point probing of the pair a (local) - b.
 func (m *Repair) localize(p *path, a, b NICRef) {
 	for _, l := range m.locs {
@@ -1043,7 +1063,7 @@ func (m *Repair) timers() {
 		case w.fault == FaultLink:
 			m.emit(ProbeNIC{ID: id, Peer: w.b.Node, Local: w.a.NIC, Remote: w.b.NIC})
 		case w.a.Node == m.self:
-			m.emit(ProbeNIC{ID: id, Peer: m.neighbours()[0], Local: w.a.NIC, Remote: w.a.NIC})
+			m.emit(ProbeNIC{ID: id, Peer: m.probePeer(w), Local: w.a.NIC, Remote: w.a.NIC})
 		default:
 			m.emit(ProbeNIC{ID: id, Peer: w.a.Node, Local: w.a.NIC, Remote: w.a.NIC})
 		}
