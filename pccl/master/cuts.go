@@ -3,7 +3,6 @@ package master
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/concord-ccl/concord/internal/wire"
 )
@@ -178,28 +177,18 @@ func (m *Machine) cutUnreachable(g *group, r *round) bool {
 	if len(fails) == 0 {
 		return false
 	}
-	saved := make(map[edge]time.Time, len(fails))
+	// Search with the failed links counted as cut; they are recorded only if a ring avoids them.
+	failed := make(map[edge]bool, len(fails))
 	for _, f := range fails {
-		k := pairOf(f.from, f.to)
-		if until, ok := m.cuts[k]; ok {
-			saved[k] = until
-		}
-		m.cuts[k] = m.now.Add(m.cfg.LinkCutTimeout)
+		failed[pairOf(f.from, f.to)] = true
 	}
-	ring := ringAvoiding(r.ring, m.isCut, 64*len(r.ring)+1024)
+	ring := ringAvoiding(r.ring, func(a, b PeerID) bool { return failed[pairOf(a, b)] || m.isCut(a, b) },
+		64*len(r.ring)+1024)
 	if ring == nil {
-		// No ring without them: undo, and let the caller evict.
-		for _, f := range fails {
-			k := pairOf(f.from, f.to)
-			if until, ok := saved[k]; ok {
-				m.cuts[k] = until
-			} else {
-				delete(m.cuts, k)
-			}
-		}
-		return false
+		return false // no ring without them: the caller evicts
 	}
 	for _, f := range fails {
+		m.cuts[pairOf(f.from, f.to)] = m.now.Add(m.cfg.LinkCutTimeout)
 		m.counters.LinksCut++
 		m.gnote(g, "link-cut", f.from, "link %d-%d avoided for %v: %d could not reach %d while wiring",
 			f.from, f.to, m.cfg.LinkCutTimeout, f.from, f.to)
