@@ -106,6 +106,10 @@ type Node struct {
 	// as moving them. scratchFree says no operation uses it and no provider may still read it.
 	scratch     []byte
 	scratchFree bool
+	// spare holds copies of chunks that were held back (early or gated) and applied, for the next
+	// ones: at hundreds of MiB an operation, fresh copies cost more in page faults than in copying.
+	spare      [][]byte
+	spareBytes int
 
 	stats Stats
 }
@@ -118,6 +122,30 @@ func (n *Node) scratchBuffer(size int) []byte {
 	}
 	n.scratchFree = false
 	return n.scratch[:size]
+}
+
+// maxSpareBytes bounds the capacity the node keeps in spare chunk copies.
+const maxSpareBytes = 64 << 20
+
+// hold returns a copy of a chunk that must wait, in a recycled buffer when one is large enough.
+func (n *Node) hold(data []byte) []byte {
+	for i := len(n.spare) - 1; i >= 0; i-- {
+		if b := n.spare[i]; cap(b) >= len(data) {
+			n.spare = slices.Delete(n.spare, i, i+1)
+			n.spareBytes -= cap(b)
+			return append(b[:0], data...)
+		}
+	}
+	return slices.Clone(data)
+}
+
+// release takes back a copy made by hold once nothing reads it.
+func (n *Node) release(b []byte) {
+	if n.spareBytes+cap(b) > maxSpareBytes {
+		return
+	}
+	n.spare = append(n.spare, b)
+	n.spareBytes += cap(b)
 }
 
 type connKey struct {
@@ -413,7 +441,7 @@ func (n *Node) arrived(ev Arrived) {
 	// finished operations are duplicates and are dropped.
 	if ahead := (opTag - uint32(n.pathOps[id]&0xffff)) & 0xffff; ahead >= 1 && ahead < 0x8000 {
 		k := earlyKey{id, opTag}
-		n.early[k] = append(n.early[k], early{ev.Conn, ev.Seq, slices.Clone(ev.Data)})
+		n.early[k] = append(n.early[k], early{ev.Conn, ev.Seq, n.hold(ev.Data)})
 	}
 }
 
@@ -514,10 +542,10 @@ func (n *Node) start(work []byte, dt rings.DType, op rings.Op, plans []channelPl
 	return n.startGated(work, dt, op, plans, nil, commit, done)
 }
 
-// startScratch is start on a work buffer from scratchBuffer, filled lazily from src (nil: work is
-// ready): the operation gives the buffer back when it ends, or at once when it does not start.
-func (n *Node) startScratch(work, src []byte, dt rings.DType, op rings.Op, plans []channelPlan, commit func(), done func(error)) error {
-	if err := n.startFilled(work, src, dt, op, plans, nil, commit, done); err != nil {
+// startScratch is startFilled on a work buffer from scratchBuffer: the operation gives the buffer
+// back when it ends, or at once when it does not start.
+func (n *Node) startScratch(work, src []byte, dt rings.DType, op rings.Op, plans []channelPlan, folds map[int]func(), commit func(), done func(error)) error {
+	if err := n.startFilled(work, src, dt, op, plans, folds, commit, done); err != nil {
 		n.scratch, n.scratchFree = nil, false
 		return err
 	}
@@ -613,6 +641,7 @@ func (n *Node) startFilled(work, src []byte, dt rings.DType, op rings.Op, plans 
 			if n.op == o {
 				o.arrived(e.conn, tag(in.op, in.path.Channel), e.seq, e.data)
 			}
+			n.release(e.data) // arrived applied it or kept its own copy
 		}
 		delete(n.early, k)
 	}
@@ -705,7 +734,7 @@ func (o *operation) arrived(c Conn, tag uint32, seq uint64, data []byte) {
 		return
 	}
 	if in.gate != nil && !in.gate.open {
-		in.pending = append(in.pending, pendingChunk{seq, slices.Clone(data)})
+		in.pending = append(in.pending, pendingChunk{seq, o.n.hold(data)})
 		return
 	}
 	o.apply(in, seq, data)
@@ -758,6 +787,7 @@ func (o *operation) openGate(g *opGate) {
 				return
 			}
 			o.apply(in, pc.seq, pc.data)
+			o.n.release(pc.data)
 		}
 	}
 	for _, s := range g.outs {
@@ -865,7 +895,7 @@ func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, do
 		succ, pred := n.neighbours()
 		plans = planAllReduce(n.rank, world, splitChannels(len(send)/dt.Size(), n.weights()), dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
-	return n.startScratch(work, send, dt, op, plans, func() { copy(recv, work) }, done)
+	return n.startScratch(work, send, dt, op, plans, nil, func() { copy(recv, work) }, done)
 }
 
 // StartReduceScatter reduces send (world blocks of len(recv) bytes) so that this node's recv holds the
@@ -894,7 +924,7 @@ func (n *Node) StartReduceScatter(send, recv []byte, dt rings.DType, op rings.Op
 		plans = planReduceScatter(n.rank, world, splitChannels(count, n.weights()), count, dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
 	own := n.rank * len(recv)
-	return n.startScratch(work, send, dt, op, plans, func() { copy(recv, work[own:own+len(recv)]) }, done)
+	return n.startScratch(work, send, dt, op, plans, nil, func() { copy(recv, work[own:own+len(recv)]) }, done)
 }
 
 // StartAllGather gathers every node's send (same length everywhere) into recv, block r from the node

@@ -80,16 +80,36 @@ func (n *Node) StartPlannedAllReduce(t plan.Topology, p plan.Plan, send, recv []
 	if sum != p.Bytes {
 		return fmt.Errorf("%w: plan parts sum to %d bytes, want %d", ErrInvalid, sum, p.Bytes)
 	}
-	x := &planExec{n: n, p: p, topo: t, esz: dt.Size(), me: n.rank}
-	work := slices.Clone(send)
-	if len(n.ring) == 1 {
-		rings.Finalize(dt, op, work, 1)
-		return n.start(work, dt, op, nil, func() { copy(recv, work) }, done)
+	if n.op != nil {
+		return ErrBusy
 	}
-	gplans, work, folds := x.gatherPlans(work, dt, op)
+	x := &planExec{n: n, p: p, topo: t, esz: dt.Size(), me: n.rank}
+	// The working buffer is the node's scratch buffer (no fresh memory to fault in on every call),
+	// with room after the message for the gathered inputs.
+	work := n.scratchBuffer(len(send) + x.gatherRoom())
+	copy(work, send)
+	if len(n.ring) == 1 {
+		rings.Finalize(dt, op, work[:len(send)], 1)
+		return n.startScratch(work, nil, dt, op, nil, nil, func() { copy(recv, work[:len(recv)]) }, done)
+	}
+	gplans, folds := x.gatherPlans(work, len(send), dt, op)
 	plans := append(gplans, x.reducePlans()...)
 	plans = append(plans, x.broadcastPlans()...)
-	return n.startGated(work, dt, op, plans, folds, func() { copy(recv, work[:len(recv)]) }, done)
+	return n.startScratch(work, nil, dt, op, plans, folds, func() { copy(recv, work[:len(recv)]) }, done)
+}
+
+// gatherRoom returns the bytes this node needs after the message for the gather: a copy of its own
+// input for every part it sends to a host, and room for every input it hosts.
+func (x *planExec) gatherRoom() int {
+	room := 0
+	for _, pt := range x.p.Parts {
+		for _, b := range pt.BroadcastTo {
+			if x.me == b || x.me == x.host(pt, b) {
+				room += int(pt.Bytes)
+			}
+		}
+	}
+	return room
 }
 
 // Gates of part k: ringGate(k) holds a host's ring paths of the part until the inputs it hosts have
@@ -145,12 +165,14 @@ func nicPieces(off, n int, w []float64) (spans []rings.Span, nics []NICID) {
 }
 
 // gatherPlans builds the gather paths: every node outside a part's ring sends a copy of its input
-// for the part to its host, which receives it into room after the message. It returns the plans, the
-// working buffer extended by that room, and per gate the fold that adds the hosted inputs to the
-// part, in the order of the part's BroadcastTo (so the result does not depend on arrival order).
-func (x *planExec) gatherPlans(work []byte, dt rings.DType, op rings.Op) ([]channelPlan, []byte, map[int]func()) {
+// for the part to its host, which receives it into room after the message (work holds the message's
+// msg bytes, then gatherRoom bytes). It returns the plans and per gate the fold that adds the hosted
+// inputs to the part, in the order of the part's BroadcastTo (so the result does not depend on
+// arrival order).
+func (x *planExec) gatherPlans(work []byte, msg int, dt rings.DType, op rings.Op) ([]channelPlan, map[int]func()) {
 	var plans []channelPlan
 	folds := map[int]func(){}
+	next := msg // where the next copy or hosted input goes
 	for k, pt := range x.p.Parts {
 		lo, hi := int(pt.Offset), int(pt.Offset+pt.Bytes)
 		g := ringGate(k)
@@ -161,13 +183,14 @@ func (x *planExec) gatherPlans(work []byte, dt rings.DType, op rings.Op) ([]chan
 		for _, b := range pt.BroadcastTo {
 			h := x.host(pt, b)
 			spans, nics := nicPieces(0, (hi-lo)/x.esz, x.commonNICs(b, h))
-			base := len(work)
+			base := next
 			switch x.me {
 			case b:
-				work = append(work, work[lo:hi]...)
+				copy(work[base:base+hi-lo], work[lo:hi])
+				next += hi - lo
 			case h:
-				work = append(work, make([]byte, hi-lo)...)
 				hosted = append(hosted, base)
+				next += hi - lo
 			}
 			for i, sp := range spans {
 				id := uint16(x.ch)
@@ -196,7 +219,7 @@ func (x *planExec) gatherPlans(work []byte, dt rings.DType, op rings.Op) ([]chan
 			}
 		}
 	}
-	return plans, work, folds
+	return plans, folds
 }
 
 // piece is a fraction [lo, hi) of every block of one ring channel, carried by NIC nic[u] at node u.
