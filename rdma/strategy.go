@@ -437,7 +437,8 @@ type Planned struct {
 }
 
 // NewPlanned returns a planned runner of n's AllReduce for topology t (health included) with planner
-// configuration cfg. Strategies that the Node cannot run ([plan.OptCC]) are left out of cfg.
+// configuration cfg. Strategies that the Node cannot run ([plan.OptCC]) are left out of cfg, and the
+// model is set to cost schedules the way the Node runs them ([plan.Model].GatherFirst).
 func NewPlanned(n *Node, t plan.Topology, cfg plan.Config) (*Planned, error) {
 	if len(t.Nodes) != len(n.ring) {
 		return nil, fmt.Errorf("%w: topology of %d nodes, ring of %d", ErrInvalid, len(t.Nodes), len(n.ring))
@@ -452,6 +453,7 @@ func NewPlanned(n *Node, t plan.Topology, cfg plan.Config) (*Planned, error) {
 		ss = plan.AllStrategies
 	}
 	cfg.Strategies = slices.DeleteFunc(slices.Clone(ss), func(s plan.Strategy) bool { return s == plan.OptCC })
+	cfg.Model.GatherFirst = true
 	t = t.Clone()
 	t.GPUsPerNode = 1
 	p, err := plan.NewPlanner(t, cfg)

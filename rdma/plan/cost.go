@@ -73,6 +73,12 @@ type Model struct {
 	// LevelTolerance is the relative bandwidth difference below which two nodes count as one level in
 	// the recursive schedule. Zero means 0.01.
 	LevelTolerance float64
+	// GatherFirst charges R²CCL-AllReduce and the recursive schedule as package rdma runs them: a
+	// faster ring starts on its share only once the slower nodes' inputs for it have arrived whole
+	// (one gate per share, not per chunk), and those inputs leave a slow node over the links its own
+	// ring traffic uses, each flow getting half while both run. Shares are then chosen for this
+	// model rather than by Appendix A.
+	GatherFirst bool
 }
 
 // Estimate is the model's prediction for one strategy on one topology and message size, with the
@@ -363,6 +369,9 @@ func decomposed(t Topology, gs []group, s []float64, bytes float64, m Model) flo
 		// Every ring of the schedule runs, so each pays its latency even on an empty share.
 		red = max(red, g.alpha+g.a*s[k]*bytes/g.delta)
 	}
+	if m.GatherFirst {
+		red = max(red, gatedReduce(t, gs, s, bytes))
+	}
 	bc := 0.0
 	for j := 0; j+1 < len(gs); j++ {
 		rest := 0.0
@@ -407,7 +416,82 @@ func costR2CCL(t Topology, o []int, bytes float64, m Model) Estimate {
 	} else {
 		s, _ = fillShares(gs, bytes)
 	}
-	return estimateOf(t, gs, s, bytes, m, rr)
+	return bestScaled(t, gs, s, bytes, m, rr)
+}
+
+// shareSteps is how many scalings of the faster rings' shares bestScaled tries under GatherFirst.
+const shareSteps = 20
+
+// bestScaled returns the estimate for shares s or, under [Model].GatherFirst (unless the split is
+// fixed by SplitEqualsLoss), for s with every faster ring's share scaled by the same factor in
+// (0, 1], whichever is cheapest: gating makes a smaller faster share pay off sooner than Appendix A's
+// optimum assumes.
+func bestScaled(t Topology, gs []group, s []float64, bytes float64, m Model, rr bool) Estimate {
+	best := estimateOf(t, gs, s, bytes, m, rr)
+	if !m.GatherFirst || m.SplitEqualsLoss {
+		return best
+	}
+	for i := 1; i < shareSteps; i++ {
+		f := float64(i) / shareSteps
+		sc := make([]float64, len(s))
+		sc[0] = 1
+		for k := 1; k < len(s); k++ {
+			sc[k] = s[k] * f
+			sc[0] -= sc[k]
+		}
+		if e := estimateOf(t, gs, sc, bytes, m, rr); e.Seconds < best.Seconds {
+			best = e
+		}
+	}
+	return best
+}
+
+// gatedReduce is the reduction stage under [Model].GatherFirst. A node b sends E_b bytes in the
+// rings it belongs to and G_b bytes of its input to the hosts of the rings it is outside of, over its
+// bandwidth R_b shared evenly between the two flows: its gather ends at 2·G_b/R_b when G_b ≤ E_b,
+// else at (E_b + G_b)/R_b, and its ring traffic cannot end before (E_b + G_b)/R_b. A faster ring
+// starts when the last of its outside nodes' gathers ends.
+func gatedReduce(t Topology, gs []group, s []float64, bytes float64) float64 {
+	n := len(t.Nodes)
+	member := make([][]bool, len(gs))
+	for k, g := range gs {
+		member[k] = make([]bool, n)
+		for _, u := range g.ring {
+			member[k][u] = true
+		}
+	}
+	gatherEnd := make([]float64, n)
+	red := 0.0
+	for b := range n {
+		var e, gv float64
+		for k, g := range gs {
+			if member[k][b] {
+				e += g.a * s[k] * bytes
+			} else {
+				gv += s[k] * bytes
+			}
+		}
+		r := t.NodeBandwidth(b)
+		if gv == 0 || r <= 0 {
+			continue
+		}
+		if gv <= e {
+			gatherEnd[b] = 2 * gv / r
+		} else {
+			gatherEnd[b] = (e + gv) / r
+		}
+		red = max(red, (e+gv)/r)
+	}
+	for k, g := range gs {
+		start := 0.0
+		for b := range n {
+			if !member[k][b] {
+				start = max(start, gatherEnd[b])
+			}
+		}
+		red = max(red, start+g.alpha+g.a*s[k]*bytes/g.delta)
+	}
+	return red
 }
 
 // estimateOf assembles an Estimate from a decomposition.
@@ -453,7 +537,7 @@ func costRecursive(t Topology, o []int, bytes float64, m Model) Estimate {
 			continue
 		}
 		s, _ := fillShares(gs, bytes)
-		if e := estimateOf(t, gs, s, bytes, m, rr); e.Seconds < best.Seconds {
+		if e := bestScaled(t, gs, s, bytes, m, rr); e.Seconds < best.Seconds {
 			best = e
 		}
 	}

@@ -246,3 +246,57 @@ func TestValidate(t *testing.T) {
 		t.Errorf("node without NICs: %v, want ErrNoPath", err)
 	}
 }
+
+// TestGatherFirstCost checks the gated reduction stage on a hand-computed case: node 1 keeps two of
+// four 50 MB/s NICs, the shares are one half each, D = 10^8 bytes, α = 0.
+//
+//	node 1: ring bytes out E = 1.5·0.5·D, gather G = 0.5·D ≤ E: gather ends at 2G/R = 1 s; its ring
+//	        traffic ends no earlier than (E+G)/R = 1.25 s
+//	global ring: 1.5·0.5·D / 10^8 = 0.75 s;  faster ring: starts at 1 s, 4/3·0.5·D / 10^8 later
+//	broadcast: 0.5·D / 10^8 = 0.5 s
+func TestGatherFirstCost(t *testing.T) {
+	tp := Uniform(4, 4, 1, 0, 50e6)
+	tp.Nodes[1].NICs[1].Down = true
+	tp.Nodes[1].NICs[2].Down = true
+	gs := []group{
+		{ring: []int{0, 1, 2, 3}, rate: 100e6, delta: 100e6, a: 1.5},
+		{ring: []int{0, 2, 3}, rate: 200e6, delta: 100e6, a: 4.0 / 3},
+	}
+	s := []float64{0.5, 0.5}
+	const d = 1e8
+	if got, want := decomposed(tp, gs, s, d, Model{}), 0.75+0.5; math.Abs(got-want) > 1e-9 {
+		t.Errorf("paper model: %v s, want %v", got, want)
+	}
+	if got, want := decomposed(tp, gs, s, d, Model{GatherFirst: true}), 1+2.0/3+0.5; math.Abs(got-want) > 1e-9 {
+		t.Errorf("gather first: %v s, want %v", got, want)
+	}
+	// A gather larger than the node's ring traffic ends with it: G = 0.9·D > E = 1.5·0.1·D.
+	s = []float64{0.1, 0.9}
+	if got, want := gatedReduce(tp, gs, s, d), (0.15*d+0.9*d)/100e6+4.0/3*0.9*d/100e6; math.Abs(got-want) > 1e-9 {
+		t.Errorf("large gather: %v s, want %v", got, want)
+	}
+}
+
+// TestGatherFirstPlannerAvoidsGatedR2CCL: with two of node 1's four NICs down, the paper's model
+// prefers R²CCL-AllReduce to Balance at 256 MiB, while gating the faster ring behind the gather
+// makes Balance the cheaper (as measured on the netns testbed).
+func TestGatherFirstPlannerAvoidsGatedR2CCL(t *testing.T) {
+	tp := Uniform(4, 4, 1, 100e-6, 50e6)
+	tp.GPUsPerNode = 1
+	tp.Nodes[1].NICs[1].Down = true
+	tp.Nodes[1].NICs[2].Down = true
+	const d = 256 << 20
+	cost := func(s Strategy, m Model) float64 {
+		e, err := Cost(tp, s, d, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Seconds
+	}
+	if r, b := cost(R2CCL, Model{}), cost(Balance, Model{}); r >= b {
+		t.Errorf("paper model: R²CCL %v s, Balance %v s: want R²CCL cheaper", r, b)
+	}
+	if r, b := cost(R2CCL, Model{GatherFirst: true}), cost(Balance, Model{GatherFirst: true}); r < b {
+		t.Errorf("gather first: R²CCL %v s, Balance %v s: want Balance cheaper", r, b)
+	}
+}
