@@ -185,14 +185,15 @@ func channelNIC(n Node, c int) int {
 }
 
 // costRing costs the standard ring with the message split equally over one channel per NIC. Without
-// repair it applies only when no NIC is down; with repair each failed NIC's channel moves to its backup
-// NIC, whose bandwidth its channels then share. Every channel proceeds at the slowest channel's pace,
-// as in NCCL, where each channel gets an equal slice of the data.
+// repair it applies only when no NIC is down; with repair each failed NIC's channels move to its backup
+// NIC. Every channel proceeds at the slowest channel's pace, as in NCCL, where each channel gets an
+// equal slice of the data.
 //
 //	T = 2(N−1)·α + a·(D/C)/r_min,  a = 2(N−1)/N, N = n·g, C = NICs per node,
 //
-// r_min the slowest channel's rate on any ring edge (a NIC carrying k channels gives each 1/k of its
-// bandwidth).
+// r_min the slowest channel's rate on any ring edge. A channel's path from u to v runs on the NIC
+// pair that package rdma gives it (see [edgeNIC]), and a NIC that k paths leave (or k paths enter)
+// gives each 1/k of its bandwidth in that direction.
 func costRing(t Topology, bytes float64, repair bool) Estimate {
 	inf := Estimate{Seconds: math.Inf(1)}
 	if !repair && t.Degraded() {
@@ -200,27 +201,49 @@ func costRing(t Topology, bytes float64, repair bool) Estimate {
 	}
 	o := t.order()
 	chans := len(t.Nodes[0].NICs)
-	rate := func(u, c int) float64 {
-		n := t.Nodes[u]
-		j := channelNIC(n, c)
-		k := 0
-		for c2 := range chans {
-			if channelNIC(n, c2) == j {
-				k++
-			}
-		}
-		return n.NICs[j].Bandwidth() / float64(k)
-	}
-	rmin := math.Inf(1)
+	type path struct{ u, v, j int }
+	var paths []path
+	out, in := map[[2]int]int{}, map[[2]int]int{} // paths per (node, NIC), leaving and entering
 	for i, u := range o {
 		v := o[(i+1)%len(o)]
 		for c := range chans {
-			rmin = min(rmin, rate(u, c), rate(v, c))
+			j := edgeNIC(t.Nodes[u], t.Nodes[v], c)
+			if j < 0 {
+				return inf
+			}
+			paths = append(paths, path{u, v, j})
+			out[[2]int{u, j}]++
+			in[[2]int{v, j}]++
 		}
+	}
+	rmin := math.Inf(1)
+	for _, p := range paths {
+		rmin = min(rmin, t.Nodes[p.u].NICs[p.j].Bandwidth()/float64(out[[2]int{p.u, p.j}]),
+			t.Nodes[p.v].NICs[p.j].Bandwidth()/float64(in[[2]int{p.v, p.j}]))
 	}
 	ranks := len(o) * t.ranks()
 	sec := 2*float64(ranks-1)*t.alpha(o) + volume(ranks)*bytes/float64(chans)/rmin
 	return Estimate{Seconds: sec, Rings: [][]int{o}, Shares: []float64{1}}
+}
+
+// edgeNIC returns the NIC index (the same at both ends: one rail) that channel c uses from node u to
+// node v under hot repair, as package rdma pairs them: u's backup when u moved the channel off its
+// NIC, else v's; when that NIC is down at the other end, the runtime fails over to the first NIC
+// healthy at both. It returns -1 when no NIC is.
+func edgeNIC(u, v Node, c int) int {
+	j := channelNIC(u, c)
+	if j == c%len(u.NICs) {
+		j = channelNIC(v, c)
+	}
+	if j >= 0 && !u.NICs[j].Down && !v.NICs[j].Down {
+		return j
+	}
+	for k := range u.NICs {
+		if !u.NICs[k].Down && !v.NICs[k].Down {
+			return k
+		}
+	}
+	return -1
 }
 
 // costBalance costs the standard ring under R²CCL-Balance: each node's traffic is spread over its

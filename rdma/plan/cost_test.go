@@ -300,3 +300,24 @@ func TestGatherFirstPlannerAvoidsGatedR2CCL(t *testing.T) {
 		t.Errorf("gather first: R²CCL %v s, Balance %v s: want Balance cheaper", r, b)
 	}
 }
+
+// TestHotRepairPairsAcrossNodes: with NIC 1 of node 1 and NIC 2 of node 2 down, both move their
+// channel to NIC 0, and the path from node 1 to node 2 on channel 2 takes node 2's backup, so NIC 0
+// of node 1 sends three channels: the ring runs at a third of a NIC per channel, not a half.
+func TestHotRepairPairsAcrossNodes(t *testing.T) {
+	tp := Uniform(4, 4, 1, 0, 50e6)
+	tp.GPUsPerNode = 1
+	tp.Nodes[1].NICs[1].Down = true
+	tp.Nodes[2].NICs[2].Down = true
+	const d = 1e8
+	e := mustCost(t, tp, HotRepair, d, Model{})
+	if want := 1.5 * d / 4 / (50e6 / 3); math.Abs(e.Seconds-want) > 1e-9 {
+		t.Errorf("hot repair: %v s, want %v", e.Seconds, want)
+	}
+	one := Uniform(4, 4, 1, 0, 50e6)
+	one.GPUsPerNode = 1
+	one.Nodes[1].NICs[1].Down = true
+	if e, want := mustCost(t, one, HotRepair, d, Model{}), 1.5*d/4/(50e6/2); math.Abs(e.Seconds-want) > 1e-9 {
+		t.Errorf("one NIC down: %v s, want %v", e.Seconds, want)
+	}
+}
