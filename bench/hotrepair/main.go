@@ -317,6 +317,16 @@ func (b *bench) op(ctx context.Context, label string, fault bool) ([]report, err
 			return done, fmt.Errorf("node %d: %s AllReduce: %s", r.Node, label, r.Err)
 		}
 	}
+	if err := b.nodesP.Broadcast(command{Op: "check", Label: label}); err != nil {
+		return nil, err
+	}
+	checked, err := b.collect(ctx, "checked", label)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range checked {
+		done[r.Node].Correct = r.Correct
+	}
 	return done, nil
 }
 

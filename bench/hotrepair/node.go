@@ -60,7 +60,7 @@ const cpuProfileEnv = "HOTREPAIR_CPUPROFILE"
 
 // command is one line from the parent on a node's stdin.
 type command struct {
-	Op    string `json:"op"` // "run" or "quit"
+	Op    string `json:"op"` // "run", "check" (the last run's result) or "quit"
 	Label string `json:"label"`
 }
 
@@ -73,7 +73,8 @@ type report struct {
 	StartNs int64  `json:"start_ns,omitempty"`
 	EndNs   int64  `json:"end_ns,omitempty"`
 	Err     string `json:"err,omitempty"`
-	// Correct says every element of the result equals the sum of every node's input.
+	// Correct says every element of the result equals the sum of every node's input (in the
+	// "checked" report that answers a "check" command).
 	Correct bool `json:"correct"`
 	// Stats of the node's runtime after the call (cumulative since the node started).
 	Stats nodeStats `json:"stats"`
@@ -166,15 +167,22 @@ func nodeMain(a nodeArgs) int {
 	recv := make([]float32, count)
 	out.Encode(report{Event: "ready", Node: a.Index})
 
-	seenNotes := 0 // notes of the runtime already printed to stderr
+	seenNotes := 0  // notes of the runtime already printed to stderr
+	lastOK := false // the last call succeeded (its result is checked on "check")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		var cmd command
 		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
 			return fatal(fmt.Errorf("bad command %q: %w", in.Text(), err))
 		}
-		if cmd.Op == "quit" {
+		switch cmd.Op {
+		case "quit":
 			return 0
+		case "check":
+			// Checked only once every node has finished: a check right after the call would take
+			// CPU from the nodes still in it.
+			out.Encode(report{Event: "checked", Node: a.Index, Label: cmd.Label, Correct: lastOK && check(recv, a.Nodes)})
+			continue
 		}
 		poison(recv)
 		start := time.Now()
@@ -186,10 +194,9 @@ func nodeMain(a nodeArgs) int {
 		cancel()
 		<-watched
 		rep := report{Event: "done", Node: a.Index, Label: cmd.Label, StartNs: start.UnixNano(), EndNs: end.UnixNano()}
+		lastOK = err == nil
 		if err != nil {
 			rep.Err = err.Error()
-		} else {
-			rep.Correct = check(recv, a.Nodes)
 		}
 		rep.Stats = stats(ep, node)
 		for _, n := range rep.Stats.Notes[min(seenNotes, len(rep.Stats.Notes)):] {

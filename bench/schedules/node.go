@@ -138,6 +138,7 @@ func nodeMain(a nodeArgs) int {
 	recv := make([]float32, count)
 	out.Encode(report{Event: "ready", Node: a.Index})
 
+	lastOK := false // the last call succeeded (its result is checked on "check")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		var cmd command
@@ -147,6 +148,9 @@ func nodeMain(a nodeArgs) int {
 		switch cmd.Op {
 		case "quit":
 			return 0
+		case "check":
+			out.Encode(report{Event: "checked", Node: a.Index, Label: cmd.Label, Correct: lastOK && check(recv, a.Nodes)})
+			continue
 		case "health":
 			rep := report{Event: "health", Node: a.Index, Label: cmd.Label}
 			node.Do(func() {
@@ -161,7 +165,9 @@ func nodeMain(a nodeArgs) int {
 			out.Encode(rep)
 			continue
 		}
-		out.Encode(runOne(a, node, ep.NICs(), planned, cmd, send, recv))
+		rep := runOne(a, node, ep.NICs(), planned, cmd, send, recv)
+		lastOK = rep.Err == ""
+		out.Encode(rep)
 	}
 	return 0
 }
@@ -223,16 +229,19 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 		rep.Err = err.Error()
 		return rep
 	}
-	rep.Correct = true
+	return rep
+}
+
+// check reports whether every element of recv is the sum of every node's input.
+func check(recv []float32, nodes int) bool {
 	for i, v := range recv {
 		var want float32
-		for n := range a.Nodes {
+		for n := range nodes {
 			want += value(n, i)
 		}
 		if v != want {
-			rep.Correct = false
-			break
+			return false
 		}
 	}
-	return rep
+	return true
 }
