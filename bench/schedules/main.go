@@ -21,8 +21,10 @@
 // Every case also runs the planner's choice for its health and size. Each measurement is --reps
 // AllReduce calls of --size bytes of float32 (sum), after one untimed warm-up call; a call's time is
 // from the last node's start to the last node's end (one wall clock), and the fastest call counts
-// (the machine may be shared; every sample is in the output). Every node checks every element of its result
-// against the exact sum (inputs are small integers).
+// (the machine may be shared; every sample is in the output). Once every node has finished a call,
+// every node checks every element of its result against the exact sum (inputs are small integers).
+// NICs run jumbo frames (--mtu 9000) and chunks are sized from the NIC rate (--chunk 0), as in
+// bench/hotrepair; --cases runs a subset of the cases.
 //
 // Per case: ideal_seconds is the model's lower bound [plan.Ideal],
 //
@@ -161,8 +163,8 @@ func run(args []string) int {
 	port := fs.Int("port", 7500, "port every NIC listens on, inside its namespace")
 	timeout := fs.Duration("timeout", 15*time.Minute, "give up (and remove everything) after this long")
 	reps := fs.Int("reps", 3, "timed calls of every strategy in every case (the fastest counts)")
-	chunk := fs.Int("chunk", 0, "chunk size in bytes (0: the runtime's default, 256 KiB)")
-	mtu := fs.Int("mtu", 1500, "MTU of every NIC and bridge port (9000: jumbo frames)")
+	chunk := fs.Int("chunk", 0, "chunk size in bytes (0: from the NIC rate, see nodeproc.ChunkFor; 1 MiB at 400 Mbit/s)")
+	mtu := fs.Int("mtu", 9000, "MTU of every NIC and bridge port: jumbo frames, as training fabrics use (1500: standard frames)")
 	cases := fs.String("cases", "", "comma-separated case names to run, in the usual order (empty: all)")
 	index := fs.Int("node-index", -1, "internal: run as node process INDEX")
 	if err := fs.Parse(args); err != nil {
@@ -173,6 +175,9 @@ func run(args []string) int {
 		*mtu < 576 || *mtu > 65535 {
 		fmt.Fprintln(os.Stderr, "schedules: need --nodes >= 3, --nics >= 3, --nic-mbit > 0, --size a positive multiple of 4, --reps >= 1, --chunk >= 0, 576 <= --mtu <= 65535")
 		return 2
+	}
+	if *chunk == 0 {
+		*chunk = nodeproc.ChunkFor(*mbit)
 	}
 	if *index >= 0 {
 		return nodeMain(nodeArgs{Index: *index, Nodes: *nodes, NICs: *nics, Mbit: *mbit, Size: int(size), Port: *port,
