@@ -278,7 +278,7 @@ func (b *bench) collect(ctx context.Context, event, label string) ([]report, err
 // op runs one AllReduce on every node. With fault set, it takes the failing NIC down as soon as the
 // failing node reports that it has received --fault-at of its data.
 func (b *bench) op(ctx context.Context, label string, fault bool) ([]report, error) {
-	if err := b.nodesP.Broadcast(command{Op: "run", Label: label}); err != nil {
+	if err := b.nodesP.Broadcast(command{Op: "run", Label: label, Watch: fault}); err != nil {
 		return nil, err
 	}
 	done := make([]report, b.nodes)
