@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/concord-ccl/concord/internal/hugemem"
 	"github.com/concord-ccl/concord/rings"
 )
 
@@ -118,7 +119,7 @@ type Node struct {
 // The operation gives it back in finish (see operation.scratch).
 func (n *Node) scratchBuffer(size int) []byte {
 	if !n.scratchFree || cap(n.scratch) < size {
-		n.scratch = make([]byte, size)
+		n.scratch = hugemem.Make(size, size)
 	}
 	n.scratchFree = false
 	return n.scratch[:size]

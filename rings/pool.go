@@ -3,13 +3,16 @@ package rings
 import (
 	"math/bits"
 	"sync"
+
+	"github.com/concord-ccl/concord/internal/hugemem"
 )
 
 // DefaultMaxIdleBytes is the idle capacity a BufferPool keeps when MaxIdleBytes is zero.
 const DefaultMaxIdleBytes = 1 << 30
 
 // BufferPool recycles staging buffers across operations. Buffers come in power-of-two capacity
-// classes, so one buffer serves any length up to its class. Idle buffers are kept (not left to the
+// classes, so one buffer serves any length up to its class; large ones ask for huge pages (see
+// internal/hugemem). Idle buffers are kept (not left to the
 // garbage collector) up to MaxIdleBytes of capacity in total; beyond that, Put drops them.
 //
 // The zero value is ready to use. A BufferPool is safe for concurrent use; it must not be copied after
@@ -41,7 +44,7 @@ func (p *BufferPool) Get(n int) []byte {
 		return b[:n]
 	}
 	p.mu.Unlock()
-	return make([]byte, n, 1<<k)
+	return hugemem.Make(n, 1<<k)
 }
 
 // Put hands b back for reuse. The caller must not use b afterwards. A buffer whose capacity is not a
