@@ -57,9 +57,11 @@ import (
 	"github.com/concord-ccl/concord/bench/internal/measure"
 	"github.com/concord-ccl/concord/bench/internal/workload"
 	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/internal/hugemem"
 	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
+	"github.com/concord-ccl/concord/rings"
 )
 
 // Tags of the two collectives every iteration runs.
@@ -470,8 +472,8 @@ func peer() error {
 	cluster.Emit(map[string]any{"event": "joined", "rank": rank, "world": world})
 
 	count := p.Bytes / 4
-	buf := make([]float32, count)
-	b := pccl.Bytes(buf)
+	b := hugemem.Make(4*count, 4*count) // in huge pages where the kernel has them, like the staging buffers
+	buf := rings.View[float32](b)
 	one := make([]float32, 1)
 	data := pccl.Desc{Tag: tagData, Count: count, DType: pccl.F32, Op: pccl.Sum}
 	barrier := pccl.Desc{Tag: tagBarrier, Count: 1, DType: pccl.F32, Op: pccl.Sum}

@@ -62,6 +62,9 @@ const (
 	// targetAfterGoneP99 bounds abort_after_gone_ms_p99: what Concord adds after the kernel closed
 	// the victim's sockets.
 	targetAfterGoneP99 = 50.0 // ms
+	// targetResumeP50 bounds resume_ms_p50 and targetRedials redials_per_kill.
+	targetResumeP50 = 300.0 // ms
+	targetRedials   = 4.0
 )
 
 // Bounds of the waits within one round.
@@ -85,7 +88,9 @@ type result struct {
 	AbortMsP99      float64   `json:"abort_ms_p99"`
 	ResumeMsP50     float64   `json:"resume_ms_p50"`
 	ResumeMsP99     float64   `json:"resume_ms_p99"`
+	ResumeP50Limit  float64   `json:"resume_ms_p50_limit"`
 	RedialsPerKill  float64   `json:"redials_per_kill"` // median over kills of the data connections survivors opened to recover
+	RedialsLimit    float64   `json:"redials_per_kill_limit"`
 	StallMsP50      float64   `json:"stall_ms_p50"`
 	StallMsP99      float64   `json:"stall_ms_p99"`
 	BuffersRestored bool      `json:"buffers_restored"`
@@ -704,7 +709,9 @@ func (b *bench) summary() result {
 	r.AbortAfterExitMsP50, r.AbortAfterExitMsP99 = percentile(after, 50), percentile(after, 99)
 	r.AbortAfterGoneMsP50, r.AbortAfterGoneMsP99 = percentile(r.AbortAfterGoneMs, 50), percentile(r.AbortAfterGoneMs, 99)
 	r.AbortAfterGoneLimit = targetAfterGoneP99
+	r.ResumeP50Limit, r.RedialsLimit = targetResumeP50, targetRedials
 	r.TargetsMet = r.Samples > 0 && r.AbortMsP99 <= targetAbortP99 && (r.StallSamples == 0 || r.StallMsP99 <= targetStallP99) &&
+		r.ResumeMsP50 <= targetResumeP50 && r.RedialsPerKill <= targetRedials &&
 		r.BuffersRestored && r.ResultsCorrect && (r.RestartSamples == 0 || r.RestartResumeMsP99 <= targetRestartResumeP99)
 	return r
 }

@@ -11,7 +11,9 @@ import (
 	"github.com/concord-ccl/concord/bench/internal/watch"
 	"github.com/concord-ccl/concord/bench/internal/workload"
 	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/internal/hugemem"
 	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/rings"
 )
 
 // Environment of the peer role.
@@ -91,8 +93,8 @@ func peerMain() int {
 	emit(peerEvent{Event: "connected", Rank: comm.Rank(), World: comm.WorldSize()})
 
 	count := p.Bytes / 4
-	buf := make([]float32, count)
-	b := pccl.Bytes(buf)
+	b := hugemem.Make(4*count, 4*count) // in huge pages where the kernel has them, like the staging buffers
+	buf := rings.View[float32](b)
 	desc := pccl.Desc{Tag: tagData, Count: count, DType: pccl.F32, Op: pccl.Sum}
 	fill := true
 	// resume handles a failed call: it returns false when the peer must leave.
