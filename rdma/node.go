@@ -530,6 +530,26 @@ type inStream struct {
 	gate    *opGate
 	feeds   *opGate
 	pending []pendingChunk // accepted before its gate opened
+	// wait, when set, is the incoming path whose frame i − waitFrom must be applied before frame i
+	// (i ≥ waitFrom) of this one; held keeps, in order, the accepted frames that wait. waiters are
+	// the paths that wait on this one.
+	wait     *inStream
+	waitFrom int
+	held     []pendingChunk
+	waiters  []*inStream
+}
+
+// waiting reports whether frame seq of in waits for a frame of in.wait not applied yet: frames
+// waitFrom to waitFrom + (frames of in.wait) − 1 do.
+func (in *inStream) waiting(seq int) bool {
+	i := seq - in.waitFrom
+	return in.wait != nil && i >= 0 && i < len(in.wait.plan.frames) && in.wait.got <= i
+}
+
+// mustHold reports whether accepted frame seq of in has to wait before it is applied: it waits, or
+// an earlier frame does (frames are applied in order).
+func (in *inStream) mustHold(seq int) bool {
+	return len(in.held) > 0 || in.waiting(seq)
 }
 
 type pendingChunk struct {
@@ -624,6 +644,35 @@ func (n *Node) startFilled(work, src []byte, dt rings.DType, op rings.Op, plans 
 			o.open++
 			opens = append(opens, Open{Path: id, Op: s.op, Primary: outNIC, Chunks: uint64(len(cp.out.frames))})
 			n.ensurePeer(cp.out.to)
+		}
+	}
+	// Cross-path links: an out path whose frames depend on another channel's incoming path, and an
+	// incoming path whose frames wait for another's.
+	byChannel := map[uint16]*inStream{}
+	for _, in := range o.in {
+		byChannel[in.path.Channel] = in
+	}
+	for _, cp := range plans {
+		if cp.out != nil && cp.out.depOn != nil && len(cp.out.frames) > 0 {
+			s := o.out[PathID{Src: n.ep.Node(), Dst: cp.out.to, Channel: cp.channel}]
+			dep := byChannel[*cp.out.depOn]
+			if s == nil || dep == nil {
+				o.over, n.op = true, nil
+				n.ep.Deregister(region)
+				return fmt.Errorf("%w: channel %d depends on channel %d, which has no incoming path here", ErrInvalid, cp.channel, *cp.out.depOn)
+			}
+			s.dep = dep
+		}
+		if cp.in != nil && cp.in.waitOn != nil && len(cp.in.frames) > 0 {
+			in := byChannel[cp.channel]
+			w := byChannel[*cp.in.waitOn]
+			if in == nil || w == nil {
+				o.over, n.op = true, nil
+				n.ep.Deregister(region)
+				return fmt.Errorf("%w: channel %d waits on channel %d, which has no incoming path here", ErrInvalid, cp.channel, *cp.in.waitOn)
+			}
+			in.wait, in.waitFrom = w, cp.in.waitFrom
+			w.waiters = append(w.waiters, in)
 		}
 	}
 	for _, g := range o.gates {
@@ -738,7 +787,31 @@ func (o *operation) arrived(c Conn, tag uint32, seq uint64, data []byte) {
 		in.pending = append(in.pending, pendingChunk{seq, o.n.hold(data)})
 		return
 	}
+	o.deliver(in, seq, data)
+}
+
+// deliver applies an accepted chunk of in, or keeps a copy of it while it must wait for another path.
+func (o *operation) deliver(in *inStream, seq uint64, data []byte) {
+	if in.mustHold(int(seq)) {
+		in.held = append(in.held, pendingChunk{seq, o.n.hold(data)})
+		return
+	}
 	o.apply(in, seq, data)
+}
+
+// releaseWaiters applies the held chunks of the paths waiting on in that no longer have to wait.
+func (o *operation) releaseWaiters(in *inStream) {
+	for _, w := range in.waiters {
+		for len(w.held) > 0 && !o.over {
+			pc := w.held[0]
+			if w.waiting(int(pc.seq)) {
+				break
+			}
+			w.held = w.held[1:]
+			o.apply(w, pc.seq, pc.data)
+			o.n.release(pc.data)
+		}
+	}
 }
 
 // apply applies an accepted chunk of in to the working buffer and moves what waited for it.
@@ -760,6 +833,9 @@ func (o *operation) apply(in *inStream, seq uint64, data []byte) {
 		rings.Finalize(o.dt, o.rop, dst, o.world)
 	}
 	in.got++
+	if len(in.waiters) > 0 {
+		o.releaseWaiters(in)
+	}
 	for _, s := range o.outs {
 		if s.dep == in {
 			o.pump(s)
@@ -787,7 +863,7 @@ func (o *operation) openGate(g *opGate) {
 			if o.over {
 				return
 			}
-			o.apply(in, pc.seq, pc.data)
+			o.deliver(in, pc.seq, pc.data)
 			o.n.release(pc.data)
 		}
 	}

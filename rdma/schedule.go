@@ -43,11 +43,20 @@ type channelPlan struct {
 type outPlan struct {
 	to     NodeID
 	frames []sendFrame
+	// depOn, when set, names the channel whose incoming path the frames' dep indexes refer to,
+	// instead of this plan's own incoming path.
+	depOn *uint16
 }
 
 type inPlan struct {
 	from   NodeID
 	frames []recvFrame
+	// waitOn, when set, names the channel of another incoming path of the same operation: frame i ≥
+	// waitFrom is applied only after that path's frame i − waitFrom (received frames wait, in
+	// order). It fixes the order in which contributions to one range are reduced, whatever order
+	// they arrive in.
+	waitOn   *uint16
+	waitFrom int
 }
 
 // splitChannels divides count elements among channels in proportion to weights (largest share to

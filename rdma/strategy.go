@@ -69,8 +69,8 @@ func (n *Node) StartPlannedAllReduce(t plan.Topology, p plan.Plan, send, recv []
 	}
 	var sum int64
 	for _, pt := range p.Parts {
-		if len(pt.Leaves) > 0 {
-			return fmt.Errorf("%w: plan parts with leaves (OptCC) are not supported", ErrInvalid)
+		if len(pt.Leaves) > 0 && (len(pt.Ring) < 2 || len(pt.BroadcastTo) > 0) {
+			return fmt.Errorf("%w: a plan part with leaves needs a ring of at least 2 nodes and no broadcast", ErrInvalid)
 		}
 		if pt.Offset != sum || pt.Bytes%int64(dt.Size()) != 0 {
 			return fmt.Errorf("%w: plan part at %d of %d bytes does not tile the message in %v elements", ErrInvalid, pt.Offset, pt.Bytes, dt)
@@ -305,13 +305,22 @@ func (x *planExec) reducePlans() []channelPlan {
 		base := int(pt.Offset) / x.esz
 		for c, sp := range splitChannels(count, x.n.weights()) {
 			blocks := rings.Partition(sp.Len, world)
-			for _, pc := range x.pieces(ring, c) {
+			for _, pc := range x.pieces(append(slices.Clone(ring), pt.Leaves...), c) {
 				id := uint16(x.ch)
 				x.ch++
-				if rank < 0 || world < 2 {
+				// Leaf paths of this piece: leafIn[l][p] carries leaf l's input for the block that
+				// ring position p owns, leafOut[l][p] that block's result back.
+				leafIn, leafOut := make([][]uint16, len(pt.Leaves)), make([][]uint16, len(pt.Leaves))
+				for l := range pt.Leaves {
+					for range world {
+						leafIn[l] = append(leafIn[l], uint16(x.ch))
+						leafOut[l] = append(leafOut[l], uint16(x.ch+1))
+						x.ch += 2
+					}
+				}
+				if world < 2 {
 					continue
 				}
-				succ, pred := ring[(rank+1)%world], ring[(rank+world-1)%world]
 				boff := func(b int) int {
 					bl := blocks[mod(b, world)]
 					lo, _ := pc.cut(bl.Len)
@@ -321,6 +330,13 @@ func (x *planExec) reducePlans() []channelPlan {
 					lo, hi := pc.cut(blocks[mod(b, world)].Len)
 					return (hi - lo) * x.esz
 				}
+				if rank < 0 {
+					if l := slices.Index(pt.Leaves, x.me); l >= 0 {
+						plans = append(plans, x.leafPlans(pc, c, ring, leafIn[l], leafOut[l], boff, blen)...)
+					}
+					continue
+				}
+				succ, pred := ring[(rank+1)%world], ring[(rank+world-1)%world]
 				rs := world - 1
 				out, in := ringPlan(2*world-2,
 					func(s int) int {
@@ -351,10 +367,72 @@ func (x *planExec) reducePlans() []channelPlan {
 				if x.me == head {
 					cp.feeds = bcastGate(k)
 				}
+				if len(pt.Leaves) > 0 {
+					plans = append(plans, x.ownerPlans(&cp, pc, c, pt.Leaves, rank, leafIn, leafOut, boff, blen)...)
+				}
 				plans = append(plans, cp)
 			}
 		}
 	}
+	return plans
+}
+
+// Leaves (OptCC's schedule). A leaf is outside its part's ring: it sends its input for each block of
+// every ring channel piece to the block's owner (the ring node that finishes it) and receives the
+// finished block back, instead of forwarding in the ring. The owner adds the leaves' inputs, in the
+// part's leaf order, to its own before the ring's last reduce-scatter step adds the others' partial
+// sum, whatever order they arrive in: chunk by chunk, the last step's frames wait for the leaves'
+// frames of the same range. Each result chunk goes back to a leaf as soon as it is final, so a leaf's
+// input and its result stream at once in opposite directions.
+
+// leafPlans returns a leaf's paths of one ring channel piece: its input out to the owner of every
+// block, and the result in from it.
+func (x *planExec) leafPlans(pc piece, c int, ring []int, in, out []uint16, boff, blen func(int) int) []channelPlan {
+	var plans []channelPlan
+	for p, owner := range ring {
+		var sends []sendFrame
+		var recvs []recvFrame
+		parts(boff(p+1), blen(p+1), x.n.cfg.ChunkBytes, x.esz, func(off, n int) {
+			sends = append(sends, sendFrame{off: off, n: n, dep: -1})
+			recvs = append(recvs, recvFrame{off: off, n: n, mode: recvCopy})
+		})
+		nic := pathNIC(pc, c, x.me, owner)
+		plans = append(plans,
+			channelPlan{channel: in[p], routed: true, outNIC: nic, inNIC: nic, out: &outPlan{to: x.n.ring[owner], frames: sends}},
+			channelPlan{channel: out[p], routed: true, outNIC: nic, inNIC: nic, in: &inPlan{from: x.n.ring[owner], frames: recvs}})
+	}
+	return plans
+}
+
+// ownerPlans returns a ring node's paths to and from the leaves for the block it owns in one ring
+// channel piece (position rank owns block rank+1), and makes the ring's last reduce-scatter frames
+// of cp wait for the last leaf's.
+func (x *planExec) ownerPlans(cp *channelPlan, pc piece, c int, leaves []int, rank int, in, out [][]uint16, boff, blen func(int) int) []channelPlan {
+	last := slices.IndexFunc(cp.in.frames, func(f recvFrame) bool { return f.mode == recvReduceLast })
+	if last < 0 || blen(rank+1) == 0 {
+		return nil // an empty block: nothing to add or send back
+	}
+	ringCh := cp.channel
+	var plans []channelPlan
+	for l, leaf := range leaves {
+		var recvs []recvFrame
+		var sends []sendFrame
+		parts(boff(rank+1), blen(rank+1), x.n.cfg.ChunkBytes, x.esz, func(off, n int) {
+			recvs = append(recvs, recvFrame{off: off, n: n, mode: recvReduce})
+			sends = append(sends, sendFrame{off: off, n: n, dep: last + len(sends)})
+		})
+		ip := &inPlan{from: x.n.ring[leaf], frames: recvs}
+		if l > 0 {
+			prev := in[l-1][rank]
+			ip.waitOn = &prev
+		}
+		nic := pathNIC(pc, c, leaf, x.me)
+		plans = append(plans,
+			channelPlan{channel: in[l][rank], routed: true, outNIC: nic, inNIC: nic, in: ip},
+			channelPlan{channel: out[l][rank], routed: true, outNIC: nic, inNIC: nic, out: &outPlan{to: x.n.ring[leaf], frames: sends, depOn: &ringCh}})
+	}
+	w := in[len(leaves)-1][rank]
+	cp.in.waitOn, cp.in.waitFrom = &w, last
 	return plans
 }
 
@@ -437,8 +515,8 @@ type Planned struct {
 }
 
 // NewPlanned returns a planned runner of n's AllReduce for topology t (health included) with planner
-// configuration cfg. Strategies that the Node cannot run ([plan.OptCC]) are left out of cfg, and the
-// model is set to cost schedules the way the Node runs them ([plan.Model].GatherFirst).
+// configuration cfg. The model is set to cost schedules the way the Node runs them
+// ([plan.Model].GatherFirst).
 func NewPlanned(n *Node, t plan.Topology, cfg plan.Config) (*Planned, error) {
 	if len(t.Nodes) != len(n.ring) {
 		return nil, fmt.Errorf("%w: topology of %d nodes, ring of %d", ErrInvalid, len(t.Nodes), len(n.ring))
@@ -448,11 +526,6 @@ func NewPlanned(n *Node, t plan.Topology, cfg plan.Config) (*Planned, error) {
 			return nil, fmt.Errorf("%w: topology node %d has %d NICs, want %d", ErrInvalid, i, len(nd.NICs), len(n.nics))
 		}
 	}
-	ss := cfg.Strategies
-	if ss == nil {
-		ss = plan.AllStrategies
-	}
-	cfg.Strategies = slices.DeleteFunc(slices.Clone(ss), func(s plan.Strategy) bool { return s == plan.OptCC })
 	cfg.Model.GatherFirst = true
 	t = t.Clone()
 	t.GPUsPerNode = 1

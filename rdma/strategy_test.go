@@ -86,6 +86,9 @@ var stCases = []struct {
 	{"r2ccl_x50", plan.R2CCL, [][2]int{{2, 0}, {2, 1}}, false},
 	{"recursive_two_nodes", plan.Recursive, [][2]int{{1, 0}, {3, 1}}, false},
 	{"recursive_three_levels", plan.Recursive, [][2]int{{0, 3}, {2, 0}, {2, 1}}, false},
+	{"optcc_x25", plan.OptCC, [][2]int{{1, 2}}, false},
+	{"optcc_x50", plan.OptCC, [][2]int{{2, 0}, {2, 1}}, false},
+	{"optcc_two_leaves", plan.OptCC, [][2]int{{1, 0}, {3, 1}}, false},
 }
 
 func TestPlannedStrategiesMatchStandardRing(t *testing.T) {
@@ -243,7 +246,7 @@ func TestPlannedFollowsNICHealth(t *testing.T) {
 func TestPlannedBackToBack(t *testing.T) {
 	c := newCluster(t, stNodes, stNICs, rdma.Config{ChunkBytes: 64 << 10, Window: 4})
 	rng := rand.New(rand.NewPCG(6, 6))
-	order := []int{5, 0, 3, 7, 1, 6, 5, 2}
+	order := []int{5, 0, 8, 3, 7, 9, 1, 6, 10, 5, 2}
 	for round, k := range order {
 		tc := stCases[k]
 		topo := stTopology(tc.down) // plans avoid the NICs they take as down; the fabric is healthy
