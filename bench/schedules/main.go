@@ -12,11 +12,12 @@
 // last case no longer needs down is brought up again):
 //
 //	healthy              no NIC down: the standard ring;
-//	one_nic_x25          NIC 1 of node 1 down (X = 0.25): hot repair only, Balance, R²CCL-AllReduce;
+//	one_nic_x25          NIC 1 of node 1 down (X = 0.25): hot repair only, Balance, R²CCL-AllReduce,
+//	                     OptCC's schedule (the degraded node as a leaf);
 //	two_nics_x50         NICs 1 and 2 of node 1 down (X = 0.5): the same three;
 //	two_nodes_two_rails  NIC 1 of node 1 and NIC 2 of node 2 down: hot repair, Balance,
 //	                     R²CCL-AllReduce, recursive (with bridge re-ranking where the model finds it
-//	                     pays).
+//	                     pays), OptCC's schedule.
 //
 // Every case also runs the planner's choice for its health and size. Each measurement is --reps
 // AllReduce calls of --size bytes of float32 (sum), after one untimed warm-up call; a call's time is
@@ -124,12 +125,12 @@ type scenario struct {
 }
 
 func scenarios() []scenario {
-	single := []plan.Strategy{plan.HotRepair, plan.Balance, plan.R2CCL}
+	single := []plan.Strategy{plan.HotRepair, plan.Balance, plan.R2CCL, plan.OptCC}
 	return []scenario{
 		{"healthy", nil, []plan.Strategy{plan.Ring}},
 		{"one_nic_x25", [][2]int{{1, 1}}, single},
 		{"two_nics_x50", [][2]int{{1, 1}, {1, 2}}, single},
-		{"two_nodes_two_rails", [][2]int{{1, 1}, {2, 2}}, []plan.Strategy{plan.HotRepair, plan.Balance, plan.R2CCL, plan.Recursive}},
+		{"two_nodes_two_rails", [][2]int{{1, 1}, {2, 2}}, []plan.Strategy{plan.HotRepair, plan.Balance, plan.R2CCL, plan.Recursive, plan.OptCC}},
 	}
 }
 
