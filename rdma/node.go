@@ -652,27 +652,25 @@ func (n *Node) startFilled(work, src []byte, dt rings.DType, op rings.Op, plans 
 	for _, in := range o.in {
 		byChannel[in.path.Channel] = in
 	}
+	unlinked := func(ch, other uint16) error {
+		o.over, n.op = true, nil
+		n.ep.Deregister(region)
+		return fmt.Errorf("%w: channel %d is linked to channel %d, which has no incoming path here", ErrInvalid, ch, other)
+	}
 	for _, cp := range plans {
 		if cp.out != nil && cp.out.depOn != nil && len(cp.out.frames) > 0 {
 			s := o.out[PathID{Src: n.ep.Node(), Dst: cp.out.to, Channel: cp.channel}]
-			dep := byChannel[*cp.out.depOn]
-			if s == nil || dep == nil {
-				o.over, n.op = true, nil
-				n.ep.Deregister(region)
-				return fmt.Errorf("%w: channel %d depends on channel %d, which has no incoming path here", ErrInvalid, cp.channel, *cp.out.depOn)
+			if s.dep = byChannel[*cp.out.depOn]; s.dep == nil {
+				return unlinked(cp.channel, *cp.out.depOn)
 			}
-			s.dep = dep
 		}
 		if cp.in != nil && cp.in.waitOn != nil && len(cp.in.frames) > 0 {
 			in := byChannel[cp.channel]
-			w := byChannel[*cp.in.waitOn]
-			if in == nil || w == nil {
-				o.over, n.op = true, nil
-				n.ep.Deregister(region)
-				return fmt.Errorf("%w: channel %d waits on channel %d, which has no incoming path here", ErrInvalid, cp.channel, *cp.in.waitOn)
+			if in.wait = byChannel[*cp.in.waitOn]; in.wait == nil {
+				return unlinked(cp.channel, *cp.in.waitOn)
 			}
-			in.wait, in.waitFrom = w, cp.in.waitFrom
-			w.waiters = append(w.waiters, in)
+			in.waitFrom = cp.in.waitFrom
+			in.wait.waiters = append(in.wait.waiters, in)
 		}
 	}
 	for _, g := range o.gates {

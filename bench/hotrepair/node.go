@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -101,9 +100,6 @@ func unixNs(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// value is node's input element i: small integers, so that float32 sums are exact in any order.
-func value(node, i int) float32 { return float32((i*7 + node*13) % 1021) }
-
 // nodeMain runs one node, inside its namespace: an endpoint on the namespace's NICs, the hot-repair
 // runtime on a ring of every node, and one AllReduce per "run" line on stdin.
 func nodeMain(a nodeArgs) int {
@@ -164,9 +160,7 @@ func nodeMain(a nodeArgs) int {
 
 	count := a.Size / 4
 	send := make([]float32, count)
-	for i := range send {
-		send[i] = value(a.Index, i)
-	}
+	nodeproc.Fill(send, a.Index)
 	recv := make([]float32, count)
 	out.Encode(report{Event: "ready", Node: a.Index})
 
@@ -184,21 +178,23 @@ func nodeMain(a nodeArgs) int {
 		case "check":
 			// Checked only once every node has finished: a check right after the call would take
 			// CPU from the nodes still in it.
-			out.Encode(report{Event: "checked", Node: a.Index, Label: cmd.Label, Correct: lastOK && check(recv, a.Nodes)})
+			out.Encode(report{Event: "checked", Node: a.Index, Label: cmd.Label, Correct: lastOK && nodeproc.Check(recv, a.Nodes)})
 			continue
 		}
-		poison(recv)
+		nodeproc.Poison(recv)
 		start := time.Now()
 		out.Encode(report{Event: "started", Node: a.Index, Label: cmd.Label, StartNs: start.UnixNano()})
 		ctx, cancel := context.WithTimeout(context.Background(), a.OpTimeout)
-		watched := closedChan
+		var watched <-chan struct{} // nil: no watcher
 		if cmd.Watch {
 			watched = watchProgress(ctx, ep, a, cmd.Label, out)
 		}
 		err := node.AllReduce(ctx, rings.Bytes(send), rings.Bytes(recv), rings.F32, rings.Sum)
 		end := time.Now()
 		cancel()
-		<-watched
+		if watched != nil {
+			<-watched
+		}
 		rep := report{Event: "done", Node: a.Index, Label: cmd.Label, StartNs: start.UnixNano(), EndNs: end.UnixNano()}
 		lastOK = err == nil
 		if err != nil {
@@ -216,13 +212,6 @@ func nodeMain(a nodeArgs) int {
 
 // progressPoll is how often a node looks at how much it has received during a call.
 const progressPoll = time.Millisecond
-
-// closedChan stands for a watcher that never ran.
-var closedChan = func() <-chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
 
 // watchProgress reports "progress" once the node has received FaultAt of the bytes a ring AllReduce
 // brings it, 2(n−1)/n × size, or never if ctx ends first. The returned channel closes when it stops.
@@ -249,28 +238,6 @@ func watchProgress(ctx context.Context, ep *tcp.Endpoint, a nodeArgs, label stri
 		}
 	}()
 	return done
-}
-
-// poison writes NaN into every 1024th element of recv, so that a call that claims success without
-// writing its result is caught by check, without the cost of clearing the whole buffer.
-func poison(recv []float32) {
-	for i := 0; i < len(recv); i += 1024 {
-		recv[i] = float32(math.NaN())
-	}
-}
-
-// check compares every element of recv with the sum of every node's input.
-func check(recv []float32, nodes int) bool {
-	for i, v := range recv {
-		var want float32
-		for n := range nodes {
-			want += value(n, i)
-		}
-		if v != want {
-			return false
-		}
-	}
-	return true
 }
 
 // stats reads the runtime's counters in the endpoint's event context, which owns them.

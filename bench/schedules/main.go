@@ -14,7 +14,7 @@
 //	healthy              no NIC down: the standard ring;
 //	one_nic_x25          NIC 1 of node 1 down (X = 0.25): hot repair only, Balance, R²CCL-AllReduce,
 //	                     OptCC's schedule (the degraded node as a leaf);
-//	two_nics_x50         NICs 1 and 2 of node 1 down (X = 0.5): the same three;
+//	two_nics_x50         NICs 1 and 2 of node 1 down (X = 0.5): the same four;
 //	two_nodes_two_rails  NIC 1 of node 1 and NIC 2 of node 2 down: hot repair, Balance,
 //	                     R²CCL-AllReduce, recursive (with bridge re-ranking where the model finds it
 //	                     pays), OptCC's schedule.

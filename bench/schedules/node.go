@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/concord-ccl/concord/bench/internal/nodeproc"
 	"github.com/concord-ccl/concord/internal/netlab"
 	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/plan"
@@ -64,9 +65,6 @@ func topology(nodes, nics, mbit int, down [][2]int) plan.Topology {
 
 // alpha is the per-message latency the model is given for the testbed (veth, bridge, HTB, TCP).
 const alpha = 100e-6
-
-// value is node's input element i: small integers, so that float32 sums are exact in any order.
-func value(node, i int) float32 { return float32((i*7 + node*13) % 1021) }
 
 func strategyByName(s string) (plan.Strategy, bool) {
 	for _, st := range plan.AllStrategies {
@@ -132,9 +130,7 @@ func nodeMain(a nodeArgs) int {
 
 	count := a.Size / 4
 	send := make([]float32, count)
-	for i := range send {
-		send[i] = value(a.Index, i)
-	}
+	nodeproc.Fill(send, a.Index)
 	recv := make([]float32, count)
 	out.Encode(report{Event: "ready", Node: a.Index})
 
@@ -149,7 +145,7 @@ func nodeMain(a nodeArgs) int {
 		case "quit":
 			return 0
 		case "check":
-			out.Encode(report{Event: "checked", Node: a.Index, Label: cmd.Label, Correct: lastOK && check(recv, a.Nodes)})
+			out.Encode(report{Event: "checked", Node: a.Index, Label: cmd.Label, Correct: lastOK && nodeproc.Check(recv, a.Nodes)})
 			continue
 		case "health":
 			rep := report{Event: "health", Node: a.Index, Label: cmd.Label}
@@ -216,9 +212,7 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 		return rep
 	}
 	rep.Strategy, rep.Predicted = p.Strategy.String(), p.Seconds
-	for i := 0; i < len(recv); i += 1024 {
-		recv[i] = float32(math.NaN()) // a call that claims success without writing is caught
-	}
+	nodeproc.Poison(recv) // a call that claims success without writing is caught
 	ctx, cancel := context.WithTimeout(context.Background(), a.OpTimeout)
 	defer cancel()
 	start := time.Now()
@@ -230,18 +224,4 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 		return rep
 	}
 	return rep
-}
-
-// check reports whether every element of recv is the sum of every node's input.
-func check(recv []float32, nodes int) bool {
-	for i, v := range recv {
-		var want float32
-		for n := range nodes {
-			want += value(n, i)
-		}
-		if v != want {
-			return false
-		}
-	}
-	return true
 }
