@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/concord-ccl/concord/internal/hugemem"
 	"github.com/concord-ccl/concord/rings"
@@ -29,6 +30,17 @@ type Config struct {
 	// chunk small (a shorter pipeline fill) and resends more chunks, though no more bytes than are in
 	// flight.
 	Window int
+	// Direct makes collectives work in the caller's result buffer instead of the node's scratch
+	// buffer, as NCCL does: the input is not copied into a working buffer, nor the result out of one,
+	// which saves two passes over the message per call. The price is the failure guarantee. recv is
+	// written during the call, and after an error it holds undefined bytes (send is never written
+	// when it is a different slice; send and recv must then not overlap). After an error, or after a
+	// call in which a path failed over, a connection the call left behind may still read recv for a
+	// while; the receiver drops what it sends. Off by default: recv is written only on success. A
+	// caller that stages its buffers itself (pccl's hierarchical plans) loses nothing by turning it
+	// on. Planned AllReduces that gather inputs need room beyond the message and keep the scratch
+	// buffer; they still skip the copy of the result.
+	Direct bool
 	// Repair tunes failure detection and hot repair.
 	Repair RepairConfig
 }
@@ -898,9 +910,11 @@ func (o *operation) finish(err error) {
 		n.op = nil
 	}
 	n.ep.Deregister(o.region)
-	if err == nil && o.commit != nil {
-		o.fill(0, len(o.work))
-		o.commit()
+	if err == nil {
+		o.fill(0, len(o.work)) // a direct operation's commit is a no-op: work is the result
+		if o.commit != nil {
+			o.commit()
+		}
 	}
 	o.src = nil
 	if o.scratch {
@@ -946,7 +960,7 @@ func checkBuffers(dt rings.DType, op rings.Op, bufs ...[]byte) error {
 
 // StartAllReduce starts a ring AllReduce of send into recv (same length) split over one channel per
 // NIC in proportion to the NICs' bandwidth, and calls done in the event context when it ends. recv is
-// written only on success. send is read until done (it is copied into the working buffer piece by
+// written only on success, unless Config.Direct is set. send is read until done (it is copied into the working buffer piece by
 // piece as the transfer reaches each piece), must not change before then, and is not retained after.
 // Call it in the event context.
 func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
@@ -959,18 +973,54 @@ func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, do
 	if n.op != nil {
 		return ErrBusy
 	}
-	work := n.scratchBuffer(len(send))
+	if n.cfg.Direct {
+		if err := checkDirect(send, recv); err != nil {
+			return err
+		}
+	}
 	world := len(n.ring)
 	var plans []channelPlan
+	if world > 1 {
+		succ, pred := n.neighbours()
+		plans = planAllReduce(n.rank, world, splitChannels(len(send)/dt.Size(), n.weights()), dt.Size(), n.cfg.ChunkBytes, succ, pred)
+	}
+	if n.cfg.Direct {
+		src := send
+		if sameBytes(send, recv) {
+			src = nil // in place: recv already holds the input
+		}
+		if world == 1 {
+			copy(recv, send)
+			rings.Finalize(dt, op, recv, 1)
+			src = nil
+		}
+		return n.startFilled(recv, src, dt, op, plans, nil, nil, done)
+	}
+	work := n.scratchBuffer(len(send))
 	if world == 1 {
 		copy(work, send)
 		rings.Finalize(dt, op, work, 1)
 		send = nil
-	} else {
-		succ, pred := n.neighbours()
-		plans = planAllReduce(n.rank, world, splitChannels(len(send)/dt.Size(), n.weights()), dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
 	return n.startScratch(work, send, dt, op, plans, nil, func() { copy(recv, work) }, done)
+}
+
+// checkDirect refuses, for a direct operation (Config.Direct), an input and a result that overlap
+// without being the same slice: the lazy copy of the input would read bytes already overwritten.
+func checkDirect(send, recv []byte) error {
+	if len(send) == 0 || len(recv) == 0 || sameBytes(send, recv) {
+		return nil
+	}
+	s0, r0 := uintptr(unsafe.Pointer(unsafe.SliceData(send))), uintptr(unsafe.Pointer(unsafe.SliceData(recv)))
+	if s0 < r0+uintptr(len(recv)) && r0 < s0+uintptr(len(send)) {
+		return fmt.Errorf("%w: with Config.Direct, send and recv must be the same slice or not overlap", ErrInvalid)
+	}
+	return nil
+}
+
+// sameBytes reports whether a and b are the same non-empty slice (same start and length).
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
 // StartReduceScatter reduces send (world blocks of len(recv) bytes) so that this node's recv holds the
@@ -1012,7 +1062,16 @@ func (n *Node) StartAllGather(send, recv []byte, dt rings.DType, done func(error
 	if len(recv) != world*len(send) {
 		return fmt.Errorf("%w: recv has %d bytes, want %d × %d", ErrInvalid, len(recv), world, len(send))
 	}
-	work := make([]byte, len(recv))
+	if n.cfg.Direct {
+		if err := checkDirect(send, recv); err != nil {
+			return err
+		}
+	}
+	work, commit := recv, func() {}
+	if !n.cfg.Direct {
+		work = make([]byte, len(recv))
+		commit = func() { copy(recv, work) }
+	}
 	copy(work[n.rank*len(send):], send)
 	count := len(send) / dt.Size()
 	var plans []channelPlan
@@ -1020,7 +1079,7 @@ func (n *Node) StartAllGather(send, recv []byte, dt rings.DType, done func(error
 		succ, pred := n.neighbours()
 		plans = planAllGather(n.rank, world, splitChannels(count, n.weights()), count, dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
-	return n.start(work, dt, rings.Sum, plans, func() { copy(recv, work) }, done)
+	return n.start(work, dt, rings.Sum, plans, commit, done)
 }
 
 // StartBroadcast copies the root's buf into every node's buf. Call it in the event context.
@@ -1034,24 +1093,36 @@ func (n *Node) StartBroadcast(buf []byte, dt rings.DType, root NodeID, done func
 	}
 	world := len(n.ring)
 	q := mod(n.rank-r, world)
-	work := slices.Clone(buf)
+	work, commit := buf, func() {}
+	if !n.cfg.Direct {
+		work = slices.Clone(buf)
+		commit = func() { copy(buf, work) }
+	}
 	succ, pred := n.neighbours()
 	plans := planBroadcast(q, world, splitChannels(len(buf)/dt.Size(), n.weights()), dt.Size(), n.cfg.ChunkBytes, succ, pred)
-	return n.start(work, dt, rings.Sum, plans, func() { copy(buf, work) }, done)
+	return n.start(work, dt, rings.Sum, plans, commit, done)
 }
 
 // StartSend sends buf to node to, over every NIC; the receiver calls StartRecv with a buffer of the
 // same length. Call it in the event context.
 func (n *Node) StartSend(buf []byte, to NodeID, done func(error)) error {
 	plans := planPointToPoint(true, to, splitChannels(len(buf), n.weights()), 1, n.cfg.ChunkBytes)
-	return n.start(slices.Clone(buf), rings.U8, rings.Sum, plans, nil, done)
+	work := buf // read only; without Direct a copy, so that the caller may reuse buf at once on failure
+	if !n.cfg.Direct {
+		work = slices.Clone(buf)
+	}
+	return n.start(work, rings.U8, rings.Sum, plans, nil, done)
 }
 
 // StartRecv receives into buf what node from sends with StartSend. Call it in the event context.
 func (n *Node) StartRecv(buf []byte, from NodeID, done func(error)) error {
-	work := make([]byte, len(buf))
+	work, commit := buf, func() {}
+	if !n.cfg.Direct {
+		work = make([]byte, len(buf))
+		commit = func() { copy(buf, work) }
+	}
 	plans := planPointToPoint(false, from, splitChannels(len(buf), n.weights()), 1, n.cfg.ChunkBytes)
-	return n.start(work, rings.U8, rings.Sum, plans, func() { copy(buf, work) }, done)
+	return n.start(work, rings.U8, rings.Sum, plans, commit, done)
 }
 
 // run posts start to the event context and waits for its completion or ctx.

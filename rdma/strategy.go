@@ -84,9 +84,37 @@ func (n *Node) StartPlannedAllReduce(t plan.Topology, p plan.Plan, send, recv []
 		return ErrBusy
 	}
 	x := &planExec{n: n, p: p, topo: t, esz: dt.Size(), me: n.rank}
+	room := x.gatherRoom()
+	if n.cfg.Direct {
+		if err := checkDirect(send, recv); err != nil {
+			return err
+		}
+	}
+	if n.cfg.Direct && room == 0 {
+		// Work in recv itself, filled from send lazily unless the call is in place.
+		src := send
+		if sameBytes(send, recv) {
+			src = nil
+		}
+		if len(n.ring) == 1 {
+			copy(recv, send)
+			rings.Finalize(dt, op, recv, 1)
+			return n.startFilled(recv, nil, dt, op, nil, nil, nil, done)
+		}
+		gplans, folds := x.gatherPlans(recv, len(send), dt, op)
+		plans := append(gplans, x.reducePlans()...)
+		plans = append(plans, x.broadcastPlans()...)
+		if len(folds) > 0 {
+			if src != nil {
+				copy(recv, send) // folds read work as it is when their gate opens: fill it now
+			}
+			src = nil
+		}
+		return n.startFilled(recv, src, dt, op, plans, folds, nil, done)
+	}
 	// The working buffer is the node's scratch buffer (no fresh memory to fault in on every call),
 	// with room after the message for the gathered inputs.
-	work := n.scratchBuffer(len(send) + x.gatherRoom())
+	work := n.scratchBuffer(len(send) + room)
 	copy(work, send)
 	if len(n.ring) == 1 {
 		rings.Finalize(dt, op, work[:len(send)], 1)

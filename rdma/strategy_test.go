@@ -46,7 +46,14 @@ func integerInputs(rng *rand.Rand, nodes, count int) [][]byte {
 // and returns the results and the virtual time it took.
 func runPlanned(t *testing.T, st plan.Strategy, down [][2]int, inputs [][]byte) ([][]byte, plan.Plan, time.Duration) {
 	t.Helper()
-	c := newCluster(t, stNodes, stNICs, rdma.Config{ChunkBytes: 64 << 10, Window: 4})
+	return runPlannedWith(t, rdma.Config{ChunkBytes: 64 << 10, Window: 4}, false, st, down, inputs)
+}
+
+// runPlannedWith is runPlanned on a cluster with configuration cfg; with inPlace every node's result
+// buffer is a copy of its input, passed as both send and recv.
+func runPlannedWith(t *testing.T, cfg rdma.Config, inPlace bool, st plan.Strategy, down [][2]int, inputs [][]byte) ([][]byte, plan.Plan, time.Duration) {
+	t.Helper()
+	c := newCluster(t, stNodes, stNICs, cfg)
 	for _, d := range down {
 		c.net.SetPort(c.ring[d[0]], rdma.NICID(d[1]), false)
 	}
@@ -67,7 +74,12 @@ func runPlanned(t *testing.T, st plan.Strategy, down [][2]int, inputs [][]byte) 
 	start := c.net.Now()
 	c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
 		out[i] = make([]byte, len(inputs[i]))
-		return n.StartPlannedAllReduce(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
+		send := inputs[i]
+		if inPlace {
+			copy(out[i], send)
+			send = out[i]
+		}
+		return n.StartPlannedAllReduce(topo, p, send, out[i], rings.F32, rings.Sum, done)
 	})
 	return out, p, c.net.Now() - start
 }

@@ -1,0 +1,176 @@
+package rdma_test
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/concord-ccl/concord/rdma"
+	"github.com/concord-ccl/concord/rdma/sim"
+	"github.com/concord-ccl/concord/rings"
+)
+
+func directConfig() rdma.Config {
+	cfg := scConfig()
+	cfg.Direct = true
+	return cfg
+}
+
+// TestDirectAllReduce runs AllReduces that work in the caller's result buffer (Config.Direct), out of
+// place and in place, healthy and with a NIC failing mid-call, several in a row on one cluster. Every
+// result equals the staged run's bit for bit, and an input passed separately is never written.
+func TestDirectAllReduce(t *testing.T) {
+	want := healthyResult(t)
+	for _, inPlace := range []bool{false, true} {
+		c := newCluster(t, scNodes, scNICs, directConfig())
+		for step, fault := range []bool{false, true, false, true} {
+			if fault {
+				c.net.Inject(sim.Trigger{From: 1, To: 2, NIC: 1, Nth: uint64(3 + step)}, sim.Fault{Kind: sim.NICDown, Node: 2, NIC: 1})
+			}
+			inputs := scInputs()
+			kept := make([][]byte, len(inputs))
+			for i := range inputs {
+				kept[i] = slices.Clone(inputs[i])
+			}
+			out := make([][]byte, scNodes)
+			c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+				out[i] = make([]byte, len(inputs[i]))
+				send := inputs[i]
+				if inPlace {
+					send = out[i]
+					copy(send, inputs[i])
+				}
+				return n.StartAllReduce(send, out[i], rings.F32, rings.Sum, done)
+			})
+			for i := range out {
+				if !bytes.Equal(out[i], want) {
+					t.Fatalf("in place %v, call %d (fault %v), node %d: result differs from the staged run's", inPlace, step, fault, c.ring[i])
+				}
+				if !bytes.Equal(inputs[i], kept[i]) {
+					t.Fatalf("in place %v, call %d, node %d: the separate input was written", inPlace, step, c.ring[i])
+				}
+			}
+			if fault {
+				// The injected fault must have been taken, or this call tested nothing.
+				failovers := 0
+				for _, n := range c.nodes {
+					failovers += n.Stats().Failovers
+				}
+				if failovers == 0 {
+					t.Fatalf("in place %v, call %d: the fault caused no failover", inPlace, step)
+				}
+			}
+			// Heal the NIC for the next call.
+			c.net.SetPort(c.ring[1], 1, true)
+			c.net.Run()
+		}
+	}
+}
+
+// TestDirectRefusesOverlap: with Config.Direct, an input and a result that overlap without being the
+// same slice are refused with ErrInvalid before anything starts, and a valid call runs afterwards.
+func TestDirectRefusesOverlap(t *testing.T) {
+	c := newCluster(t, 2, 2, directConfig())
+	buf := make([]byte, 8192)
+	err := c.nodes[0].StartAllReduce(buf[:4096], buf[1024:5120], rings.F32, rings.Sum, func(error) {})
+	if !errors.Is(err, rdma.ErrInvalid) {
+		t.Fatalf("overlapping AllReduce: got %v, want ErrInvalid", err)
+	}
+	err = c.nodes[0].StartAllGather(buf[:2048], buf[1024:5120], rings.F32, func(error) {})
+	if !errors.Is(err, rdma.ErrInvalid) {
+		t.Fatalf("overlapping AllGather: got %v, want ErrInvalid", err)
+	}
+	in := randomInputs(rand.New(rand.NewPCG(2, 2)), 2, 1000)
+	out, errs := c.allReduce(t, in, rings.F32, rings.Sum)
+	for i := range out {
+		if errs[i] != nil {
+			t.Fatalf("node %d after the refusals: %v", i, errs[i])
+		}
+		for j, v := range rings.View[float32](out[i]) {
+			if w := rings.View[float32](in[0])[j] + rings.View[float32](in[1])[j]; v != w {
+				t.Fatalf("node %d element %d: %v, want %v", i, j, v, w)
+			}
+		}
+	}
+}
+
+// TestDirectOtherCollectives runs AllGather, Broadcast and Send/Recv with Config.Direct, healthy and
+// with a NIC failing mid-call, and checks every byte.
+func TestDirectOtherCollectives(t *testing.T) {
+	for _, fault := range []bool{false, true} {
+		c := newCluster(t, 5, 3, directConfig())
+		if fault {
+			c.net.Inject(sim.Trigger{From: 3, To: 4, NIC: 1, Nth: 2}, sim.Fault{Kind: sim.NICDown, Node: 4, NIC: 1})
+		}
+		in := randomInputs(rand.New(rand.NewPCG(3, 4)), 5, 6000)
+		out := make([][]byte, 5)
+		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+			out[i] = make([]byte, 5*len(in[i]))
+			return n.StartAllGather(in[i], out[i], rings.F32, done)
+		})
+		want := bytes.Join(in, nil)
+		for i := range out {
+			if !bytes.Equal(out[i], want) {
+				t.Fatalf("AllGather, fault %v: node %d: result differs", fault, c.ring[i])
+			}
+		}
+
+		src := randomInputs(rand.New(rand.NewPCG(9, 9)), 1, 20000)[0]
+		bufs := make([][]byte, 5)
+		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+			bufs[i] = make([]byte, len(src))
+			if c.ring[i] == 3 {
+				copy(bufs[i], src)
+			}
+			return n.StartBroadcast(bufs[i], rings.F32, 3, done)
+		})
+		for i := range bufs {
+			if !bytes.Equal(bufs[i], src) {
+				t.Fatalf("Broadcast, fault %v: node %d: result differs", fault, c.ring[i])
+			}
+		}
+
+		got := make([]byte, len(src))
+		sent := slices.Clone(src)
+		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+			switch c.ring[i] {
+			case 2:
+				return n.StartSend(sent, 5, done)
+			case 5:
+				return n.StartRecv(got, 2, done)
+			}
+			done(nil)
+			return nil
+		})
+		if !bytes.Equal(got, src) || !bytes.Equal(sent, src) {
+			t.Fatalf("Send/Recv, fault %v: received data differs or the sent buffer changed", fault)
+		}
+	}
+}
+
+// TestDirectPlannedAllReduce runs every planned strategy with Config.Direct, out of place and in
+// place, and requires the same bytes on every node as the staged run of the same plan.
+func TestDirectPlannedAllReduce(t *testing.T) {
+	inputs := integerInputs(rand.New(rand.NewPCG(6, 1)), stNodes, stCount)
+	for _, tc := range stCases {
+		want, _, _ := runPlanned(t, tc.st, tc.down, inputs)
+		for _, inPlace := range []bool{false, true} {
+			cfg := rdma.Config{ChunkBytes: 64 << 10, Window: 4, Direct: true}
+			kept := make([][]byte, len(inputs))
+			for i := range inputs {
+				kept[i] = slices.Clone(inputs[i])
+			}
+			out, _, _ := runPlannedWith(t, cfg, inPlace, tc.st, tc.down, inputs)
+			for i := range out {
+				if !bytes.Equal(out[i], want[i]) {
+					t.Fatalf("%s, in place %v: node %d differs from the staged run", tc.name, inPlace, i)
+				}
+				if !bytes.Equal(inputs[i], kept[i]) {
+					t.Fatalf("%s: node %d's input was written", tc.name, i)
+				}
+			}
+		}
+	}
+}
