@@ -9,7 +9,11 @@
 // frames (--mtu 1500) cost about 4% of it. One node
 // process per namespace (this program, re-executed inside the namespace) opens the tcp provider on
 // its NICs and runs the rdma runtime: a ring over every node, one channel per NIC, with backup
-// connections on every NIC. The parent drives them over their stdin and stdout.
+// connections on every NIC. The parent drives them over their stdin and stdout. The nodes' buffers
+// are in huge pages, as a trainer's large tensors would be, and the runtime works in the result
+// buffer itself (rdma.Config.Direct), as NCCL does; --staged measures the default instead, which
+// works in a scratch buffer and copies the result out only on success (two more passes over the
+// message per call).
 //
 // After --warmup untimed calls, two AllReduce calls of --size bytes (float32 sum) follow. The healthy
 // one gives healthy_seconds, compared to the ring bound at --nics × --nic-mbit per node,
@@ -60,6 +64,7 @@ type result struct {
 	NICMbit  int   `json:"nic_mbit"`
 	MTU      int   `json:"mtu"`
 	Bytes    int64 `json:"bytes"`
+	Staged   bool  `json:"staged"`
 	FailNode int   `json:"fail_node"`
 	FailNIC  int   `json:"fail_nic"`
 
@@ -110,6 +115,7 @@ func run(args []string) int {
 	port := fs.Int("port", 7400, "port every NIC listens on, inside its namespace")
 	mtu := fs.Int("mtu", 9000, "MTU of every NIC and bridge port: jumbo frames, as training fabrics use (1500: standard frames, whose headers take 4% of the rate)")
 	timeout := fs.Duration("timeout", 3*time.Minute, "give up (and remove everything) after this long")
+	staged := fs.Bool("staged", false, "work in the node's scratch buffer and copy the result out on success (the runtime's default), not in the result buffer (rdma.Config.Direct)")
 	index := fs.Int("node-index", -1, "internal: run as node process INDEX")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -126,7 +132,7 @@ func run(args []string) int {
 	}
 	if *index >= 0 {
 		return nodeMain(nodeArgs{Index: *index, Nodes: *nodes, NICs: *nics, Mbit: *mbit, Size: int(size), FaultAt: *faultAt,
-			Port: *port, Chunk: *chunk, OpTimeout: *timeout, AckTimeout: *ackTimeout, ProbeTimeout: *probeTimeout})
+			Port: *port, Chunk: *chunk, OpTimeout: *timeout, AckTimeout: *ackTimeout, ProbeTimeout: *probeTimeout, Staged: *staged})
 	}
 	if err := netlab.Available(); err != nil {
 		fmt.Fprintln(os.Stderr, "hotrepair:", err)
@@ -139,7 +145,7 @@ func run(args []string) int {
 
 	b := &bench{nodes: *nodes, nics: *nics, mbit: *mbit, size: size, chunk: *chunk, port: *port,
 		failNode: *failNode, failNIC: *failNIC, timeout: *timeout, ackTimeout: *ackTimeout, probeTimeout: *probeTimeout,
-		warmup: *warmup, faultAt: *faultAt, mtu: *mtu}
+		warmup: *warmup, faultAt: *faultAt, mtu: *mtu, staged: *staged}
 	res, err := b.run(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hotrepair: FAILED:", err)
@@ -160,6 +166,7 @@ func progress(format string, args ...any) {
 
 // bench is the parent: it owns the lab and the node processes. It is used by one goroutine.
 type bench struct {
+	staged            bool
 	nodes, nics, mbit int
 	size              int64
 	chunk, port       int
@@ -187,7 +194,7 @@ func failure(event string, node int, detail string) report {
 }
 
 func (b *bench) run(ctx context.Context) (result, error) {
-	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu, Bytes: b.size, FailNode: b.failNode,
+	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu, Bytes: b.size, Staged: b.staged, FailNode: b.failNode,
 		FailNIC: b.failNIC, DetectMsLimit: targetDetectMs, RepairMsLimit: targetRepairMs}
 	rate := float64(b.nics) * float64(b.mbit) * 1e6 / 8
 	res.IdealHealthySeconds = 2 * float64(b.nodes-1) / float64(b.nodes) * float64(b.size) / rate
@@ -265,7 +272,7 @@ func (b *bench) spawn() error {
 			"--chunk", strconv.Itoa(b.chunk), "--port", strconv.Itoa(b.port), "--timeout", (b.timeout * 3 / 4).String(),
 			"--fail-node", strconv.Itoa(b.failNode), "--fail-nic", strconv.Itoa(b.failNIC),
 			"--min-ack-timeout", b.ackTimeout.String(), "--probe-timeout", b.probeTimeout.String(),
-			"--fault-at", strconv.FormatFloat(b.faultAt, 'g', -1, 64)}
+			"--fault-at", strconv.FormatFloat(b.faultAt, 'g', -1, 64), "--staged=" + strconv.FormatBool(b.staged)}
 	}, failure)
 	return err
 }

@@ -29,6 +29,7 @@ type nodeArgs struct {
 	FaultAt            float64       // fraction of its bytes a node has received when it reports "progress"
 	AckTimeout         time.Duration // 0: derived from the chunk size and the NIC rate
 	ProbeTimeout       time.Duration
+	Staged             bool // the runtime's default buffers, not rdma.Config.Direct
 }
 
 // repairConfig sets the runtime's deadlines for the testbed: an ack deadline of at least four windows
@@ -36,7 +37,7 @@ type nodeArgs struct {
 // never below 1s, since node processes share a few CPUs and a late answer must not look like a
 // failure. A NIC going down is seen at once through link state, whatever the deadlines.
 func (a nodeArgs) repairConfig() rdma.Config {
-	cfg := rdma.Config{ChunkBytes: a.Chunk}
+	cfg := rdma.Config{ChunkBytes: a.Chunk, Direct: !a.Staged}
 	chunk := a.Chunk
 	if chunk == 0 {
 		chunk = 256 << 10
@@ -159,9 +160,8 @@ func nodeMain(a nodeArgs) int {
 	}
 
 	count := a.Size / 4
-	send := make([]float32, count)
+	send, recv := nodeproc.Buffer(count), nodeproc.Buffer(count)
 	nodeproc.Fill(send, a.Index)
-	recv := make([]float32, count)
 	out.Encode(report{Event: "ready", Node: a.Index})
 
 	seenNotes := 0  // notes of the runtime already printed to stderr

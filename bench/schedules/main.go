@@ -6,7 +6,9 @@
 // It needs root. It builds a netns testbed (internal/netlab): --nodes namespaces with --nics veth NICs
 // each, one bridge per rail, every NIC limited to --nic-mbit in each direction. One node process per
 // namespace (this program, re-executed inside it) runs the rdma runtime on the tcp provider: a ring
-// over every node, one channel per NIC. The parent drives them over stdin and stdout.
+// over every node, one channel per NIC. The parent drives them over stdin and stdout. As in
+// bench/hotrepair, the buffers are in huge pages and the runtime works in the result buffer
+// (rdma.Config.Direct); --staged measures the default, staged buffers instead.
 //
 // Cases, in this order (NICs are taken down inside their namespace between calls, and the one NIC the
 // last case no longer needs down is brought up again):
@@ -105,6 +107,7 @@ type result struct {
 	NICs          int          `json:"nics"`
 	NICMbit       int          `json:"nic_mbit"`
 	MTU           int          `json:"mtu"`
+	Staged        bool         `json:"staged"`
 	ChunkBytes    int          `json:"chunk_bytes"`
 	Bytes         int64        `json:"bytes"`
 	Reps          int          `json:"reps"`
@@ -167,6 +170,7 @@ func run(args []string) int {
 	chunk := fs.Int("chunk", 0, "chunk size in bytes (0: from the NIC rate, see nodeproc.ChunkFor; 1 MiB at 400 Mbit/s)")
 	mtu := fs.Int("mtu", 9000, "MTU of every NIC and bridge port: jumbo frames, as training fabrics use (1500: standard frames)")
 	cases := fs.String("cases", "", "comma-separated case names to run, in the usual order (empty: all)")
+	staged := fs.Bool("staged", false, "work in the node's scratch buffer and copy the result out on success (the runtime's default), not in the result buffer (rdma.Config.Direct)")
 	index := fs.Int("node-index", -1, "internal: run as node process INDEX")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -182,7 +186,7 @@ func run(args []string) int {
 	}
 	if *index >= 0 {
 		return nodeMain(nodeArgs{Index: *index, Nodes: *nodes, NICs: *nics, Mbit: *mbit, Size: int(size), Port: *port,
-			Chunk: *chunk, OpTimeout: *timeout})
+			Chunk: *chunk, OpTimeout: *timeout, Staged: *staged})
 	}
 	if err := netlab.Available(); err != nil {
 		fmt.Fprintln(os.Stderr, "schedules:", err)
@@ -197,7 +201,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "schedules:", err)
 		return 2
 	}
-	b := &bench{nodes: *nodes, nics: *nics, mbit: *mbit, size: size, port: *port, timeout: *timeout, reps: *reps,
+	b := &bench{staged: *staged, nodes: *nodes, nics: *nics, mbit: *mbit, size: size, port: *port, timeout: *timeout, reps: *reps,
 		chunk: *chunk, mtu: *mtu, cases: only}
 	res, err := b.run(ctx)
 	if err != nil {
@@ -219,6 +223,7 @@ func progress(format string, args ...any) {
 
 // bench is the parent: it owns the lab and the node processes. One goroutine uses it.
 type bench struct {
+	staged                  bool
 	nodes, nics, mbit, port int
 	size                    int64
 	timeout                 time.Duration
@@ -243,7 +248,7 @@ func failure(event string, node int, detail string) report {
 }
 
 func (b *bench) run(ctx context.Context) (result, error) {
-	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu, ChunkBytes: b.chunk, Bytes: b.size, Reps: b.reps, Alpha: alpha,
+	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu, Staged: b.staged, ChunkBytes: b.chunk, Bytes: b.size, Reps: b.reps, Alpha: alpha,
 		IdealFormula: idealFormula, TargetVsBest: targetVsBest, TargetVsIdeal: targetVsIdeal}
 	lab, err := netlab.New(netlab.Config{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu})
 	if err != nil {
@@ -438,7 +443,8 @@ func (b *bench) spawn() error {
 	b.nodesP, err = nodeproc.Start(b.lab, b.nodes, func(i int) []string {
 		return []string{"--node-index", strconv.Itoa(i), "--nodes", strconv.Itoa(b.nodes),
 			"--nics", strconv.Itoa(b.nics), "--nic-mbit", strconv.Itoa(b.mbit), "--size", strconv.FormatInt(b.size, 10),
-			"--port", strconv.Itoa(b.port), "--timeout", (b.timeout / 4).String(), "--chunk", strconv.Itoa(b.chunk)}
+			"--port", strconv.Itoa(b.port), "--timeout", (b.timeout / 4).String(), "--chunk", strconv.Itoa(b.chunk),
+			"--staged=" + strconv.FormatBool(b.staged)}
 	}, failure)
 	return err
 }

@@ -22,6 +22,7 @@ import (
 type nodeArgs struct {
 	Index, Nodes, NICs, Mbit, Size, Port, Chunk int
 	OpTimeout                                   time.Duration
+	Staged                                      bool // the runtime's default buffers, not rdma.Config.Direct
 }
 
 // command is one line from the parent on a node's stdin.
@@ -118,7 +119,7 @@ func nodeMain(a nodeArgs) int {
 	defer ep.Close()
 	// Deadlines for a shared, loaded machine: a late answer must not look like a failure (the plans
 	// route around NICs known to be down, and a NIC going down is seen at once through link state).
-	node, err := rdma.NewNode(ep, ring, rdma.Config{ChunkBytes: a.Chunk, Repair: rdma.RepairConfig{MinAckTimeout: 5 * time.Second,
+	node, err := rdma.NewNode(ep, ring, rdma.Config{ChunkBytes: a.Chunk, Direct: !a.Staged, Repair: rdma.RepairConfig{MinAckTimeout: 5 * time.Second,
 		MaxAckTimeout: 10 * time.Second, ProbeTimeout: 2 * time.Second, StallTimeout: 20 * time.Second}})
 	if err != nil {
 		return fatal(err)
@@ -129,9 +130,8 @@ func nodeMain(a nodeArgs) int {
 	}
 
 	count := a.Size / 4
-	send := make([]float32, count)
+	send, recv := nodeproc.Buffer(count), nodeproc.Buffer(count)
 	nodeproc.Fill(send, a.Index)
-	recv := make([]float32, count)
 	out.Encode(report{Event: "ready", Node: a.Index})
 
 	lastOK := false // the last call succeeded (its result is checked on "check")
