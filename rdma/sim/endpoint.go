@@ -305,21 +305,26 @@ func (c *Conn) transmit(ch rdma.Chunk) {
 			size = time.Duration(float64(len(ch.Data)) / bw * float64(time.Second))
 		}
 	}
-	var arrive time.Duration
-	if c.spec.Class == rdma.DataClass {
-		start := max(n.now, lp.txFree)
-		lp.txFree = start + size
-		arrive = max(lp.txFree+n.cfg.Latency, rp.rxFree+size)
-		rp.rxFree = arrive
-		n.Stats.DataBytes += uint64(len(ch.Data))
-		lp.sent += uint64(len(ch.Data))
-		n.Stats.DataChunks++
-		n.trigger(c, n.now, arrive)
-	} else {
-		arrive = n.now + n.cfg.Latency + size
-	}
 	p := c.path()
-	n.at(arrive, func() { c.arrive(ch, p) })
+	if c.spec.Class != rdma.DataClass {
+		n.at(n.now+n.cfg.Latency+size, func() { c.arrive(ch, p) })
+		return
+	}
+	start := max(n.now, lp.txFree)
+	lp.txFree = start + size
+	n.Stats.DataBytes += uint64(len(ch.Data))
+	lp.sent += uint64(len(ch.Data))
+	n.Stats.DataChunks++
+	n.trigger(c, n.now, lp.txFree+n.cfg.Latency)
+	// The receiving port takes chunks in the order their first bytes reach it, not in the order they
+	// were posted: a chunk still queued behind others at a busy sender does not hold up one from an
+	// idle sender.
+	end := lp.txFree + n.cfg.Latency
+	n.at(start+n.cfg.Latency, func() {
+		arrive := max(end, rp.rxFree+size)
+		rp.rxFree = arrive
+		n.at(arrive, func() { c.arrive(ch, p) })
+	})
 }
 
 func (c *Conn) arrive(ch rdma.Chunk, p path) {

@@ -4,10 +4,12 @@
 //
 // # Model
 //
-// Every NIC has a transmit and a receive queue served at its bandwidth. A data or control chunk leaves
-// its NIC after the chunks queued before it, travels for the network's latency and is received after
-// the chunks queued at the remote NIC before it. Probes are zero bytes and bypass the queues. A
-// completion travels back in one latency.
+// Every NIC has a transmit and a receive queue served at its bandwidth. A data chunk leaves its NIC
+// after the chunks queued before it and travels for the network's latency; the remote NIC's receive
+// queue serves chunks in the order their first bytes reach it, so a chunk still waiting behind others
+// at a busy sender does not hold up one from an idle sender. Control chunks are sent at the NIC's rate
+// without queueing behind data, and probes are zero bytes; both bypass the queues. A completion
+// travels back in one latency.
 //
 // A chunk is lost when its sending NIC, its receiving NIC or the link between them fails while it is
 // in flight (between being posted and its completion arriving back). Like a reliable RDMA connection,

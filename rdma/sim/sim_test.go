@@ -190,3 +190,57 @@ func TestTimersAndPost(t *testing.T) {
 		t.Errorf("order %v at %v", order, n.Now())
 	}
 }
+
+// TestReceivePortTakesChunksAsTheyCome: a receiving NIC serves chunks in the order their first bytes
+// reach it. Node 1 posts ten chunks to node 3 and node 2 posts one at the same instant, all on NICs of
+// equal rate: node 2's chunk shares node 3's port with node 1's first one and arrives after two chunk
+// times, not after node 1's ten; the port stays busy, so node 1's last chunk still needs eleven.
+func TestReceivePortTakesChunksAsTheyCome(t *testing.T) {
+	const lat = time.Microsecond
+	n := sim.New(sim.Config{Latency: lat})
+	nics := []rdma.NIC{{Bandwidth: 1e9}}
+	eps := []*sim.Endpoint{n.AddNode(1, nics), n.AddNode(2, nics), n.AddNode(3, nics)}
+	arrived := map[[2]uint64]time.Duration{} // (sender, seq) -> virtual time of arrival
+	for i, ep := range eps {
+		id := uint64(i + 1)
+		if err := ep.Start(func(ev rdma.Event) {
+			if a, ok := ev.(rdma.Arrived); ok && id == 3 {
+				arrived[[2]uint64{uint64(a.Tag), a.Seq}] = n.Now()
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := func(from *sim.Endpoint, to rdma.NodeID) rdma.Conn {
+		c, err := from.Connect(rdma.ConnSpec{Peer: to})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c13, c23 := conn(eps[0], 3), conn(eps[1], 3)
+	conn(eps[2], 1)
+	conn(eps[2], 2)
+	n.Run()
+	const size = 10_000 // 10 µs at 1 GB/s
+	chunk := 10 * time.Microsecond
+	t0 := n.Now()
+	for i := range 10 {
+		if err := c13.Send(rdma.Chunk{Tag: 1, Seq: uint64(i), Data: make([]byte, size)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c23.Send(rdma.Chunk{Tag: 2, Seq: 0, Data: make([]byte, size)}); err != nil {
+		t.Fatal(err)
+	}
+	n.Run()
+	if got, want := arrived[[2]uint64{2, 0}]-t0, 2*chunk+lat; got != want {
+		t.Errorf("node 2's chunk arrived after %v, want %v", got, want)
+	}
+	if got, want := arrived[[2]uint64{1, 9}]-t0, 11*chunk+lat; got != want {
+		t.Errorf("node 1's last chunk arrived after %v, want %v", got, want)
+	}
+	if len(arrived) != 11 {
+		t.Errorf("%d chunks arrived, want 11", len(arrived))
+	}
+}
