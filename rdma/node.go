@@ -542,20 +542,21 @@ type inStream struct {
 	gate    *opGate
 	feeds   *opGate
 	pending []pendingChunk // accepted before its gate opened
-	// wait, when set, is the incoming path whose frame i − waitFrom must be applied before frame i
-	// (i ≥ waitFrom) of this one; held keeps, in order, the accepted frames that wait. waiters are
-	// the paths that wait on this one.
-	wait     *inStream
-	waitFrom int
-	held     []pendingChunk
-	waiters  []*inStream
+	// wait, when set, is the incoming path whose frame plan.waitFor[i] must be applied before frame i
+	// of this one; held keeps, in order, the accepted frames that wait. waiters are the paths that
+	// wait on this one.
+	wait    *inStream
+	held    []pendingChunk
+	waiters []*inStream
 }
 
-// waiting reports whether frame seq of in waits for a frame of in.wait not applied yet: frames
-// waitFrom to waitFrom + (frames of in.wait) − 1 do.
+// waiting reports whether frame seq of in waits for a frame of in.wait not applied yet.
 func (in *inStream) waiting(seq int) bool {
-	i := seq - in.waitFrom
-	return in.wait != nil && i >= 0 && i < len(in.wait.plan.frames) && in.wait.got <= i
+	if in.wait == nil || seq >= len(in.plan.waitFor) {
+		return false
+	}
+	i := in.plan.waitFor[seq]
+	return i >= 0 && i < len(in.wait.plan.frames) && in.wait.got <= i
 }
 
 // mustHold reports whether accepted frame seq of in has to wait before it is applied: it waits, or
@@ -681,7 +682,6 @@ func (n *Node) startFilled(work, src []byte, dt rings.DType, op rings.Op, plans 
 			if in.wait = byChannel[*cp.in.waitOn]; in.wait == nil {
 				return unlinked(cp.channel, *cp.in.waitOn)
 			}
-			in.waitFrom = cp.in.waitFrom
 			in.wait.waiters = append(in.wait.waiters, in)
 		}
 	}

@@ -51,12 +51,12 @@ type outPlan struct {
 type inPlan struct {
 	from   NodeID
 	frames []recvFrame
-	// waitOn, when set, names the channel of another incoming path of the same operation: frame i ≥
-	// waitFrom is applied only after that path's frame i − waitFrom (received frames wait, in
+	// waitOn, when set, names the channel of another incoming path of the same operation: frame i is
+	// applied only after that path's frame waitFor[i] (when waitFor[i] ≥ 0; received frames wait, in
 	// order). It fixes the order in which contributions to one range are reduced, whatever order
 	// they arrive in.
-	waitOn   *uint16
-	waitFrom int
+	waitOn  *uint16
+	waitFor []int
 }
 
 // splitChannels divides count elements among channels in proportion to weights (largest share to
@@ -101,27 +101,47 @@ func mod(a, m int) int { return ((a % m) + m) % m }
 // it forwards is the one just received.
 func ringPlan(steps int, sendBlock, recvBlock func(s int) int, mode func(s int) recvMode,
 	blockOff, blockLen func(b int) int, chunk, esz int) ([]sendFrame, []recvFrame) {
+	return loopedRingPlan(steps, 1, sendBlock, recvBlock, mode, blockOff, blockLen, chunk, esz)
+}
+
+// loopedRingPlan is ringPlan with every block cut into loops contiguous slices (see loopParts), each
+// slice a ring of its own, as NCCL's ring loops over slices of the buffer. The frames are ordered as a
+// wavefront: slot t holds step s of slice t−s for every s, in step order, so that a step's input was
+// sent by the predecessor one slot earlier and the first slices are final while the last ones are
+// still being reduced. With one loop the order is plain step after step.
+func loopedRingPlan(steps, loops int, sendBlock, recvBlock func(s int) int, mode func(s int) recvMode,
+	blockOff, blockLen func(b int) int, chunk, esz int) ([]sendFrame, []recvFrame) {
 	var out []sendFrame
 	var in []recvFrame
-	prevStart := -1
-	for s := range steps {
-		start := len(in)
-		sb, rb := sendBlock(s), recvBlock(s)
-		i := 0
-		parts(blockOff(sb), blockLen(sb), chunk, esz, func(off, n int) {
-			dep := -1
-			if s > 0 {
-				dep = prevStart + i
-			}
-			out = append(out, sendFrame{off: off, n: n, dep: dep})
-			i++
-		})
-		parts(blockOff(rb), blockLen(rb), chunk, esz, func(off, n int) {
-			in = append(in, recvFrame{off: off, n: n, mode: mode(s)})
-		})
-		prevStart = start
+	start := make(map[[2]int]int) // (step, slice) -> index of its first receive frame
+	for t := range steps + loops - 1 {
+		for s := max(0, t-loops+1); s <= min(t, steps-1); s++ {
+			l := t - s
+			start[[2]int{s, l}] = len(in)
+			sb, rb := sendBlock(s), recvBlock(s)
+			i := 0
+			loopParts(blockOff(sb), blockLen(sb), loops, l, chunk, esz, func(off, n int) {
+				dep := -1
+				if s > 0 {
+					dep = start[[2]int{s - 1, l}] + i
+				}
+				out = append(out, sendFrame{off: off, n: n, dep: dep})
+				i++
+			})
+			loopParts(blockOff(rb), blockLen(rb), loops, l, chunk, esz, func(off, n int) {
+				in = append(in, recvFrame{off: off, n: n, mode: mode(s)})
+			})
+		}
 	}
 	return out, in
+}
+
+// loopParts calls f, like parts, for the chunks of slice l of loops equal element-aligned slices of the
+// byte range off+[0, n).
+func loopParts(off, n, loops, l, chunk, esz int, f func(off, n int)) {
+	elems := n / esz
+	lo, hi := elems*l/loops, elems*(l+1)/loops
+	parts(off+lo*esz, (hi-lo)*esz, chunk, esz, f)
 }
 
 // planAllReduce: ring reduce-scatter then all-gather on each channel's span of the buffer. Position r

@@ -321,6 +321,7 @@ func (p piece) cut(n int) (int, int) {
 // bandwidth), and blocks as the standard ring's.
 func (x *planExec) reducePlans() []channelPlan {
 	var plans []channelPlan
+	weights := x.partWeights()
 	for k, pt := range x.p.Parts {
 		ring := pt.Ring
 		world := len(ring)
@@ -329,9 +330,13 @@ func (x *planExec) reducePlans() []channelPlan {
 			head = x.host(pt, pt.BroadcastTo[0])
 		}
 		rank := slices.Index(ring, x.me)
+		loops := 1
+		if len(pt.Leaves) > 0 {
+			loops = leafLoops
+		}
 		count := int(pt.Bytes) / x.esz
 		base := int(pt.Offset) / x.esz
-		for c, sp := range splitChannels(count, x.n.weights()) {
+		for c, sp := range splitChannels(count, weights[k]) {
 			blocks := rings.Partition(sp.Len, world)
 			for _, pc := range x.pieces(append(slices.Clone(ring), pt.Leaves...), c) {
 				id := uint16(x.ch)
@@ -360,13 +365,13 @@ func (x *planExec) reducePlans() []channelPlan {
 				}
 				if rank < 0 {
 					if l := slices.Index(pt.Leaves, x.me); l >= 0 {
-						plans = append(plans, x.leafPlans(pc, c, ring, leafIn[l], leafOut[l], boff, blen)...)
+						plans = append(plans, x.leafPlans(pc, c, ring, loops, leafIn[l], leafOut[l], boff, blen)...)
 					}
 					continue
 				}
 				succ, pred := ring[(rank+1)%world], ring[(rank+world-1)%world]
 				rs := world - 1
-				out, in := ringPlan(2*world-2,
+				out, in := loopedRingPlan(2*world-2, loops,
 					func(s int) int {
 						if s < rs {
 							return rank - s
@@ -396,7 +401,7 @@ func (x *planExec) reducePlans() []channelPlan {
 					cp.feeds = bcastGate(k)
 				}
 				if len(pt.Leaves) > 0 {
-					plans = append(plans, x.ownerPlans(&cp, pc, c, pt.Leaves, rank, leafIn, leafOut, boff, blen)...)
+					plans = append(plans, x.ownerPlans(&cp, pc, c, pt.Leaves, rank, loops, leafIn, leafOut, boff, blen)...)
 				}
 				plans = append(plans, cp)
 			}
@@ -412,18 +417,184 @@ func (x *planExec) reducePlans() []channelPlan {
 // sum, whatever order they arrive in: chunk by chunk, the last step's frames wait for the leaves'
 // frames of the same range. Each result chunk goes back to a leaf as soon as it is final, so a leaf's
 // input and its result stream at once in opposite directions.
+//
+// The leaves' inputs pace the ring's last reduce-scatter step. Were the ring to take its steps one
+// after the other, its all-gather would start only once the last leaf input had arrived, and the
+// all-gather of the whole part would be a tail that nothing overlaps. So the ring of a part with
+// leaves loops over leafLoops slices of its blocks in a wavefront (loopedRingPlan): the first slices
+// are gathered, and their results are back at the leaves, while the leaves' inputs for the last ones
+// are still coming in.
+
+// Channel weights. A ring part splits over the channels as the standard ring does, by NIC bandwidth,
+// except in a plan with leaves (OptCC). There a leaf has only the rails of its healthy NICs, so all
+// its traffic with the owners lands on those rails of the core nodes, on top of the rings, and a split
+// by NIC bandwidth leaves those rails the last to finish while the others idle. Every ring part's
+// weights are levelled instead, on the seconds each NIC of each node sends and receives over the whole
+// plan (railLoads), so that the busiest NIC carries as little as it can, as the cost model (which
+// pools a node's NICs) assumes. Every node computes the same weights from the same plan.
+
+// partWeights returns every part's channel weights.
+func (x *planExec) partWeights() [][]float64 {
+	w := make([][]float64, len(x.p.Parts))
+	var levelled []int
+	leaves := false
+	for k, pt := range x.p.Parts {
+		w[k] = x.n.weights()
+		leaves = leaves || len(pt.Leaves) > 0
+		if len(pt.Ring) >= 2 {
+			levelled = append(levelled, k)
+		}
+	}
+	if !leaves {
+		return w
+	}
+	best, bestLoad := cloneWeights(w), x.maxRailLoad(w)
+	for range weightRounds { // multiplicative steps towards equal costs; the best seen is kept
+		load := x.railLoads(w)
+		for _, k := range levelled {
+			// A channel's cost is the busiest NIC its ring paths use; channels costlier than
+			// the weighted mean shrink, cheaper ones grow.
+			cost := x.channelCosts(k, load)
+			var mean, total float64
+			for c, v := range w[k] {
+				mean += v * cost[c]
+				total += v
+			}
+			mean /= total
+			for c := range w[k] {
+				if w[k][c] > 0 && cost[c] > 0 {
+					w[k][c] *= math.Sqrt(mean / cost[c])
+				}
+			}
+		}
+		if m := x.maxRailLoad(w); m < bestLoad {
+			best, bestLoad = cloneWeights(w), m
+		}
+	}
+	return best
+}
+
+// weightRounds bounds the levelling of channel weights.
+const weightRounds = 40
+
+func cloneWeights(w [][]float64) [][]float64 {
+	out := make([][]float64, len(w))
+	for i := range w {
+		out[i] = slices.Clone(w[i])
+	}
+	return out
+}
+
+// railLoads returns, per node, NIC and direction (0 out, 1 in), the seconds of traffic the plan's
+// rings and leaf exchanges put there with channel weights w.
+func (x *planExec) railLoads(w [][]float64) [][][2]float64 {
+	load := make([][][2]float64, len(x.topo.Nodes))
+	for u := range load {
+		load[u] = make([][2]float64, len(x.topo.Nodes[u].NICs))
+	}
+	add := func(u int, nic NICID, dir int, bytes float64) {
+		if bw := x.topo.Nodes[u].NICs[nic].Bandwidth(); bw > 0 {
+			load[u][nic][dir] += bytes / bw
+		}
+	}
+	for k, pt := range x.p.Parts {
+		world := len(pt.Ring)
+		if world < 2 {
+			continue
+		}
+		var total float64
+		for _, v := range w[k] {
+			total += v
+		}
+		for c, v := range w[k] {
+			ch := float64(pt.Bytes) * v / total
+			for _, pc := range x.pieces(append(slices.Clone(pt.Ring), pt.Leaves...), c) {
+				b := ch * (pc.hi - pc.lo)
+				ring := b * float64(2*world-2) / float64(world)
+				for i, u := range pt.Ring {
+					v := pt.Ring[(i+1)%world]
+					nic := pathNIC(pc, c, u, v)
+					add(u, nic, 0, ring)
+					add(v, nic, 1, ring)
+				}
+				block := b / float64(world)
+				for _, leaf := range pt.Leaves {
+					for _, owner := range pt.Ring {
+						nic := pathNIC(pc, c, leaf, owner)
+						add(leaf, nic, 0, block)
+						add(owner, nic, 1, block)
+						add(owner, nic, 0, block)
+						add(leaf, nic, 1, block)
+					}
+				}
+			}
+		}
+	}
+	return load
+}
+
+// maxRailLoad returns the busiest NIC direction's seconds with channel weights w.
+func (x *planExec) maxRailLoad(w [][]float64) float64 {
+	m := 0.0
+	for _, node := range x.railLoads(w) {
+		for _, d := range node {
+			m = max(m, d[0], d[1])
+		}
+	}
+	return m
+}
+
+// channelCosts returns, for each channel of part k, the busiest NIC direction (by load) that one of
+// its ring paths uses at any node. The leaves' paths do not count: the leaves send and receive the
+// same bytes on the same NICs whatever the weights, as their traffic follows their own routes.
+func (x *planExec) channelCosts(k int, load [][][2]float64) []float64 {
+	pt := x.p.Parts[k]
+	world := len(pt.Ring)
+	cost := make([]float64, len(x.n.weights()))
+	use := func(c, u int, nic NICID) {
+		cost[c] = max(cost[c], load[u][nic][0], load[u][nic][1])
+	}
+	for c := range cost {
+		for _, pc := range x.pieces(append(slices.Clone(pt.Ring), pt.Leaves...), c) {
+			for i, u := range pt.Ring {
+				v := pt.Ring[(i+1)%world]
+				nic := pathNIC(pc, c, u, v)
+				use(c, u, nic)
+				use(c, v, nic)
+			}
+		}
+	}
+	return cost
+}
+
+// leafLoops is the number of slices the ring of a part with leaves loops over.
+const leafLoops = 8
+
+// lastFrames returns the indexes of the frames of a ring's incoming path that the owner's last
+// reduction applies, in order: the frames the leaves' inputs are matched to, one for one.
+func lastFrames(in []recvFrame) []int {
+	var idx []int
+	for i, f := range in {
+		if f.mode == recvReduceLast {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
 
 // leafPlans returns a leaf's paths of one ring channel piece: its input out to the owner of every
-// block, and the result in from it.
-func (x *planExec) leafPlans(pc piece, c int, ring []int, in, out []uint16, boff, blen func(int) int) []channelPlan {
+// block, and the result in from it, slice by slice of the ring's loops.
+func (x *planExec) leafPlans(pc piece, c int, ring []int, loops int, in, out []uint16, boff, blen func(int) int) []channelPlan {
 	var plans []channelPlan
 	for p, owner := range ring {
 		var sends []sendFrame
 		var recvs []recvFrame
-		parts(boff(p+1), blen(p+1), x.n.cfg.ChunkBytes, x.esz, func(off, n int) {
-			sends = append(sends, sendFrame{off: off, n: n, dep: -1})
-			recvs = append(recvs, recvFrame{off: off, n: n, mode: recvCopy})
-		})
+		for l := range loops {
+			loopParts(boff(p+1), blen(p+1), loops, l, x.n.cfg.ChunkBytes, x.esz, func(off, n int) {
+				sends = append(sends, sendFrame{off: off, n: n, dep: -1})
+				recvs = append(recvs, recvFrame{off: off, n: n, mode: recvCopy})
+			})
+		}
 		nic := pathNIC(pc, c, x.me, owner)
 		plans = append(plans,
 			channelPlan{channel: in[p], routed: true, outNIC: nic, inNIC: nic, out: &outPlan{to: x.n.ring[owner], frames: sends}},
@@ -435,9 +606,9 @@ func (x *planExec) leafPlans(pc piece, c int, ring []int, in, out []uint16, boff
 // ownerPlans returns a ring node's paths to and from the leaves for the block it owns in one ring
 // channel piece (position rank owns block rank+1), and makes the ring's last reduce-scatter frames
 // of cp wait for the last leaf's.
-func (x *planExec) ownerPlans(cp *channelPlan, pc piece, c int, leaves []int, rank int, in, out [][]uint16, boff, blen func(int) int) []channelPlan {
-	last := slices.IndexFunc(cp.in.frames, func(f recvFrame) bool { return f.mode == recvReduceLast })
-	if last < 0 || blen(rank+1) == 0 {
+func (x *planExec) ownerPlans(cp *channelPlan, pc piece, c int, leaves []int, rank, loops int, in, out [][]uint16, boff, blen func(int) int) []channelPlan {
+	last := lastFrames(cp.in.frames)
+	if len(last) == 0 || blen(rank+1) == 0 {
 		return nil // an empty block: nothing to add or send back
 	}
 	ringCh := cp.channel
@@ -445,14 +616,20 @@ func (x *planExec) ownerPlans(cp *channelPlan, pc piece, c int, leaves []int, ra
 	for l, leaf := range leaves {
 		var recvs []recvFrame
 		var sends []sendFrame
-		parts(boff(rank+1), blen(rank+1), x.n.cfg.ChunkBytes, x.esz, func(off, n int) {
-			recvs = append(recvs, recvFrame{off: off, n: n, mode: recvReduce})
-			sends = append(sends, sendFrame{off: off, n: n, dep: last + len(sends)})
-		})
+		for lp := range loops {
+			loopParts(boff(rank+1), blen(rank+1), loops, lp, x.n.cfg.ChunkBytes, x.esz, func(off, n int) {
+				recvs = append(recvs, recvFrame{off: off, n: n, mode: recvReduce})
+				sends = append(sends, sendFrame{off: off, n: n, dep: last[len(sends)]})
+			})
+		}
 		ip := &inPlan{from: x.n.ring[leaf], frames: recvs}
 		if l > 0 {
 			prev := in[l-1][rank]
 			ip.waitOn = &prev
+			ip.waitFor = make([]int, len(recvs))
+			for i := range ip.waitFor {
+				ip.waitFor[i] = i
+			}
 		}
 		nic := pathNIC(pc, c, leaf, x.me)
 		plans = append(plans,
@@ -460,7 +637,14 @@ func (x *planExec) ownerPlans(cp *channelPlan, pc piece, c int, leaves []int, ra
 			channelPlan{channel: out[l][rank], routed: true, outNIC: nic, inNIC: nic, out: &outPlan{to: x.n.ring[leaf], frames: sends, depOn: &ringCh}})
 	}
 	w := in[len(leaves)-1][rank]
-	cp.in.waitOn, cp.in.waitFrom = &w, last
+	cp.in.waitOn = &w
+	cp.in.waitFor = make([]int, len(cp.in.frames))
+	for i := range cp.in.waitFor {
+		cp.in.waitFor[i] = -1
+	}
+	for j, i := range last {
+		cp.in.waitFor[i] = j
+	}
 	return plans
 }
 
