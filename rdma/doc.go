@@ -49,11 +49,14 @@
 //	fail over   the sender pauses the path, bumps its epoch, picks the next healthy NIC pair of the
 //	            channel's chain (ordered by distance from the channel's NIC) and sends
 //	            FailReq(path, epoch, new pair, first unacknowledged chunk).
-//	roll back   the receiver retires the old pair (late chunks from it are dropped) and answers
-//	            FailAck(path, epoch, next chunk it expects); the sender resumes there on the new pair.
-//	            Only chunks the receiver never consumed are sent again: at most the window per path,
-//	            since providers complete a chunk once it is in the receiver's memory, so the window
-//	            holds only what is in flight.
+//	roll back   the sender resumes at once on the new pair from its first unacknowledged chunk, without
+//	            waiting for an answer: the receiver takes chunks in sequence from any pair it has not
+//	            retired and drops duplicates. The receiver retires the old pair (late chunks from it
+//	            are dropped) and answers FailAck(path, epoch, next chunk it expects); the sender rewinds
+//	            to that chunk only if it is behind the one it resumed from (a chunk completed on the
+//	            old pair and then dropped). At most the window per path is sent again, since
+//	            providers complete a chunk once it is in the receiver's memory, so the window holds
+//	            only what is in flight.
 //	localize    the sender probes the peer's NIC and asks a third node to probe both NICs
 //	            (ProbeAsk/ProbeReport): peer unreachable but both NICs reachable from the third node is
 //	            the link, one NIC unreachable is that NIC. The Verdict goes around the group, and every

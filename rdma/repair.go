@@ -233,9 +233,11 @@ func (Note) action()       {}
 //
 // Per path, the sender is authoritative: whoever sees a failure first (either end) makes sure the
 // sender knows (a Notice over a control connection on another NIC), and the sender numbers the failover
-// with a new epoch, picks the next healthy pair of the channel's backup chain and asks the receiver
-// (FailReq). The receiver retires the old pair, so late chunks from it are dropped, and answers with
-// the next chunk it expects (FailAck); the sender resumes there. Messages of an older epoch are ignored.
+// with a new epoch, picks the next healthy pair of the channel's backup chain, tells the receiver
+// (FailReq) and resumes there at once from its first unacknowledged chunk. The receiver retires the
+// old pair, so late chunks from it are dropped, and answers with the next chunk it expects (FailAck);
+// the sender rewinds to it if it is behind where the sender resumed. Messages of an older epoch are
+// ignored.
 // In parallel the sender localizes the failure with probes from both ends and a third node, and the
 // verdict goes to every node of the group, which move their own paths off the failed element; failed
 // elements are re-probed with backoff and taken back when they answer again.
@@ -275,10 +277,12 @@ type path struct {
 	ackBy      time.Time // zero: no deadline
 	probing    uint64    // id of the stall probe in flight, or 0
 	awaiting   bool      // FailReq outstanding
+	ahead      bool      // resumed at the failover, before the FailAck: from chunk resumed
 	reqTries   int
 	reqBy      time.Time
 	avoid      NICID          // the NIC of the pair given up last: control messages go elsewhere
 	tried      map[NICID]bool // pairs that failed during this op
+	resumed    uint64
 	retired    map[NICID]bool // at the receiver: pairs given up at a failover (by receiver NIC)
 	expect     uint64         // receiver: next chunk expected
 	stallBy    time.Time
@@ -620,6 +624,12 @@ func (m *Repair) failover(p *path, localize bool) {
 		m.note("repair", p.id, "epoch %d: pair %d-%d -> %d-%d, first unacked %d", p.epoch, old, old, n, n, p.acked)
 		m.emit(SendMsg{To: p.id.Dst, Avoid: old, Msg: Message{Kind: MsgFailReq, Path: p.id, Epoch: p.epoch,
 			ID: p.op, Local: n, Remote: n, Seq: p.acked}})
+		// Resume at once from the first unacknowledged chunk rather than a round trip later: the
+		// receiver takes chunks in sequence from any pair it has not retired, so the data need not
+		// wait for the FailAck, which rewinds further only if the receiver dropped a chunk that had
+		// been completed.
+		p.ahead, p.resumed, p.posted = true, p.acked, p.acked
+		m.emit(Resume{Path: p.id, Local: n, Remote: n, Epoch: p.epoch, From: p.acked})
 		return
 	}
 	m.fail(p)
@@ -967,6 +977,19 @@ func (m *Repair) control(from NodeID, msg Message) {
 		// memory: one that arrived on a pair the receiver had just retired was completed and then
 		// dropped, and goes again.
 		next := min(msg.Seq, p.chunks)
+		ahead := p.ahead
+		p.ahead = false
+		if ahead && next >= p.resumed {
+			// The sender resumed at the failover from a chunk the receiver had not consumed yet:
+			// nothing to redo.
+			for s := p.acked; s < next; s++ {
+				delete(p.postedAt, s)
+			}
+			if next > p.acked {
+				p.acked, p.posted = next, max(p.posted, next)
+			}
+			return
+		}
 		for s := p.acked; s < next; s++ {
 			delete(p.postedAt, s)
 		}
