@@ -721,9 +721,10 @@ func abs(v int) int {
 // ring is a ring of nodes, each channel of it on one NIC. Like the Node's Start methods, its methods
 // belong to the event context.
 type Planned struct {
-	n   *Node
-	p   *plan.Planner
-	cfg plan.Config
+	n     *Node
+	p     *plan.Planner
+	cfg   plan.Config
+	optcc map[optccKey]plan.Plan // priced OptCC plans (optccPlan)
 }
 
 // NewPlanned returns a planned runner of n's AllReduce for topology t (health included) with planner
@@ -745,7 +746,7 @@ func NewPlanned(n *Node, t plan.Topology, cfg plan.Config) (*Planned, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Planned{n: n, p: p, cfg: cfg}, nil
+	return &Planned{n: n, p: p, cfg: cfg, optcc: map[optccKey]plan.Plan{}}, nil
 }
 
 // Planner returns the planner, for inspection.
@@ -777,12 +778,59 @@ func (s *Planned) Sync() bool {
 	return changed
 }
 
-// Plan returns the plan the next AllReduce of bytes bytes of elements of size esz would run, with the
+// Plan returns the plan the next AllReduce of bytes bytes (elements of esz bytes) runs: the cheapest
+// strategy for the current health, OptCC priced on this runtime's NICs (see optccPlan), with the
 // Node's routes: the standard ring's channels (a failed NIC's moved whole to its backup) for the
 // standard ring and hot repair, [plan.BalanceRoutes] over one channel per NIC otherwise.
 func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
+	es, err := s.p.Estimates(bytes)
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	best, bestSec := -1, math.Inf(1)
+	var opt plan.Plan // OptCC's plan, when priced
+	for i, e := range es {
+		sec := e.Seconds
+		if e.Strategy == plan.OptCC && !math.IsInf(sec, 1) {
+			if opt, err = s.optccPlan(e, bytes, esz); err != nil {
+				return plan.Plan{}, err
+			}
+			sec = opt.Seconds
+		}
+		if sec < bestSec {
+			best, bestSec = i, sec
+		}
+	}
+	if best < 0 {
+		return plan.Plan{}, fmt.Errorf("rdma: no configured strategy applies: %w", plan.ErrNoPath)
+	}
+	if es[best].Strategy == plan.OptCC {
+		return opt, nil
+	}
+	return s.build(es[best], bytes, esz)
+}
+
+// PlanStrategy returns the plan an AllReduce of bytes bytes runs with strategy st for the current
+// health, priced and split as Plan would if it chose st.
+func (s *Planned) PlanStrategy(st plan.Strategy, bytes int64, esz int) (plan.Plan, error) {
+	e, err := plan.Cost(s.p.Topology(), st, float64(bytes), s.cfg.Model)
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	if math.IsInf(e.Seconds, 1) {
+		return plan.Plan{}, fmt.Errorf("rdma: strategy %v does not apply: %w", st, plan.ErrNoPath)
+	}
+	if st == plan.OptCC {
+		return s.optccPlan(e, bytes, esz)
+	}
+	return s.build(e, bytes, esz)
+}
+
+// build makes the plan of estimate e with the Node's routes, every share a multiple of the planner's
+// alignment, or of esz where that one does not divide the parts.
+func (s *Planned) build(e plan.Estimate, bytes int64, esz int) (plan.Plan, error) {
 	t := s.p.Topology()
-	pl, err := s.p.Plan(bytes)
+	pl, err := plan.Build(t, e, bytes, s.cfg.Align, s.cfg.Model)
 	if err != nil {
 		return plan.Plan{}, err
 	}
@@ -792,15 +840,63 @@ func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
 	for _, pt := range pl.Parts {
 		if pt.Offset%int64(esz) != 0 {
 			// The planner's alignment differs from the element size: rebuild at this one.
-			pl, err = plan.Build(t, pl.Estimate, bytes, int64(esz), s.cfg.Model)
-			if err != nil {
+			if pl, err = plan.Build(t, e, bytes, int64(esz), s.cfg.Model); err != nil {
 				return plan.Plan{}, err
 			}
 			break
 		}
 	}
 	pl.Routes = RoutesFor(t, pl.Strategy, s.n.nics)
+	pl.Version = s.p.Version()
 	return pl, nil
+}
+
+// OptCC on this runtime's NICs. The cost model pools each node's NICs. On a rail-matched fabric a
+// degraded leaf cannot use the rails of its failed NICs, which crowds its neighbours' other rails
+// and, with them, the ring the leaf is part of: the model's share Y for the leaves is then not the
+// best one to run, nor is its time the one to expect. optccPlan prices a grid of shares as the Node
+// runs them, each at the model's latency plus the seconds of its busiest NIC after the channel
+// weights are levelled (railLoads), and returns the cheapest plan with that price as its Seconds.
+
+// optccShares is the number of steps of the grid of leaf shares, from 1/optccShares to 1.
+const optccShares = 10
+
+func (s *Planned) optccPlan(e plan.Estimate, bytes int64, esz int) (plan.Plan, error) {
+	key := optccKey{s.p.Version(), bytes, esz}
+	if pl, ok := s.optcc[key]; ok {
+		return pl, nil
+	}
+	t := s.p.Topology()
+	ys := []float64{e.Y}
+	for i := 1; i <= optccShares; i++ {
+		ys = append(ys, float64(i)/optccShares)
+	}
+	var best plan.Plan
+	bestSec := math.Inf(1)
+	for _, y := range ys {
+		ey, lat := plan.OptCCAt(t, e.Rings[0], float64(bytes), y, s.cfg.Model)
+		pl, err := s.build(ey, bytes, esz)
+		if err != nil {
+			return plan.Plan{}, err
+		}
+		x := &planExec{n: s.n, p: pl, topo: t, esz: esz, me: s.n.rank}
+		if sec := lat + x.maxRailLoad(x.partWeights()); sec < bestSec {
+			best, bestSec = pl, sec
+		}
+	}
+	best.Seconds = bestSec
+	if len(s.optcc) >= 16 {
+		clear(s.optcc)
+	}
+	s.optcc[key] = best
+	return best, nil
+}
+
+// optccKey names a priced OptCC plan: the planner's topology version, the size and the element size.
+type optccKey struct {
+	version uint64
+	bytes   int64
+	esz     int
 }
 
 // RoutesFor returns the per-node channel routes the Node uses for strategy st on topology t (one

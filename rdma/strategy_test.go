@@ -332,3 +332,92 @@ func TestOptCCLevelsNICLoads(t *testing.T) {
 		}
 	}
 }
+
+// TestPlannedPricesOptCCOnNICs: the runtime's planner prices OptCC's schedule as the Node runs it on
+// rail-matched NICs, not only by the pooled model. With one NIC of one node down it gives the leaf the
+// whole message (Y = 1: the leaf then stays out of the ring, whose hops next to it would have lost a
+// rail), at a price no lower than the model's; the run is correct and its busiest NIC sends less than
+// with the model's share. With two nodes degraded on different rails, OptCC's leaves crowd the rails
+// the core nodes have left and the planner picks Balance, where the pooled model alone picks OptCC.
+func TestPlannedPricesOptCCOnNICs(t *testing.T) {
+	const bytes = 4 * stCount
+	planned := func(down [][2]int) (*cluster, *rdma.Planned) {
+		c := newCluster(t, stNodes, stNICs, rdma.Config{ChunkBytes: 64 << 10, Window: 4})
+		for _, d := range down {
+			c.net.SetPort(c.ring[d[0]], rdma.NICID(d[1]), false)
+		}
+		p, err := rdma.NewPlanned(c.nodes[0], stTopology(nil), plan.Config{Align: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range down {
+			if err := p.SetNICDown(d[0], d[1], true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c, p
+	}
+	busiest := func(c *cluster, p plan.Plan, down [][2]int) uint64 {
+		inputs := integerInputs(rand.New(rand.NewPCG(8, 8)), stNodes, stCount)
+		out := make([][]byte, stNodes)
+		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+			out[i] = make([]byte, bytes)
+			return n.StartPlannedAllReduce(stTopology(down), p, inputs[i], out[i], rings.F32, rings.Sum, done)
+		})
+		for i := range out {
+			for j, v := range rings.View[float32](out[i]) {
+				var want float32
+				for k := range inputs {
+					want += rings.View[float32](inputs[k])[j]
+				}
+				if v != want {
+					t.Fatalf("%v y=%.2f: node %d element %d: %v, want %v", p.Strategy, p.Y, i, j, v, want)
+				}
+			}
+		}
+		var m uint64
+		for _, id := range c.ring {
+			for nic := range stNICs {
+				m = max(m, c.net.Node(id).SentBytes(rdma.NICID(nic)))
+			}
+		}
+		return m
+	}
+
+	down := [][2]int{{1, 2}}
+	c, p := planned(down)
+	priced, err := p.PlanStrategy(plan.OptCC, bytes, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := plan.Cost(stTopology(down), plan.OptCC, bytes, plan.Model{GatherFirst: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if priced.Y != 1 || priced.Seconds < e.Seconds {
+		t.Fatalf("one NIC down: priced OptCC has Y = %.2f and %.3g s, want Y = 1 and at least the model's %.3g s", priced.Y, priced.Seconds, e.Seconds)
+	}
+	model, err := plan.Build(stTopology(down), e, bytes, 4, plan.Model{GatherFirst: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model.Routes = rdma.RoutesFor(stTopology(down), plan.OptCC, c.net.Node(c.ring[0]).NICs())
+	if a, b := busiest(c, priced, down), busiest(c, model, down); a >= b {
+		t.Errorf("one NIC down: the busiest NIC sends %d bytes at Y = 1, %d at the model's Y = %.2f", a, b, e.Y)
+	}
+
+	down = [][2]int{{1, 0}, {3, 1}}
+	c, p = planned(down)
+	chosen, err := p.Plan(bytes, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled, err := plan.Choose(stTopology(down), bytes, plan.Config{Align: 4, Model: plan.Model{GatherFirst: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chosen.Strategy != plan.Balance || pooled.Strategy != plan.OptCC {
+		t.Fatalf("two nodes down: the runtime picks %v and the pooled model %v, want Balance and OptCC", chosen.Strategy, pooled.Strategy)
+	}
+	busiest(c, chosen, down)
+}

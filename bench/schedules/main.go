@@ -15,7 +15,8 @@
 //
 //	healthy              no NIC down: the standard ring;
 //	one_nic_x25          NIC 1 of node 1 down (X = 0.25): hot repair only, Balance, R²CCL-AllReduce,
-//	                     OptCC's schedule (the degraded node as a leaf);
+//	                     OptCC's schedule (the degraded node as a leaf, its share priced by the runtime
+//	                     on these NICs, rdma.Planned.PlanStrategy);
 //	two_nics_x50         NICs 1 and 2 of node 1 down (X = 0.5): the same four;
 //	two_nodes_two_rails  NIC 1 of node 1 and NIC 2 of node 2 down: hot repair, Balance,
 //	                     R²CCL-AllReduce, recursive (with bridge re-ranking where the model finds it

@@ -195,6 +195,11 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 			err = fmt.Errorf("unknown strategy %q", cmd.Strategy)
 			return
 		}
+		if st == plan.OptCC {
+			// OptCC as the runtime prices and splits it on these NICs (rdma.Planned).
+			p, err = planned.PlanStrategy(st, int64(a.Size), 4)
+			return
+		}
 		var e plan.Estimate
 		if e, err = plan.Cost(topo, st, float64(a.Size), plan.Model{}); err != nil {
 			return

@@ -607,9 +607,26 @@ func OptCCSplit(a, b, x float64, leaves, core int) float64 {
 // leaf, as long as Y ≤ 1, that is X ≤ (a − 1 + s)/(a + s) ≈ 1/2: the degraded node keeps about half
 // its bandwidth. Beyond that Y = 1 and the leaf's own D/R_slow dominates, which no schedule avoids.
 func costOptCC(t Topology, o []int, bytes float64, m Model) Estimate {
+	e, _ := optccAt(t, o, bytes, -1, m)
+	return e
+}
+
+// OptCCAt returns the cost of OptCC's schedule on ring order o (an OptCC Estimate's Rings[0]) with
+// the leaves' share forced to y, clamped to [0, 1], and latency, the part of the time that does not
+// depend on the message size. A runtime that knows better than this model how its NICs share the
+// load (the model pools each node's NICs) prices other shares with it.
+func OptCCAt(t Topology, o []int, bytes, y float64, m Model) (e Estimate, latency float64) {
+	e, latency = optccAt(t, o, bytes, min(1, max(0, y)), m)
+	e.Strategy = OptCC
+	return e, latency
+}
+
+// optccAt is costOptCC with share y, or the optimal share when y < 0.
+func optccAt(t Topology, o []int, bytes, y float64, m Model) (Estimate, float64) {
 	lv := levels(t, m)
 	if len(lv) < 2 {
-		return costBalance(t, o, bytes)
+		e := costBalance(t, o, bytes)
+		return e, 2 * float64(len(o)*t.ranks()-1) * t.alpha(o)
 	}
 	top := lv[len(lv)-1]
 	var core, leaves []int
@@ -628,12 +645,14 @@ func costOptCC(t Topology, o []int, bytes float64, m Model) Estimate {
 	a := volume(len(o) * g)
 	b := volume(len(core) * g)
 	x := 1 - rslow/rcore
-	y := OptCCSplit(a, b, x, len(leaves), len(core))
+	if y < 0 {
+		y = OptCCSplit(a, b, x, len(leaves), len(core))
+	}
 	leafLoad := (a*(1-y) + y) * bytes / rslow
 	coreLoad := (a*(1-y) + b*y + float64(len(leaves))/float64(len(core))*y) * bytes / rcore
-	sec := 2*float64(len(o)*g-1)*t.alpha(o) + 2*t.alpha(leaves) + max(leafLoad, coreLoad)
-	return Estimate{Seconds: sec, Rings: [][]int{o, core}, Shares: []float64{1 - y, y}, Leaves: leaves,
-		Y: y, Reranked: rr}
+	lat := 2*float64(len(o)*g-1)*t.alpha(o) + 2*t.alpha(leaves)
+	return Estimate{Seconds: lat + max(leafLoad, coreLoad), Rings: [][]int{o, core}, Shares: []float64{1 - y, y},
+		Leaves: leaves, Y: y, Reranked: rr}, lat
 }
 
 // FaultFree returns the time of the best standard ring on t with every NIC up: the reference every
