@@ -3,6 +3,7 @@ package rdma_test
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,22 +41,28 @@ func (c *cluster) runAll(t testing.TB, start func(i int, n *rdma.Node, done func
 	}
 }
 
+// bothBuffers are the configurations the collective tests run under: the default (a scratch buffer,
+// the result written on success) and Config.Direct (work in the result buffer).
+func bothBuffers() []rdma.Config { return []rdma.Config{scConfig(), directConfig()} }
+
 func TestAllGather(t *testing.T) {
-	for _, fault := range []bool{false, true} {
-		c := newCluster(t, 5, 3, scConfig())
-		if fault {
-			c.net.Inject(sim.Trigger{From: 3, To: 4, NIC: 1, Nth: 2}, sim.Fault{Kind: sim.NICDown, Node: 4, NIC: 1})
-		}
-		in := randomInputs(rand.New(rand.NewPCG(3, 4)), 5, 6000)
-		out := make([][]byte, 5)
-		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
-			out[i] = make([]byte, 5*len(in[i]))
-			return n.StartAllGather(in[i], out[i], rings.F32, done)
-		})
-		want := bytes.Join(in, nil)
-		for i := range out {
-			if !bytes.Equal(out[i], want) {
-				t.Fatalf("fault %v: node %d: result differs", fault, c.ring[i])
+	for _, cfg := range bothBuffers() {
+		for _, fault := range []bool{false, true} {
+			c := newCluster(t, 5, 3, cfg)
+			if fault {
+				c.net.Inject(sim.Trigger{From: 3, To: 4, NIC: 1, Nth: 2}, sim.Fault{Kind: sim.NICDown, Node: 4, NIC: 1})
+			}
+			in := randomInputs(rand.New(rand.NewPCG(3, 4)), 5, 6000)
+			out := make([][]byte, 5)
+			c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+				out[i] = make([]byte, 5*len(in[i]))
+				return n.StartAllGather(in[i], out[i], rings.F32, done)
+			})
+			want := bytes.Join(in, nil)
+			for i := range out {
+				if !bytes.Equal(out[i], want) {
+					t.Fatalf("direct %v, fault %v: node %d: result differs", cfg.Direct, fault, c.ring[i])
+				}
 			}
 		}
 	}
@@ -98,72 +105,77 @@ func TestReduceScatter(t *testing.T) {
 }
 
 func TestBroadcast(t *testing.T) {
-	for _, fault := range []bool{false, true} {
-		c := newCluster(t, 4, 2, scConfig())
-		if fault {
-			c.net.Inject(sim.Trigger{From: 4, To: 1, NIC: 0, Nth: 3}, sim.Fault{Kind: sim.NICDown, Node: 4, NIC: 0})
-		}
-		src := randomInputs(rand.New(rand.NewPCG(9, 9)), 1, 20000)[0]
-		bufs := make([][]byte, 4)
-		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
-			bufs[i] = make([]byte, len(src))
-			if c.ring[i] == 3 {
-				copy(bufs[i], src)
+	for _, cfg := range bothBuffers() {
+		for _, fault := range []bool{false, true} {
+			c := newCluster(t, 4, 2, cfg)
+			if fault {
+				c.net.Inject(sim.Trigger{From: 4, To: 1, NIC: 0, Nth: 3}, sim.Fault{Kind: sim.NICDown, Node: 4, NIC: 0})
 			}
-			return n.StartBroadcast(bufs[i], rings.F32, 3, done)
-		})
-		for i := range bufs {
-			if !bytes.Equal(bufs[i], src) {
-				t.Fatalf("fault %v: node %d: result differs", fault, c.ring[i])
+			src := randomInputs(rand.New(rand.NewPCG(9, 9)), 1, 20000)[0]
+			bufs := make([][]byte, 4)
+			c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+				bufs[i] = make([]byte, len(src))
+				if c.ring[i] == 3 {
+					copy(bufs[i], src)
+				}
+				return n.StartBroadcast(bufs[i], rings.F32, 3, done)
+			})
+			for i := range bufs {
+				if !bytes.Equal(bufs[i], src) {
+					t.Fatalf("direct %v, fault %v: node %d: result differs", cfg.Direct, fault, c.ring[i])
+				}
 			}
 		}
 	}
 }
 
 func TestSendRecv(t *testing.T) {
-	for _, fault := range []bool{false, true} {
-		c := newCluster(t, 6, 4, scConfig())
-		if fault {
-			c.net.Inject(sim.Trigger{From: 1, To: 4, NIC: 3, Nth: 2}, sim.Fault{Kind: sim.NICDown, Node: 1, NIC: 3})
-		}
-		src := randomInputs(rand.New(rand.NewPCG(1, 1)), 1, 30000)[0]
-		got := make([]byte, len(src))
-		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
-			switch c.ring[i] {
-			case 1:
-				return n.StartSend(src, 4, done)
-			case 4:
-				return n.StartRecv(got, 1, done)
+	for _, cfg := range bothBuffers() {
+		for _, fault := range []bool{false, true} {
+			c := newCluster(t, 6, 4, cfg)
+			if fault {
+				c.net.Inject(sim.Trigger{From: 1, To: 4, NIC: 3, Nth: 2}, sim.Fault{Kind: sim.NICDown, Node: 1, NIC: 3})
 			}
-			done(nil)
-			return nil
-		})
-		if !bytes.Equal(got, src) {
-			t.Fatalf("fault %v: received data differs", fault)
-		}
-		if !fault {
-			// A healthy transfer fills every NIC, in proportion to bandwidth (equal here).
-			for nic := range 4 {
-				if b := c.net.Node(1).SentBytes(rdma.NICID(nic)); b != uint64(len(src))/4 {
-					t.Errorf("NIC %d sent %d bytes, want %d", nic, b, len(src)/4)
+			src := randomInputs(rand.New(rand.NewPCG(1, 1)), 1, 30000)[0]
+			kept := slices.Clone(src)
+			got := make([]byte, len(src))
+			c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+				switch c.ring[i] {
+				case 1:
+					return n.StartSend(src, 4, done)
+				case 4:
+					return n.StartRecv(got, 1, done)
+				}
+				done(nil)
+				return nil
+			})
+			if !bytes.Equal(got, kept) || !bytes.Equal(src, kept) {
+				t.Fatalf("direct %v, fault %v: received data differs or the sent buffer changed", cfg.Direct, fault)
+			}
+			if !fault {
+				// A healthy transfer fills every NIC, in proportion to bandwidth (equal here).
+				for nic := range 4 {
+					if b := c.net.Node(1).SentBytes(rdma.NICID(nic)); b != uint64(len(src))/4 {
+						t.Errorf("NIC %d sent %d bytes, want %d", nic, b, len(src)/4)
+					}
 				}
 			}
-		}
-		// Nodes that took no part in the transfer and nodes that did still agree on the collective
-		// that follows: every path numbers its own operations.
-		out := make([][]byte, len(c.nodes))
-		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
-			out[i] = make([]byte, 8*1000)
-			v := make([]int64, 1000)
-			for j := range v {
-				v[j] = int64(i + j)
-			}
-			return n.StartAllReduce(rings.Bytes(v), out[i], rings.I64, rings.Sum, done)
-		})
-		for i := range out {
-			for j, x := range rings.View[int64](out[i]) {
-				if want := int64(15 + 6*j); x != want {
-					t.Fatalf("fault %v: AllReduce after Send/Recv: node %d element %d: %d, want %d", fault, i, j, x, want)
+			// Nodes that took no part in the transfer and nodes that did still agree on the collective
+			// that follows: every path numbers its own operations.
+			out := make([][]byte, len(c.nodes))
+			c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+				out[i] = make([]byte, 8*1000)
+				v := make([]int64, 1000)
+				for j := range v {
+					v[j] = int64(i + j)
+				}
+				return n.StartAllReduce(rings.Bytes(v), out[i], rings.I64, rings.Sum, done)
+			})
+			for i := range out {
+				for j, x := range rings.View[int64](out[i]) {
+					if want := int64(15 + 6*j); x != want {
+						t.Fatalf("direct %v, fault %v: AllReduce after Send/Recv: node %d element %d: %d, want %d", cfg.Direct, fault, i, j, x, want)
+					}
 				}
 			}
 		}
@@ -331,11 +343,7 @@ func TestConsecutiveAllReduces(t *testing.T) {
 			}
 		}
 		if fault {
-			failovers := 0
-			for _, n := range c.nodes {
-				failovers += n.Stats().Failovers
-			}
-			if failovers == 0 {
+			if c.failovers() == 0 {
 				t.Fatalf("operation %d: the fault caused no failover", step)
 			}
 		}

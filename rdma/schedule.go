@@ -144,38 +144,44 @@ func loopParts(off, n, loops, l, chunk, esz int, f func(off, n int)) {
 	parts(off+lo*esz, (hi-lo)*esz, chunk, esz, f)
 }
 
-// planAllReduce: ring reduce-scatter then all-gather on each channel's span of the buffer. Position r
-// sends block r-s at reduce-scatter step s and ends owning block r+1, which it finalizes; the
-// all-gather forwards final blocks.
+// allReduceRing returns one channel's ring AllReduce schedule at position rank of world, over the
+// blocks that blockOff and blockLen locate, each block cut into loops slices (loopedRingPlan):
+// position r sends block r−s at reduce-scatter step s and ends owning block r+1, which it finalizes
+// in the last reduce-scatter step; the all-gather forwards final blocks.
+func allReduceRing(rank, world, loops int, blockOff, blockLen func(b int) int, chunk, esz int) ([]sendFrame, []recvFrame) {
+	rs := world - 1
+	return loopedRingPlan(2*world-2, loops,
+		func(s int) int {
+			if s < rs {
+				return rank - s
+			}
+			return rank + 1 - (s - rs)
+		},
+		func(s int) int {
+			if s < rs {
+				return rank - s - 1
+			}
+			return rank - (s - rs)
+		},
+		func(s int) recvMode {
+			switch {
+			case s < rs-1:
+				return recvReduce
+			case s == rs-1:
+				return recvReduceLast
+			}
+			return recvCopy
+		}, blockOff, blockLen, chunk, esz)
+}
+
+// planAllReduce: the ring AllReduce (allReduceRing) on each channel's span of the buffer.
 func planAllReduce(rank, world int, spans []rings.Span, esz, chunk int, succ, pred NodeID) []channelPlan {
 	plans := make([]channelPlan, 0, len(spans))
 	for c, sp := range spans {
 		blocks := rings.Partition(sp.Len, world)
 		boff := func(b int) int { return (sp.Off + blocks[mod(b, world)].Off) * esz }
 		blen := func(b int) int { return blocks[mod(b, world)].Len * esz }
-		rs := world - 1
-		out, in := ringPlan(2*world-2,
-			func(s int) int {
-				if s < rs {
-					return rank - s
-				}
-				return rank + 1 - (s - rs)
-			},
-			func(s int) int {
-				if s < rs {
-					return rank - s - 1
-				}
-				return rank - (s - rs)
-			},
-			func(s int) recvMode {
-				switch {
-				case s < rs-1:
-					return recvReduce
-				case s == rs-1:
-					return recvReduceLast
-				}
-				return recvCopy
-			}, boff, blen, chunk, esz)
+		out, in := allReduceRing(rank, world, 1, boff, blen, chunk, esz)
 		plans = append(plans, channelPlan{channel: uint16(c), out: &outPlan{to: succ, frames: out},
 			in: &inPlan{from: pred, frames: in}})
 	}

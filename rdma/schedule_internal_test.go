@@ -93,28 +93,6 @@ func planAllReduceLooped(rank, world, count, esz, chunk, loops int) channelPlan 
 	blocks := rings.Partition(count, world)
 	boff := func(b int) int { return blocks[mod(b, world)].Off * esz }
 	blen := func(b int) int { return blocks[mod(b, world)].Len * esz }
-	rs := world - 1
-	out, in := loopedRingPlan(2*world-2, loops,
-		func(s int) int {
-			if s < rs {
-				return rank - s
-			}
-			return rank + 1 - (s - rs)
-		},
-		func(s int) int {
-			if s < rs {
-				return rank - s - 1
-			}
-			return rank - (s - rs)
-		},
-		func(s int) recvMode {
-			switch {
-			case s < rs-1:
-				return recvReduce
-			case s == rs-1:
-				return recvReduceLast
-			}
-			return recvCopy
-		}, boff, blen, chunk, esz)
+	out, in := allReduceRing(rank, world, loops, boff, blen, chunk, esz)
 	return channelPlan{out: &outPlan{frames: out}, in: &inPlan{frames: in}}
 }

@@ -42,6 +42,15 @@ func newCluster(t testing.TB, nodes, nics int, cfg rdma.Config) *cluster {
 	return c
 }
 
+// failovers returns the failovers of every node of the cluster so far.
+func (c *cluster) failovers() int {
+	n := 0
+	for _, node := range c.nodes {
+		n += node.Stats().Failovers
+	}
+	return n
+}
+
 // allReduce runs one AllReduce of inputs[i] on node i and returns the results and errors.
 func (c *cluster) allReduce(t testing.TB, inputs [][]byte, dt rings.DType, op rings.Op) ([][]byte, []error) {
 	t.Helper()

@@ -370,29 +370,7 @@ func (x *planExec) reducePlans() []channelPlan {
 					continue
 				}
 				succ, pred := ring[(rank+1)%world], ring[(rank+world-1)%world]
-				rs := world - 1
-				out, in := loopedRingPlan(2*world-2, loops,
-					func(s int) int {
-						if s < rs {
-							return rank - s
-						}
-						return rank + 1 - (s - rs)
-					},
-					func(s int) int {
-						if s < rs {
-							return rank - s - 1
-						}
-						return rank - (s - rs)
-					},
-					func(s int) recvMode {
-						switch {
-						case s < rs-1:
-							return recvReduce
-						case s == rs-1:
-							return recvReduceLast
-						}
-						return recvCopy
-					}, boff, blen, x.n.cfg.ChunkBytes, x.esz)
+				out, in := allReduceRing(rank, world, loops, boff, blen, x.n.cfg.ChunkBytes, x.esz)
 				cp := channelPlan{channel: id, routed: true, gate: ringGate(k),
 					out:    &outPlan{to: x.n.ring[succ], frames: out},
 					in:     &inPlan{from: x.n.ring[pred], frames: in},
