@@ -38,8 +38,8 @@ type Config struct {
 	// call in which a path failed over, a connection the call left behind may still read recv for a
 	// while; the receiver drops what it sends. Off by default: recv is written only on success. A
 	// caller that stages its buffers itself (pccl's hierarchical plans) loses nothing by turning it
-	// on. Planned AllReduces that gather inputs need room beyond the message and keep the scratch
-	// buffer; they still skip the copy of the result.
+	// on. Planned AllReduces that gather inputs need room beyond the message, so they keep the
+	// scratch buffer and its copies.
 	Direct bool
 	// Repair tunes failure detection and hot repair.
 	Repair RepairConfig
@@ -960,9 +960,9 @@ func checkBuffers(dt rings.DType, op rings.Op, bufs ...[]byte) error {
 
 // StartAllReduce starts a ring AllReduce of send into recv (same length) split over one channel per
 // NIC in proportion to the NICs' bandwidth, and calls done in the event context when it ends. recv is
-// written only on success, unless Config.Direct is set. send is read until done (it is copied into the working buffer piece by
-// piece as the transfer reaches each piece), must not change before then, and is not retained after.
-// Call it in the event context.
+// written only on success, unless Config.Direct is set. send is read until done (it is copied into
+// the working buffer piece by piece as the transfer reaches each piece), must not change before then,
+// and is not retained after. Call it in the event context.
 func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
 	if err := checkBuffers(dt, op, send, recv); err != nil {
 		return err

@@ -317,8 +317,8 @@ func (p piece) cut(n int) (int, int) {
 }
 
 // reducePlans builds the reduce operation: every part's ring AllReduce, channel by channel and piece
-// by piece. Channels split each part as the standard ring splits the message (by nominal NIC
-// bandwidth), and blocks as the standard ring's.
+// by piece. Channels split each part by partWeights (as the standard ring splits the message, by
+// nominal NIC bandwidth, unless the plan has leaves), and blocks as the standard ring's.
 func (x *planExec) reducePlans() []channelPlan {
 	var plans []channelPlan
 	weights := x.partWeights()
