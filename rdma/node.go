@@ -973,11 +973,6 @@ func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, do
 	if n.op != nil {
 		return ErrBusy
 	}
-	if n.cfg.Direct {
-		if err := checkDirect(send, recv); err != nil {
-			return err
-		}
-	}
 	world := len(n.ring)
 	var plans []channelPlan
 	if world > 1 {
@@ -985,6 +980,9 @@ func (n *Node) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, do
 		plans = planAllReduce(n.rank, world, splitChannels(len(send)/dt.Size(), n.weights()), dt.Size(), n.cfg.ChunkBytes, succ, pred)
 	}
 	if n.cfg.Direct {
+		if err := checkDirect(send, recv); err != nil {
+			return err
+		}
 		src := send
 		if sameBytes(send, recv) {
 			src = nil // in place: recv already holds the input

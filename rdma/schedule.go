@@ -144,6 +144,14 @@ func loopParts(off, n, loops, l, chunk, esz int, f func(off, n int)) {
 	parts(off+lo*esz, (hi-lo)*esz, chunk, esz, f)
 }
 
+// slicedParts calls f for the chunks of every slice of loops of the byte range off+[0, n), slice by
+// slice: the order in which a looped ring (loopedRingPlan) reaches them.
+func slicedParts(off, n, loops, chunk, esz int, f func(off, n int)) {
+	for l := range loops {
+		loopParts(off, n, loops, l, chunk, esz, f)
+	}
+}
+
 // allReduceRing returns one channel's ring AllReduce schedule at position rank of world, over the
 // blocks that blockOff and blockLen locate, each block cut into loops slices (loopedRingPlan):
 // position r sends block r−s at reduce-scatter step s and ends owning block r+1, which it finalizes

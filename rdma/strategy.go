@@ -49,8 +49,9 @@ type planExec struct {
 	p    plan.Plan
 	topo plan.Topology
 	esz  int
-	me   int // this node's index
-	ch   int // the next channel number: every node numbers every path of the plan alike
+	me   int         // this node's index
+	ch   int         // the next channel number: every node numbers every path of the plan alike
+	cuts [][][]piece // partPieces, computed once
 }
 
 // StartPlannedAllReduce runs an AllReduce of send into recv (same length) by plan p, made by package
@@ -302,6 +303,20 @@ func (x *planExec) pieces(nodes []int, c int) []piece {
 	return out
 }
 
+// partPieces returns, per part and channel, the pieces of the part's ring and leaves (pieces). They
+// depend on the plan's routes only, so they are cut once per plan.
+func (x *planExec) partPieces() [][][]piece {
+	if x.cuts == nil {
+		x.cuts = make([][][]piece, len(x.p.Parts))
+		for k, pt := range x.p.Parts {
+			for c := range x.n.nics {
+				x.cuts[k] = append(x.cuts[k], x.pieces(append(slices.Clone(pt.Ring), pt.Leaves...), c))
+			}
+		}
+	}
+	return x.cuts
+}
+
 // pathNIC returns the NIC pair index a piece of channel c uses from node u to node v.
 func pathNIC(p piece, c, u, v int) NICID {
 	if p.nic[u] != NICID(c) {
@@ -338,7 +353,7 @@ func (x *planExec) reducePlans() []channelPlan {
 		base := int(pt.Offset) / x.esz
 		for c, sp := range splitChannels(count, weights[k]) {
 			blocks := rings.Partition(sp.Len, world)
-			for _, pc := range x.pieces(append(slices.Clone(ring), pt.Leaves...), c) {
+			for _, pc := range x.partPieces()[k][c] {
 				id := uint16(x.ch)
 				x.ch++
 				// Leaf paths of this piece: leafIn[l][p] carries leaf l's input for the block that
@@ -413,23 +428,40 @@ func (x *planExec) reducePlans() []channelPlan {
 
 // partWeights returns every part's channel weights.
 func (x *planExec) partWeights() [][]float64 {
-	w := make([][]float64, len(x.p.Parts))
-	var levelled []int
-	leaves := false
-	for k, pt := range x.p.Parts {
-		w[k] = x.n.weights()
-		leaves = leaves || len(pt.Leaves) > 0
-		if len(pt.Ring) >= 2 {
-			levelled = append(levelled, k)
+	for _, pt := range x.p.Parts {
+		if len(pt.Leaves) > 0 {
+			w, _ := x.levelled()
+			return w
 		}
 	}
-	if !leaves {
-		return w
+	w := make([][]float64, len(x.p.Parts))
+	for k := range w {
+		w[k] = x.n.weights()
 	}
-	best, bestLoad := cloneWeights(w), x.maxRailLoad(w)
-	for range weightRounds { // multiplicative steps towards equal costs; the best seen is kept
+	return w
+}
+
+// levelled returns the levelled channel weights of every ring part and the seconds of the busiest
+// NIC direction with them.
+func (x *planExec) levelled() ([][]float64, float64) {
+	w := make([][]float64, len(x.p.Parts))
+	for k := range w {
+		w[k] = x.n.weights()
+	}
+	var best [][]float64
+	bestLoad := math.Inf(1)
+	for round := 0; ; round++ { // multiplicative steps towards equal costs; the best seen is kept
 		load := x.railLoads(w)
-		for _, k := range levelled {
+		if m := busiest(load); m < bestLoad {
+			best, bestLoad = cloneWeights(w), m
+		}
+		if round == weightRounds {
+			return best, bestLoad
+		}
+		for k, pt := range x.p.Parts {
+			if len(pt.Ring) < 2 {
+				continue
+			}
 			// A channel's cost is the busiest NIC its ring paths use; channels costlier than
 			// the weighted mean shrink, cheaper ones grow.
 			cost := x.channelCosts(k, load)
@@ -445,11 +477,7 @@ func (x *planExec) partWeights() [][]float64 {
 				}
 			}
 		}
-		if m := x.maxRailLoad(w); m < bestLoad {
-			best, bestLoad = cloneWeights(w), m
-		}
 	}
-	return best
 }
 
 // weightRounds bounds the levelling of channel weights.
@@ -486,7 +514,7 @@ func (x *planExec) railLoads(w [][]float64) [][][2]float64 {
 		}
 		for c, v := range w[k] {
 			ch := float64(pt.Bytes) * v / total
-			for _, pc := range x.pieces(append(slices.Clone(pt.Ring), pt.Leaves...), c) {
+			for _, pc := range x.partPieces()[k][c] {
 				b := ch * (pc.hi - pc.lo)
 				ring := b * float64(2*world-2) / float64(world)
 				for i, u := range pt.Ring {
@@ -511,10 +539,10 @@ func (x *planExec) railLoads(w [][]float64) [][][2]float64 {
 	return load
 }
 
-// maxRailLoad returns the busiest NIC direction's seconds with channel weights w.
-func (x *planExec) maxRailLoad(w [][]float64) float64 {
+// busiest returns the seconds of the busiest NIC direction of load (railLoads).
+func busiest(load [][][2]float64) float64 {
 	m := 0.0
-	for _, node := range x.railLoads(w) {
+	for _, node := range load {
 		for _, d := range node {
 			m = max(m, d[0], d[1])
 		}
@@ -533,7 +561,7 @@ func (x *planExec) channelCosts(k int, load [][][2]float64) []float64 {
 		cost[c] = max(cost[c], load[u][nic][0], load[u][nic][1])
 	}
 	for c := range cost {
-		for _, pc := range x.pieces(append(slices.Clone(pt.Ring), pt.Leaves...), c) {
+		for _, pc := range x.partPieces()[k][c] {
 			for i, u := range pt.Ring {
 				v := pt.Ring[(i+1)%world]
 				nic := pathNIC(pc, c, u, v)
@@ -567,12 +595,10 @@ func (x *planExec) leafPlans(pc piece, c int, ring []int, loops int, in, out []u
 	for p, owner := range ring {
 		var sends []sendFrame
 		var recvs []recvFrame
-		for l := range loops {
-			loopParts(boff(p+1), blen(p+1), loops, l, x.n.cfg.ChunkBytes, x.esz, func(off, n int) {
-				sends = append(sends, sendFrame{off: off, n: n, dep: -1})
-				recvs = append(recvs, recvFrame{off: off, n: n, mode: recvCopy})
-			})
-		}
+		slicedParts(boff(p+1), blen(p+1), loops, x.n.cfg.ChunkBytes, x.esz, func(off, n int) {
+			sends = append(sends, sendFrame{off: off, n: n, dep: -1})
+			recvs = append(recvs, recvFrame{off: off, n: n, mode: recvCopy})
+		})
 		nic := pathNIC(pc, c, x.me, owner)
 		plans = append(plans,
 			channelPlan{channel: in[p], routed: true, outNIC: nic, inNIC: nic, out: &outPlan{to: x.n.ring[owner], frames: sends}},
@@ -594,12 +620,10 @@ func (x *planExec) ownerPlans(cp *channelPlan, pc piece, c int, leaves []int, ra
 	for l, leaf := range leaves {
 		var recvs []recvFrame
 		var sends []sendFrame
-		for lp := range loops {
-			loopParts(boff(rank+1), blen(rank+1), loops, lp, x.n.cfg.ChunkBytes, x.esz, func(off, n int) {
-				recvs = append(recvs, recvFrame{off: off, n: n, mode: recvReduce})
-				sends = append(sends, sendFrame{off: off, n: n, dep: last[len(sends)]})
-			})
-		}
+		slicedParts(boff(rank+1), blen(rank+1), loops, x.n.cfg.ChunkBytes, x.esz, func(off, n int) {
+			recvs = append(recvs, recvFrame{off: off, n: n, mode: recvReduce})
+			sends = append(sends, sendFrame{off: off, n: n, dep: last[len(sends)]})
+		})
 		ip := &inPlan{from: x.n.ring[leaf], frames: recvs}
 		if l > 0 {
 			prev := in[l-1][rank]
@@ -858,8 +882,8 @@ func (s *Planned) optccPlan(e plan.Estimate, bytes int64, esz int) (plan.Plan, e
 			return plan.Plan{}, err
 		}
 		x := &planExec{n: s.n, p: pl, topo: t, esz: esz, me: s.n.rank}
-		if sec := lat + x.maxRailLoad(x.partWeights()); sec < bestSec {
-			best, bestSec = pl, sec
+		if _, busy := x.levelled(); lat+busy < bestSec {
+			best, bestSec = pl, lat+busy
 		}
 	}
 	best.Seconds = bestSec
