@@ -37,8 +37,9 @@
 //
 // A [Link] configures one direction of the path between two sites; [Config.Link] is the default for
 // all, [Config.Links] overrides it per directed link, and [Testbed.SetLink] changes one while the
-// testbed runs. An RTT of R on a symmetric path is Delay R/2 both ways. The queue limits default to
-// one bandwidth-delay product of their rate over 2·Delay, but at least 64 packets of the MTU.
+// testbed runs; [Testbed.CapFlow] caps a single flow at a rate of its own (a connection on a
+// congested route, say). An RTT of R on a symmetric path is Delay R/2 both ways. The queue limits
+// default to one bandwidth-delay product of their rate over 2·Delay, but at least 64 packets of the MTU.
 // [Config.MTU] sets the devices' MTU (1500 by default); a larger MTU lowers the packet rate the
 // forwarder must carry for a given throughput. [Testbed.Stats] counts each link's packets and drops.
 //

@@ -110,6 +110,16 @@ func (f *forwarder) configure(from, to int, l Link) {
 	}
 }
 
+// capFlow caps one flow of the link from one site to another; it returns once the scheduler applied it.
+func (f *forwarder) capFlow(from, to int, key flowKey, mbit float64) {
+	applied := make(chan struct{})
+	select {
+	case f.control <- func() { f.paths[from][to].capFlow(key, mbit); close(applied) }:
+		<-applied
+	case <-f.done:
+	}
+}
+
 func (f *forwarder) free(p *packet) {
 	p.buf = p.buf[:cap(p.buf)]
 	f.pool.Put(p)

@@ -178,7 +178,8 @@ type path struct {
 	cfg      Link // with defaults resolved
 	mtu      int
 	link     bucket
-	flows    map[flowKey]*bucket // per-flow shapers; nil without a per-flow cap
+	flows    map[flowKey]*bucket // per-flow shapers; nil while no flow is capped
+	caps     map[flowKey]float64 // flows capped at their own rate in Mbit/s, kept across configure
 	rng      *rand.Rand
 	arrivals int   // since the last sweep of idle flows
 	joined   int64 // the latest time a packet joined the link queue
@@ -198,9 +199,47 @@ func (p *path) configure(l Link) {
 	p.link = newBucket(l.CapacityMbit, p.mtu)
 	p.link.last, p.link.full = last, last // packets in the link queue keep their places
 	p.flows = nil
-	if l.FlowMbit > 0 {
+	if l.FlowMbit > 0 || len(p.caps) > 0 {
 		p.flows = make(map[flowKey]*bucket)
 	}
+}
+
+// capFlow caps flow key at mbit instead of the link's FlowMbit; 0 removes the override. A shaper the
+// flow already has takes the new rate for the packets that come next.
+func (p *path) capFlow(key flowKey, mbit float64) {
+	if mbit == 0 {
+		delete(p.caps, key)
+	} else {
+		if p.caps == nil {
+			p.caps = make(map[flowKey]float64)
+		}
+		p.caps[key] = mbit
+	}
+	if p.flows == nil {
+		p.flows = make(map[flowKey]*bucket)
+	}
+	if b := p.flows[key]; b != nil {
+		nb := newBucket(p.flowRate(key), p.mtu)
+		nb.full, nb.last = b.full, b.last
+		*b = nb
+	}
+}
+
+// flowRate returns the cap of flow key in Mbit/s: its own, else the link's FlowMbit (0: none).
+func (p *path) flowRate(key flowKey) float64 {
+	if r, ok := p.caps[key]; ok {
+		return r
+	}
+	return p.cfg.FlowMbit
+}
+
+// flowQueue returns the drop-tail limit of flow key's queue: FlowQueueBytes for the link's cap, or
+// the same default rule applied to the flow's own cap.
+func (p *path) flowQueue(key flowKey) float64 {
+	if r, ok := p.caps[key]; ok {
+		return float64(max(int(mbitToBytesPerSec(r)*2*p.cfg.Delay.Seconds()), minQueuePackets*p.mtu))
+	}
+	return float64(p.cfg.FlowQueueBytes)
 }
 
 // arrive admits a packet of size bytes of flow key that reached the link at now. It returns when the
@@ -226,11 +265,15 @@ func (p *path) arrive(now int64, key flowKey, size int) (int64, verdict) {
 	}
 	b := p.flows[key]
 	if b == nil {
-		nb := newBucket(p.cfg.FlowMbit, p.mtu)
+		rate := p.flowRate(key)
+		if rate == 0 {
+			return now, pass
+		}
+		nb := newBucket(rate, p.mtu)
 		b = &nb
 		p.flows[key] = b
 	}
-	if b.backlog(now)+float64(size) > float64(p.cfg.FlowQueueBytes) {
+	if b.backlog(now)+float64(size) > p.flowQueue(key) {
 		p.counters.flowDrops.Add(1)
 		return 0, dropFlowQueue
 	}

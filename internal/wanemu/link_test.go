@@ -191,6 +191,47 @@ func TestPathCapsEachFlowSeparately(t *testing.T) {
 	}
 }
 
+func TestPathCapFlowOverridesTheLinkCap(t *testing.T) {
+	c := unlimitedCounters()
+	// Flows capped at 12 Mbit/s (1500 bytes per millisecond); flow a at 3 (one packet per 4 ms).
+	p := newPath(Link{FlowMbit: 12, FlowQueueBytes: 1000 * 1500}, 1500, 1, 0, c)
+	a := flowKey{proto: protoTCP, sport: 1, dport: 9}
+	b := flowKey{proto: protoTCP, sport: 2, dport: 9}
+	p.capFlow(a, 3)
+	var lastA, lastB int64
+	for range 50 {
+		lastA, _ = p.arrive(0, a, 1500)
+		lastB, _ = p.arrive(0, b, 1500)
+	}
+	// a's burst is still two packets; its other 48 leave 4 ms apart (its queue, 64 packets by
+	// default, holds them). b keeps the link's cap.
+	if lastA != 192*ms || lastB != 48*ms {
+		t.Errorf("last packets join the link at %v and %v, want 192ms and 48ms", time.Duration(lastA), time.Duration(lastB))
+	}
+	// The override outlives a change of the link, and 0 gives the flow the link's cap back.
+	p.configure(Link{FlowMbit: 24})
+	if got, _ := p.arrive(time.Second.Nanoseconds(), a, 1500); got != time.Second.Nanoseconds() {
+		t.Fatalf("first packet after idling joins at %v, want at once", time.Duration(got))
+	}
+	if p.flowRate(a) != 3 {
+		t.Errorf("flow a's cap after configure is %v Mbit/s, want its own 3", p.flowRate(a))
+	}
+	p.capFlow(a, 0)
+	if p.flowRate(a) != 24 {
+		t.Errorf("flow a's cap after removing the override is %v Mbit/s, want the link's 24", p.flowRate(a))
+	}
+	// On a link without a per-flow cap, only the capped flow is shaped.
+	q := newPath(Link{}, 1500, 1, 0, unlimitedCounters())
+	q.capFlow(a, 12)
+	for range 10 {
+		lastA, _ = q.arrive(0, a, 1500)
+		lastB, _ = q.arrive(0, b, 1500)
+	}
+	if lastA != 8*ms || lastB != 0 {
+		t.Errorf("on an uncapped link the last packets join at %v and %v, want 8ms and 0", time.Duration(lastA), time.Duration(lastB))
+	}
+}
+
 func TestPathDropsTailWhenAFlowQueueIsFull(t *testing.T) {
 	c := unlimitedCounters()
 	p := newPath(Link{FlowMbit: 12, FlowQueueBytes: 5 * 1500}, 1500, 1, 0, c)

@@ -3,6 +3,7 @@ package wanemu
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"sync"
@@ -273,6 +274,58 @@ func (tb *Testbed) SetLink(from, to int, l Link) error {
 	}
 	fwd.configure(from, to, l)
 	return nil
+}
+
+// Flow names one flow, as the emulator tells flows apart: its protocol ("tcp" or "udp") and its
+// source and destination, each an address of a site and a port.
+type Flow struct {
+	Proto    string
+	Src, Dst netip.AddrPort
+}
+
+// CapFlow caps one flow at mbit Mbit/s in place of its link's [Link.FlowMbit], until it is capped
+// again; 0 gives it back the link's cap. The flow need not exist yet: its first packet finds the
+// cap. Its queue limit follows the rule of [Link.FlowQueueBytes]'s default at its own rate.
+func (tb *Testbed) CapFlow(f Flow, mbit float64) error {
+	var key flowKey
+	switch f.Proto {
+	case "tcp":
+		key.proto = protoTCP
+	case "udp":
+		key.proto = protoUDP
+	default:
+		return fmt.Errorf("wanemu: CapFlow: protocol %q, want tcp or udp", f.Proto)
+	}
+	if mbit < 0 || math.IsNaN(mbit) || math.IsInf(mbit, 0) {
+		return fmt.Errorf("wanemu: CapFlow: %v Mbit/s is not a finite rate >= 0", mbit)
+	}
+	from, to := tb.site(f.Src.Addr()), tb.site(f.Dst.Addr())
+	if from < 0 || to < 0 || from == to {
+		return fmt.Errorf("wanemu: CapFlow: %v → %v is not a flow between two sites of the testbed", f.Src, f.Dst)
+	}
+	key.src, key.dst = f.Src.Addr().As4(), f.Dst.Addr().As4()
+	key.sport, key.dport = f.Src.Port(), f.Dst.Port()
+	tb.mu.Lock()
+	fwd, closed := tb.fwd, tb.closed
+	tb.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case fwd == nil:
+		return errNotStarted
+	}
+	fwd.capFlow(from, to, key, mbit)
+	return nil
+}
+
+// site returns the index of the site with address a, or -1.
+func (tb *Testbed) site(a netip.Addr) int {
+	for i := range tb.cfg.Sites {
+		if tb.Addr(i) == a {
+			return i
+		}
+	}
+	return -1
 }
 
 // Stats returns the counters of the directed link from site from to site to; they are zero for a

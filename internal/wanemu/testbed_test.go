@@ -340,6 +340,7 @@ func TestLossIsAppliedAtTheConfiguredRate(t *testing.T) {
 
 // tcpRun is a set of bulk TCP flows from one site to another.
 type tcpRun struct {
+	dialed   []net.Conn // the sending end of each flow
 	received []atomic.Int64
 	wg       sync.WaitGroup
 	closers  []io.Closer
@@ -375,6 +376,7 @@ func startTCP(t *testing.T, tb *Testbed, from, to, flows, rcvbuf int) *tcpRun {
 			t.Fatal(err)
 		}
 		r.closers = append(r.closers, c, s)
+		r.dialed = append(r.dialed, c)
 		r.wg.Go(func() {
 			buf := make([]byte, 64<<10)
 			for {
@@ -533,6 +535,37 @@ func TestPerFlowCapsApplyToEachFlow(t *testing.T) {
 		}
 		if total < 0.6*perFlow*flows {
 			problems = append(problems, fmt.Sprintf("flows moved %.1f Mbit/s together: the cap looks shared, not per flow", total))
+		}
+		return problems
+	})
+}
+
+func TestCapFlowSlowsOneFlow(t *testing.T) {
+	const capacity, perFlow, slow, flows = 200.0, 16.0, 4.0, 3
+	tb := startTestbed(t, Config{Sites: 2, Link: Link{Delay: 5 * time.Millisecond, CapacityMbit: capacity, FlowMbit: perFlow}})
+	if err := tb.CapFlow(Flow{Proto: "sctp"}, 1); err == nil {
+		t.Error("CapFlow of protocol sctp: no error")
+	}
+	outside := netip.MustParseAddrPort("192.0.2.1:9")
+	if err := tb.CapFlow(Flow{Proto: "tcp", Src: outside, Dst: netip.AddrPortFrom(tb.Addr(1), 9)}, 1); err == nil {
+		t.Error("CapFlow of a flow from outside the testbed: no error")
+	}
+	attempt(t, func(logf func(string, ...any)) (problems []string) {
+		r := startTCP(t, tb, 0, 1, flows, 0)
+		c := r.dialed[0]
+		f := Flow{Proto: "tcp", Src: c.LocalAddr().(*net.TCPAddr).AddrPort(), Dst: c.RemoteAddr().(*net.TCPAddr).AddrPort()}
+		if err := tb.CapFlow(f, slow); err != nil {
+			t.Fatal(err)
+		}
+		rates := r.measure(500*time.Millisecond, 1500*time.Millisecond)
+		logf("flow 0 capped at %.0f Mbit/s, the others at the link's %.0f: %.2f Mbit/s", slow, perFlow, rates)
+		if rates[0] < 0.6*slow || rates[0] > 1.1*slow {
+			problems = append(problems, fmt.Sprintf("capped flow moved %.2f Mbit/s, want about %.0f", rates[0], slow))
+		}
+		for i, r := range rates[1:] {
+			if r < 0.6*perFlow || r > 1.1*perFlow {
+				problems = append(problems, fmt.Sprintf("flow %d moved %.2f Mbit/s, want about the link's cap %.0f", i+1, r, perFlow))
+			}
 		}
 		return problems
 	})
