@@ -37,9 +37,14 @@ type Config struct {
 	// again by the master; two live peers cannot hold the same ID. Default 0: a random ID is drawn at
 	// Connect.
 	ID uint64
-	// PoolSize is the number of connections to the ring successor; concurrent collectives spread over
-	// them by sequence number. Default 1 (LAN preset); the WAN preset uses 4.
+	// PoolSize is the number of connections to the ring successor. The frames of every collective are
+	// striped over all of them, each frame to the connection expected to deliver it first by its
+	// measured rate, so one operation fills a long fat pipe that routers share per flow and a slow
+	// connection gets less. Default 1 (LAN preset); the WAN preset uses 4; at most 64.
 	PoolSize int
+	// EvenStriping sends part p of a collective on connection (seq+p) mod PoolSize, an even split,
+	// instead of by measured rate. It is there to compare the two; default false (adaptive).
+	EvenStriping bool
 	// PartBytes is the pipelining granularity of collectives in bytes. Default 1 MiB.
 	PartBytes int
 	// DialTimeout bounds opening one link to a neighbour. Default 5s.

@@ -28,7 +28,7 @@ import (
 // indices tell them apart: [0, hierIndexBase) is the flat ring, then one block of hierPoolMax per
 // sub-ring.
 const (
-	hierIndexBase = 32
+	hierIndexBase = 64
 	hierPoolMax   = 16
 )
 
@@ -221,7 +221,7 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 				}
 				return []uint64{to.ID}, fmt.Errorf("sub-ring link %d to peer %d at %s: %w", k, to.ID, to.Addr, err)
 			}
-			pool = append(pool, &outConn{conn: conn})
+			pool = append(pool, newOutConn(conn))
 		}
 		l.mu.Lock()
 		if l.isClosed {

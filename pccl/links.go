@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -23,7 +24,8 @@ const maxPayload = 64 << 20
 // ring successor and the pools of incoming connections from predecessors, each incoming connection
 // with a reader goroutine that routes frames to the collective they belong to.
 //
-// Every field below mu is guarded by mu. outConn.mu serialises frames written on one connection.
+// Every field below mu is guarded by mu. outConn.turn serialises frames written on one connection;
+// loadMu guards the load model of every outConn.
 // Aborting one collective never closes a connection: frames are always written whole, and readers
 // drop the frames of operations that are over, so other tags keep their links. A connection is closed
 // only when it fails or stays silent past its progress deadline.
@@ -36,6 +38,8 @@ type links struct {
 
 	rateMu sync.Mutex
 	rate   float64 // smoothed bytes per second of recent sends, 0 until measured
+
+	loadMu sync.Mutex
 
 	mu       sync.Mutex
 	next     uint64     // successor's id, 0 if none
@@ -55,17 +59,32 @@ type links struct {
 type inboxKey struct{ tag, seq uint64 }
 
 type outConn struct {
-	mu   sync.Mutex // held while writing one frame
+	// turn holds a token while one frame is written. A channel rather than a mutex: a write may block
+	// for long on a slow link, and a channel wait is one a test's bubble clock sees as blocked.
+	turn chan struct{}
 	conn net.Conn
 	hdr  [wire.DataHeaderSize]byte
 	bufs net.Buffers
+
+	// The load model, guarded by links.loadMu: queued is the bytes given to the connection and not
+	// yet drained at its cost as of at; cost is the smoothed seconds per byte of the writes that
+	// blocked (0 until one did).
+	queued float64
+	at     time.Time
+	cost   float64
 }
+
+func newOutConn(conn net.Conn) *outConn { return &outConn{conn: conn, turn: make(chan struct{}, 1)} }
 
 type inConn struct {
 	conn  net.Conn
 	from  uint64
 	index int
+	last  atomic.Int64 // UnixNano of the last frame header read or payload handed over
 }
+
+// maxPoolIndex bounds the pool index a LinkHello may name: the flat ring's pool, then the sub-rings'.
+const maxPoolIndex = hierIndexBase + int(numSubRings)*hierPoolMax
 
 func newLinks(c *Communicator, ln net.Listener) *links {
 	return &links{c: c, ln: ln, in: map[uint64][]*inConn{}, inboxes: map[inboxKey]*inbox{},
@@ -158,7 +177,7 @@ func (l *links) wire(m *wire.Connect) ([]uint64, error) {
 			}
 			return []uint64{next.ID}, fmt.Errorf("link %d to peer %d at %s: %w", k, next.ID, next.Addr, err)
 		}
-		pool = append(pool, &outConn{conn: conn})
+		pool = append(pool, newOutConn(conn))
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -249,7 +268,7 @@ func (l *links) admit(conn net.Conn) {
 		reason = "run token mismatch"
 	case h.To != l.c.id:
 		reason = fmt.Sprintf("this is peer %d, not %d", l.c.id, h.To)
-	case int(h.Index) >= 64:
+	case int(h.Index) >= maxPoolIndex:
 		reason = fmt.Sprintf("pool index %d out of range", h.Index)
 	}
 	if reason != "" {
@@ -258,6 +277,7 @@ func (l *links) admit(conn net.Conn) {
 		return
 	}
 	ic := &inConn{conn: conn, from: h.From, index: int(h.Index)}
+	ic.last.Store(time.Now().UnixNano())
 	l.mu.Lock()
 	if l.isClosed {
 		l.mu.Unlock()
@@ -327,6 +347,7 @@ func (l *links) read(ic *inConn) {
 			l.broken(ic.conn)
 			return
 		}
+		ic.last.Store(time.Now().UnixNano())
 		h, err := wire.DecodeDataHeader(hb[:], maxPayload)
 		if err != nil {
 			l.c.log.Warn("bad data frame, closing link", "from", ic.from, "err", err)
@@ -341,7 +362,7 @@ func (l *links) read(ic *inConn) {
 			}
 			continue
 		}
-		if err := ib.deliver(ic.conn, ic.index, h); err != nil {
+		if err := ib.deliver(ic, h); err != nil {
 			l.broken(ic.conn)
 			return
 		}
@@ -422,8 +443,9 @@ func (l *links) observe(n int, d time.Duration) {
 }
 
 // stream returns the rings.Stream of collective (tag, seq) on epoch. Its frames are striped over every
-// connection of the pool, so one collective fills a long fat pipe: part p of the schedule travels on
-// connection (seq+p) mod poolsize, on both ends, so concurrent collectives start on different ones.
+// connection of the pool, so one collective fills a long fat pipe: each frame goes to the connection
+// expected to deliver it first (see pick), and the receiver matches frames to its receives by the
+// (step, part) in their header, whichever connection of the pool they came on.
 func (l *links) stream(tag, seq, epoch uint64, prev uint64, h *opHandle) (*stream, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -447,16 +469,13 @@ func (l *links) openStream(key inboxKey, epoch uint64, outs []*outConn, prev uin
 	s.outs = slices.Clone(outs)
 	pool := l.in[prev]
 	for k := base; k < base+n; k++ {
-		var conn net.Conn
-		if k < len(pool) && pool[k] != nil {
-			conn = pool[k].conn
+		var ic *inConn
+		if k < len(pool) {
+			ic = pool[k]
 		}
-		s.ins = append(s.ins, conn)
+		s.ins = append(s.ins, ic)
 	}
-	s.box = &inbox{s: s, base: base, reqs: make([]chan *recvReq, max(len(s.ins), 1))}
-	for i := range s.box.reqs {
-		s.box.reqs[i] = make(chan *recvReq)
-	}
+	s.box = &inbox{s: s, base: base, n: n, posted: map[rings.ChunkID]*recvReq{}, wake: make(chan struct{})}
 	l.inboxes[s.key] = s.box
 	l.notify()
 	return s
@@ -476,8 +495,9 @@ type stream struct {
 	l       *links
 	key     inboxKey
 	epoch   uint64
-	outs    []*outConn // the pool to the successor
-	ins     []net.Conn // the pool from the predecessor, by index; an entry may be nil (not connected)
+	outs    []*outConn            // the pool to the successor
+	ins     []*inConn             // the pool from the predecessor, by index; an entry may be nil (not connected)
+	sentOn  map[rings.ChunkID]int // the connection each frame went on; owned by the sender goroutine
 	box     *inbox
 	h       *opHandle
 	aborted chan struct{} // h.aborted
@@ -526,44 +546,181 @@ type recvReq struct {
 	id   rings.ChunkID
 	dst  []byte
 	done chan error
+	from *inConn // the connection whose reader took the request; set under inbox.mu
 }
 
-// inbox is where readers hand a collective its frames: reqs[k] carries the receive requests for
-// frames that travel on pool connection k.
+// inbox is where readers hand a collective its frames: a receive posts its request under the frame's
+// id, and the reader that holds the frame with that (step, part) takes it, whatever its connection.
+// A connection carries its frames in the order they were sent, and a collective receives its frames
+// in the order its predecessor sends them, so a reader waiting for the receive of its frame gets it.
 type inbox struct {
-	s    *stream
-	base int // pool index of reqs[0]
-	reqs []chan *recvReq
+	s       *stream
+	base, n int // the collective's connections are pool indices [base, base+n)
+
+	mu     sync.Mutex
+	posted map[rings.ChunkID]*recvReq
+	wake   chan struct{} // closed and replaced when a request is posted
 }
 
-// deliver reads the payload of the frame with header h from conn, the pool connection with the given
-// index, into the buffer the collective posted. It is called by the reader goroutine of the connection.
-func (ib *inbox) deliver(conn net.Conn, index int, h wire.DataHeader) error {
-	if index < ib.base || index-ib.base >= len(ib.reqs) {
-		return fmt.Errorf("frame on pool connection %d, the collective uses %d from %d", index, len(ib.reqs), ib.base)
+// post offers req to the readers.
+func (ib *inbox) post(req *recvReq) {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ib.posted[req.id] = req
+	close(ib.wake)
+	ib.wake = make(chan struct{})
+}
+
+// withdraw takes req back if no reader has taken it, and reports whether it did. Otherwise the reader
+// owns req.dst until it answers on req.done.
+func (ib *inbox) withdraw(req *recvReq) bool {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	if ib.posted[req.id] == req {
+		delete(ib.posted, req.id)
+		return true
 	}
-	index -= ib.base
-	var req *recvReq
-	select {
-	case req = <-ib.reqs[index]:
-	case <-ib.s.aborted:
-		_, err := io.CopyN(io.Discard, conn, int64(h.Len))
+	return false
+}
+
+// take waits until the receive of id is posted and returns it, or returns nil once the collective is
+// aborted.
+func (ib *inbox) take(ic *inConn, id rings.ChunkID) *recvReq {
+	for {
+		ib.mu.Lock()
+		req, wake := ib.posted[id], ib.wake
+		if req != nil {
+			delete(ib.posted, id)
+			req.from = ic
+		}
+		ib.mu.Unlock()
+		if req != nil {
+			return req
+		}
+		select {
+		case <-wake:
+		case <-ib.s.aborted:
+			return nil
+		}
+	}
+}
+
+// deliver reads the payload of the frame with header h from ic into the buffer the collective posted
+// for its (step, part). It is called by the reader goroutine of the connection.
+func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
+	if ic.index < ib.base || ic.index >= ib.base+ib.n {
+		return fmt.Errorf("frame on pool connection %d, the collective uses %d from %d", ic.index, ib.n, ib.base)
+	}
+	req := ib.take(ic, rings.ChunkID{Step: h.Step, Part: h.Part})
+	if req == nil {
+		_, err := io.CopyN(io.Discard, ic.conn, int64(h.Len))
 		return err
 	}
-	want := req.id
+	ic.last.Store(time.Now().UnixNano())
 	switch {
 	case h.Epoch != ib.s.epoch:
 		err := fmt.Errorf("frame of epoch %d in an operation of epoch %d", h.Epoch, ib.s.epoch)
 		req.done <- err
 		return err
-	case h.Step != want.Step || h.Part != want.Part || int(h.Len) != len(req.dst):
-		err := fmt.Errorf("frame step %d part %d of %d bytes, expected %v of %d bytes", h.Step, h.Part, h.Len, want, len(req.dst))
+	case int(h.Len) != len(req.dst):
+		err := fmt.Errorf("frame step %d part %d of %d bytes, expected %d bytes", h.Step, h.Part, h.Len, len(req.dst))
 		req.done <- err
 		return err
 	}
-	_, err := io.ReadFull(conn, req.dst)
+	_, err := io.ReadFull(ic.conn, req.dst)
 	req.done <- err
 	return err
+}
+
+// pick returns the index of the connection that frame id of n bytes goes on. With an even split it is
+// (seq+part) mod K. Otherwise it is the connection with the earliest expected completion: its queued
+// bytes plus n at its measured cost; ties (nothing measured yet) fall to the connections in turn from
+// (seq+part) mod K. A frame id sent again (a later phase of a plan) takes the connection of its
+// previous send, so that the receiver, which matches frames by id, gets the two in order. The bytes
+// are queued on the chosen connection at once, so concurrent collectives see each other's load.
+func (s *stream) pick(id rings.ChunkID, n int) int {
+	k := len(s.outs)
+	first := int((s.key.seq + uint64(id.Part)) % uint64(k))
+	if s.l.c.cfg.EvenStriping || k == 1 {
+		return first
+	}
+	if i, ok := s.sentOn[id]; ok {
+		return i
+	}
+	l := s.l
+	now := time.Now()
+	l.loadMu.Lock()
+	defer l.loadMu.Unlock()
+	// A connection not measured yet is taken to cost what the measured ones cost on average.
+	var sum float64
+	var measured int
+	for _, oc := range s.outs {
+		if oc.cost > 0 {
+			sum += oc.cost
+			measured++
+		}
+	}
+	mean := 0.0
+	if measured > 0 {
+		mean = sum / float64(measured)
+	}
+	best, bestETA := first, math.Inf(1)
+	for j := range k {
+		i := (first + j) % k
+		oc := s.outs[i]
+		c := mean
+		if oc.cost > 0 {
+			c = oc.cost
+		}
+		oc.drain(now, c)
+		if eta := (oc.queued + float64(n)) * c; eta < bestETA {
+			best, bestETA = i, eta
+		}
+	}
+	s.outs[best].queued += float64(n)
+	if s.sentOn == nil {
+		s.sentOn = map[rings.ChunkID]int{}
+	}
+	s.sentOn[id] = best
+	return best
+}
+
+// drain takes from oc's queue what it moved since the last look, at cost seconds per byte. Before
+// any cost is known the queue counts as empty, and frames go to the connections in turn.
+func (oc *outConn) drain(now time.Time, cost float64) {
+	switch {
+	case cost == 0:
+		oc.queued = 0
+	case !oc.at.IsZero():
+		oc.queued = max(0, oc.queued-now.Sub(oc.at).Seconds()/cost)
+	}
+	oc.at = now
+}
+
+// blockedWrite is how long a write must take to count as blocked, and costWeight the weight of a
+// new sample in a connection's cost.
+const (
+	blockedWrite = time.Millisecond
+	costWeight   = 0.2
+)
+
+// measure folds one write of n bytes that took d into the connection's cost. A write returns once its
+// bytes fit the connection's send buffer, so only a write that blocked tells how fast the connection
+// drains: it had to wait until n bytes had left. A write that did not block says only that the
+// connection has room, which its drained queue already shows.
+func (s *stream) measure(oc *outConn, n int, d time.Duration) {
+	if d < blockedWrite || n == 0 {
+		return
+	}
+	c := d.Seconds() / float64(n)
+	l := s.l
+	l.loadMu.Lock()
+	defer l.loadMu.Unlock()
+	if oc.cost == 0 {
+		oc.cost = c
+	} else {
+		oc.cost = (1-costWeight)*oc.cost + costWeight*c
+	}
 }
 
 func (s *stream) Send(id rings.ChunkID, payload []byte) error {
@@ -572,9 +729,13 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 		return s.h.cause
 	default:
 	}
-	oc := s.outs[(s.key.seq+uint64(id.Part))%uint64(len(s.outs))]
-	oc.mu.Lock()
-	defer oc.mu.Unlock()
+	oc := s.outs[s.pick(id, len(payload))]
+	select {
+	case oc.turn <- struct{}{}:
+	case <-s.aborted:
+		return s.h.cause
+	}
+	defer func() { <-oc.turn }()
 	wire.PutDataHeader(oc.hdr[:], wire.DataHeader{Len: uint32(len(payload)), Epoch: s.epoch, Tag: s.key.tag,
 		Seq: s.key.seq, Step: id.Step, Part: id.Part})
 	oc.bufs = append(oc.bufs[:0], oc.hdr[:], payload)
@@ -605,13 +766,13 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 		}
 		return fmt.Errorf("%w: send %v: %w", ErrPeerLeft, id, err)
 	}
+	s.measure(oc, len(payload), took)
 	s.l.observe(len(payload), took)
 	return nil
 }
 
 func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
-	k := int((s.key.seq + uint64(id.Part)) % uint64(max(len(s.ins), 1)))
-	if k >= len(s.ins) || s.ins[k] == nil {
+	if len(s.ins) == 0 || slices.Contains(s.ins, nil) {
 		return fmt.Errorf("%w: receive %v: %w", ErrPeerLeft, id, errNoPredecessor)
 	}
 	limit := s.l.deadline(len(dst))
@@ -619,35 +780,35 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	req := &recvReq{id: id, dst: dst, done: make(chan error, 1)}
-	select {
-	case s.box.reqs[k] <- req:
-	case <-s.aborted:
-		return s.h.cause
-	case <-timer.C:
-		// Nothing arrived on this link for the whole deadline: it is silent.
-		s.silent.CompareAndSwap(0, 1+int32(wire.LinkIn))
-		s.l.broken(s.ins[k])
-		return fmt.Errorf("%w: receive %v: %w for %v", ErrPeerLeft, id, errSilentLink, limit)
-	}
-	// The reader owns dst until it answers. A frame in progress is finished even when the operation
-	// is aborted (the connection is shared with other tags); only a frame that stalls past the
-	// deadline costs the connection, which makes the reader answer at once.
+	s.box.post(req)
+	// Once a reader took req it owns dst until it answers. A frame in progress is finished even when
+	// the operation is aborted (the connection is shared with other tags); only a frame that stalls
+	// past the deadline costs the connection, which makes the reader answer at once.
 	var err error
 	select {
 	case err = <-req.done:
 	case <-timer.C:
 		s.silent.CompareAndSwap(0, 1+int32(wire.LinkIn))
-		s.l.broken(s.ins[k])
+		if s.box.withdraw(req) {
+			// The frame did not even start to arrive: the connections that read nothing for the
+			// whole deadline are silent.
+			s.breakIdle(limit)
+			return fmt.Errorf("%w: receive %v: %w for %v", ErrPeerLeft, id, errSilentLink, limit)
+		}
+		s.l.broken(req.from.conn)
 		<-req.done
 		err = fmt.Errorf("%w for %v", errSilentLink, limit)
 	case <-s.aborted:
+		if s.box.withdraw(req) {
+			return s.h.cause
+		}
 		// A frame still arriving after the abort grace is coming from a peer that stopped (or a
 		// link that went silent) mid-frame: give the connection up rather than wait for the deadline.
 		grace := time.NewTimer(abortGrace)
 		select {
 		case err = <-req.done:
 		case <-grace.C:
-			s.l.broken(s.ins[k])
+			s.l.broken(req.from.conn)
 			err = <-req.done
 		}
 		grace.Stop()
@@ -662,6 +823,20 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 	}
 	s.in.add(s.t0, posted, time.Now(), len(dst))
 	return nil
+}
+
+// breakIdle closes the connections from the predecessor that read nothing for limit, and asks for a
+// re-wire in any case.
+func (s *stream) breakIdle(limit time.Duration) {
+	now := time.Now().UnixNano()
+	for _, ic := range s.ins {
+		if now-ic.last.Load() >= int64(limit) {
+			s.l.broken(ic.conn)
+		}
+	}
+	s.l.mu.Lock()
+	s.l.isDirty = true
+	s.l.mu.Unlock()
 }
 
 // abortGrace is how long a frame whose operation was aborted may still take to finish crossing its
