@@ -10,7 +10,7 @@ import (
 // packet is one IPv4 packet on its way from one site to another. It comes from the forwarder's
 // pool and goes back there once it is written or dropped.
 type packet struct {
-	buf  []byte // the whole packet, in a buffer of the MTU
+	buf  []byte // the whole packet as the device gives it (virtio-net header first, with offload)
 	key  flowKey
 	from int
 	to   int
@@ -31,6 +31,7 @@ const writeQueue = 8192
 // share only the channels and the pool; the counters are atomic.
 type forwarder struct {
 	mtu   int
+	hdr   int // bytes in front of each IP packet: the virtio-net header with offload, else 0
 	base  time.Time
 	tuns  []*os.File
 	index map[[4]byte]int // site of each address
@@ -38,7 +39,9 @@ type forwarder struct {
 	stats [][]*linkCounters
 	other atomic.Uint64 // packets that were not IPv4 for another site
 
-	pool     sync.Pool
+	pool     sync.Pool // packets with buffers of small bytes
+	large    sync.Pool // packets with buffers of the largest packet, with offload
+	small    int
 	arrivals chan *packet
 	control  chan func()
 	writes   []chan *packet
@@ -47,7 +50,7 @@ type forwarder struct {
 	closed   sync.Once
 }
 
-func newForwarder(tuns []*os.File, addrs [][4]byte, links [][]Link, mtu int, seed uint64) *forwarder {
+func newForwarder(tuns []*os.File, addrs [][4]byte, links [][]Link, mtu int, offload bool, seed uint64) *forwarder {
 	n := len(tuns)
 	f := &forwarder{
 		mtu:      mtu,
@@ -61,7 +64,14 @@ func newForwarder(tuns []*os.File, addrs [][4]byte, links [][]Link, mtu int, see
 		writes:   make([]chan *packet, n),
 		done:     make(chan struct{}),
 	}
-	f.pool.New = func() any { return &packet{buf: make([]byte, mtu)} }
+	f.small = mtu
+	if offload {
+		// Most packets are still small (acknowledgements, single segments): they get buffers of
+		// the MTU, and only the large ones a buffer of the largest packet.
+		f.hdr, f.small = vnetHdrLen, vnetHdrLen+mtu
+		f.large.New = func() any { return &packet{buf: make([]byte, maxOffloadPacket)} }
+	}
+	f.pool.New = func() any { return &packet{buf: make([]byte, f.small)} }
 	for i, a := range addrs {
 		f.index[a] = i
 	}
@@ -122,21 +132,51 @@ func (f *forwarder) capFlow(from, to int, key flowKey, mbit float64) {
 
 func (f *forwarder) free(p *packet) {
 	p.buf = p.buf[:cap(p.buf)]
-	f.pool.Put(p)
+	if len(p.buf) > f.small {
+		f.large.Put(p)
+	} else {
+		f.pool.Put(p)
+	}
 }
+
+// size is the bytes of p that the links carry: the IP packet, without the virtio-net header.
+func (f *forwarder) size(p *packet) int { return len(p.buf) - f.hdr }
 
 func (f *forwarder) read(site int) {
 	defer f.wg.Done()
+	var scratch []byte // with offload: every read lands here, and moves to a buffer of its size
+	if f.hdr > 0 {
+		scratch = make([]byte, maxOffloadPacket)
+	}
 	for {
-		p := f.pool.Get().(*packet)
-		n, err := f.tuns[site].Read(p.buf)
-		if err != nil {
-			f.free(p)
-			return // closed
+		var p *packet
+		if scratch == nil {
+			p = f.pool.Get().(*packet)
+			n, err := f.tuns[site].Read(p.buf)
+			if err != nil {
+				f.free(p)
+				return // closed
+			}
+			p.buf = p.buf[:n]
+		} else {
+			n, err := f.tuns[site].Read(scratch)
+			if err != nil {
+				return // closed
+			}
+			if n <= f.small {
+				p = f.pool.Get().(*packet)
+			} else {
+				p = f.large.Get().(*packet)
+			}
+			p.buf = p.buf[:n]
+			copy(p.buf, scratch[:n])
 		}
 		p.at = f.now()
-		p.buf = p.buf[:n]
-		key, err := parsePacket(p.buf)
+		var key flowKey
+		err := errTruncated
+		if len(p.buf) > f.hdr {
+			key, err = parsePacket(p.buf[f.hdr:])
+		}
 		to, ok := f.index[key.dst]
 		if err != nil || !ok || to == site {
 			f.other.Add(1)
@@ -209,7 +249,7 @@ func (f *forwarder) schedule() {
 }
 
 func (f *forwarder) admit(q *eventQueue, p *packet) {
-	at, v := f.paths[p.from][p.to].arrive(p.at, p.key, len(p.buf))
+	at, v := f.paths[p.from][p.to].arrive(p.at, p.key, f.size(p))
 	if v != pass {
 		f.free(p)
 		return
@@ -222,7 +262,7 @@ func (f *forwarder) step(q *eventQueue, ev event) bool {
 	p := ev.pkt
 	switch ev.kind {
 	case joinLink:
-		at, v := f.paths[p.from][p.to].transmit(ev.at, len(p.buf))
+		at, v := f.paths[p.from][p.to].transmit(ev.at, f.size(p))
 		if v != pass {
 			f.free(p)
 			return true

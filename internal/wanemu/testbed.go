@@ -44,6 +44,13 @@ type Config struct {
 	// [DefaultMTU]. A larger MTU lowers the packet rate the forwarder must sustain for a given
 	// throughput.
 	MTU int
+	// Offload lets the sites' kernels hand the forwarder TCP and UDP segments of up to 64 KiB as one
+	// packet (segmentation offload through the TUN devices' virtio-net headers), and the receiving
+	// kernel take them whole, as a real NIC with TSO and GRO would. It divides the packets the
+	// forwarder handles by up to the segment count, which is what limits its rate. The links shape
+	// and delay such a packet as its bytes; a random loss drops it whole, several segments at once,
+	// so loss tests leave it off. Default false.
+	Offload bool
 	// Seed seeds the random loss; every directed link draws from its own stream of it.
 	Seed uint64
 	// NamePrefix starts the name of every namespace: NAMEPREFIX-PID-TESTBED-SITE. Zero means "cwan".
@@ -181,7 +188,7 @@ func (tb *Testbed) build() error {
 		tb.sites = append(tb.sites, ns)
 		addr := tb.Addr(i)
 		addrs[i] = addr.As4()
-		t, err := openTUN(ns, netip.PrefixFrom(addr, Prefix.Bits()), tb.cfg.MTU)
+		t, err := openTUN(ns, netip.PrefixFrom(addr, Prefix.Bits()), tb.cfg.MTU, tb.cfg.Offload)
 		if err != nil {
 			for _, t := range tuns {
 				t.Close()
@@ -200,7 +207,7 @@ func (tb *Testbed) build() error {
 			}
 		}
 	}
-	tb.fwd = newForwarder(tuns, addrs, links, tb.cfg.MTU, tb.cfg.Seed)
+	tb.fwd = newForwarder(tuns, addrs, links, tb.cfg.MTU, tb.cfg.Offload, tb.cfg.Seed)
 	tb.fwd.start()
 	return nil
 }

@@ -570,3 +570,28 @@ func TestCapFlowSlowsOneFlow(t *testing.T) {
 		return problems
 	})
 }
+
+func TestOffloadCarriesSegmentsWholeAtTheLinkRate(t *testing.T) {
+	// With offload the kernels hand the forwarder TCP segments larger than the MTU; the link still
+	// paces them at its capacity, and a per-flow cap still holds.
+	const capacity, perFlow, mtu = 200.0, 40.0, 1500
+	tb := startTestbed(t, Config{Sites: 2, MTU: mtu, Offload: true,
+		Link: Link{Delay: 5 * time.Millisecond, CapacityMbit: capacity, FlowMbit: perFlow}})
+	attempt(t, func(logf func(string, ...any)) (problems []string) {
+		before := tb.Stats(0, 1)
+		rates := startTCP(t, tb, 0, 1, 2, 0).measure(500*time.Millisecond, 1500*time.Millisecond)
+		s := tb.Stats(0, 1)
+		packets, bytes := s.Packets-before.Packets, s.Bytes-before.Bytes
+		mean := float64(bytes) / float64(max(packets, 1))
+		logf("2 flows capped at %.0f Mbit/s: %.1f Mbit/s; %d packets of %.0f bytes on average (MTU %d)", perFlow, rates, packets, mean, mtu)
+		if mean <= mtu {
+			problems = append(problems, fmt.Sprintf("packets average %.0f bytes, not above the MTU: no segment came whole", mean))
+		}
+		for i, r := range rates {
+			if r < 0.6*perFlow || r > 1.1*perFlow {
+				problems = append(problems, fmt.Sprintf("flow %d moved %.1f Mbit/s, want about its cap %.0f", i, r, perFlow))
+			}
+		}
+		return problems
+	})
+}
