@@ -156,7 +156,7 @@ func (hl *hierLinks) expects(from uint64) bool {
 func (hl *hierLinks) closeAll() {
 	for r := range hl.pools {
 		for _, oc := range hl.pools[r].out {
-			oc.conn.Close()
+			oc.close()
 		}
 		hl.pools[r] = subPool{}
 	}
@@ -198,7 +198,7 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 	pools := l.hier.pools
 	l.mu.Unlock()
 	for _, oc := range stale {
-		oc.conn.Close()
+		oc.close()
 	}
 	if !ok {
 		return nil, nil
@@ -217,17 +217,17 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 			conn, err := l.dial(to, r.base()+k)
 			if err != nil {
 				for _, oc := range pool {
-					oc.conn.Close()
+					oc.close()
 				}
 				return []uint64{to.ID}, fmt.Errorf("sub-ring link %d to peer %d at %s: %w", k, to.ID, to.Addr, err)
 			}
-			pool = append(pool, newOutConn(conn))
+			pool = append(pool, l.newOutConn(conn))
 		}
 		l.mu.Lock()
 		if l.isClosed {
 			l.mu.Unlock()
 			for _, oc := range pool {
-				oc.conn.Close()
+				oc.close()
 			}
 			return nil, ErrClosed
 		}

@@ -24,8 +24,8 @@ const maxPayload = 64 << 20
 // ring successor and the pools of incoming connections from predecessors, each incoming connection
 // with a reader goroutine that routes frames to the collective they belong to.
 //
-// Every field below mu is guarded by mu. outConn.turn serialises frames written on one connection;
-// loadMu guards the load model of every outConn.
+// Every field below mu is guarded by mu. Each outConn has a writer goroutine that writes the frames
+// queued to it in order; loadMu guards the load model of every outConn.
 // Aborting one collective never closes a connection: frames are always written whole, and readers
 // drop the frames of operations that are over, so other tags keep their links. A connection is closed
 // only when it fails or stays silent past its progress deadline.
@@ -58,23 +58,181 @@ type links struct {
 
 type inboxKey struct{ tag, seq uint64 }
 
+// outConn is one connection of a pool to a successor. Sends queue their frames to it and return;
+// its writer goroutine writes them whole, in order, so that one collective keeps every connection of
+// the pool busy at once, and a slow connection holds up only the frames given to it.
 type outConn struct {
-	// turn holds a token while one frame is written. A channel rather than a mutex: a write may block
-	// for long on a slow link, and a channel wait is one a test's bubble clock sees as blocked.
-	turn chan struct{}
 	conn net.Conn
-	hdr  [wire.DataHeaderSize]byte
-	bufs net.Buffers
+	l    *links
 
-	// The load model, guarded by links.loadMu: queued is the bytes given to the connection and not
-	// yet drained at its cost as of at; cost is the smoothed seconds per byte of the writes that
-	// blocked (0 until one did).
-	queued float64
-	at     time.Time
-	cost   float64
+	qmu    sync.Mutex
+	queue  []*outFrame
+	wake   chan struct{} // holds a token when the queue may have grown
+	closed bool          // no frame is taken any more; set by close or a failed write
+	quit   chan struct{} // closed by close
+
+	wmu sync.Mutex
+	cur *outFrame // the frame being written, nil between frames; the write deadline is set under wmu
+
+	// The load model, guarded by links.loadMu: pending is the bytes queued to the connection and not
+	// yet written; cost is the smoothed seconds per byte of the writes that blocked (0 until one did).
+	pending float64
+	cost    float64
 }
 
-func newOutConn(conn net.Conn) *outConn { return &outConn{conn: conn, turn: make(chan struct{}, 1)} }
+// outFrame is one frame queued to an outConn: the payload stays the caller's, read until done.
+type outFrame struct {
+	s       *stream
+	id      rings.ChunkID
+	payload []byte
+	queued  time.Time
+	done    chan struct{} // closed once the frame is written or given up
+	err     error         // set before done is closed
+}
+
+// newOutConn starts the writer of conn, which runs until close.
+func (l *links) newOutConn(conn net.Conn) *outConn {
+	oc := &outConn{conn: conn, l: l, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	l.wg.Add(1)
+	go oc.write()
+	return oc
+}
+
+// close closes the connection and stops its writer; frames still queued fail. It may be called more
+// than once.
+func (oc *outConn) close() {
+	oc.conn.Close()
+	oc.qmu.Lock()
+	oc.closed = true
+	select {
+	case <-oc.quit:
+	default:
+		close(oc.quit)
+	}
+	oc.qmu.Unlock()
+}
+
+// enqueue hands f to the writer, or reports false if the connection no longer takes frames.
+func (oc *outConn) enqueue(f *outFrame) bool {
+	oc.qmu.Lock()
+	defer oc.qmu.Unlock()
+	if oc.closed {
+		return false
+	}
+	oc.queue = append(oc.queue, f)
+	select {
+	case oc.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// next returns the next queued frame, waiting for one, or nil once the connection is closed; frames
+// left in the queue then are given back in rest.
+func (oc *outConn) next() (f *outFrame, rest []*outFrame) {
+	for {
+		oc.qmu.Lock()
+		if oc.closed {
+			rest, oc.queue = oc.queue, nil
+			oc.qmu.Unlock()
+			return nil, rest
+		}
+		if len(oc.queue) > 0 {
+			f = oc.queue[0]
+			oc.queue[0] = nil
+			oc.queue = oc.queue[1:]
+			oc.qmu.Unlock()
+			return f, nil
+		}
+		oc.qmu.Unlock()
+		select {
+		case <-oc.wake:
+		case <-oc.quit:
+		}
+	}
+}
+
+// write is the writer goroutine: it writes every queued frame whole, unless its collective was
+// aborted before its turn came. A failed write gives the connection up and fails the frames behind it.
+func (oc *outConn) write() {
+	defer oc.l.wg.Done()
+	var hdr [wire.DataHeaderSize]byte
+	var bufs net.Buffers
+	for {
+		f, rest := oc.next()
+		if f == nil {
+			for _, f := range rest {
+				oc.unload(f)
+				f.finish(fmt.Errorf("%w: send %v: connection closed", ErrPeerLeft, f.id))
+			}
+			return
+		}
+		s := f.s
+		select {
+		case <-s.aborted:
+			oc.unload(f)
+			f.finish(s.h.cause)
+			continue
+		default:
+		}
+		wire.PutDataHeader(hdr[:], wire.DataHeader{Len: uint32(len(f.payload)), Epoch: s.epoch, Tag: s.key.tag,
+			Seq: s.key.seq, Step: f.id.Step, Part: f.id.Part})
+		bufs = append(bufs[:0], hdr[:], f.payload)
+		w := bufs
+		t0 := time.Now()
+		// A frame is written whole or the connection is given up: a write that makes no progress
+		// for its deadline means the link is silent.
+		oc.wmu.Lock()
+		oc.cur = f
+		oc.conn.SetWriteDeadline(t0.Add(oc.l.deadline(len(f.payload))))
+		oc.wmu.Unlock()
+		s.watch.Do(func() { go s.giveUpStuckWrites() })
+		s.writing(1, t0)
+		_, err := w.WriteTo(oc.conn)
+		oc.wmu.Lock()
+		oc.cur = nil // before the next frame's deadline, so a late give-up never hits it
+		oc.wmu.Unlock()
+		t1 := time.Now()
+		took := t1.Sub(t0)
+		s.wrote(f, t1, err == nil)
+		oc.unload(f)
+		if err != nil {
+			oc.l.broken(oc.conn)
+			oc.close()
+			switch {
+			case isAborted(s):
+				err = s.h.cause
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				s.silent.CompareAndSwap(0, 1+int32(wire.LinkOut))
+				err = fmt.Errorf("%w: send %v: %w after %v", ErrPeerLeft, f.id, errSilentLink, took.Round(time.Millisecond))
+			default:
+				err = fmt.Errorf("%w: send %v: %w", ErrPeerLeft, f.id, err)
+			}
+			f.finish(err)
+			continue // fails what is queued behind it
+		}
+		oc.measure(len(f.payload), took)
+		oc.l.observe(len(f.payload), took)
+		f.finish(nil)
+	}
+}
+
+func isAborted(s *stream) bool {
+	select {
+	case <-s.aborted:
+		return true
+	default:
+		return false
+	}
+}
+
+func (f *outFrame) finish(err error) {
+	f.err = err
+	if err != nil {
+		f.s.failed.CompareAndSwap(nil, &err)
+	}
+	close(f.done)
+}
 
 type inConn struct {
 	conn  net.Conn
@@ -109,7 +267,7 @@ func (l *links) close() {
 	l.ln.Close()
 	l.hier.closeAll()
 	for _, oc := range l.out {
-		oc.conn.Close()
+		oc.close()
 	}
 	for _, pool := range l.in {
 		for _, ic := range pool {
@@ -160,7 +318,7 @@ func (l *links) wire(m *wire.Connect) ([]uint64, error) {
 	}
 	l.mu.Unlock()
 	for _, oc := range stale {
-		oc.conn.Close()
+		oc.close()
 	}
 	if n == 1 || keep {
 		l.mu.Lock()
@@ -173,17 +331,17 @@ func (l *links) wire(m *wire.Connect) ([]uint64, error) {
 		conn, err := l.dial(next, k)
 		if err != nil {
 			for _, oc := range pool {
-				oc.conn.Close()
+				oc.close()
 			}
 			return []uint64{next.ID}, fmt.Errorf("link %d to peer %d at %s: %w", k, next.ID, next.Addr, err)
 		}
-		pool = append(pool, newOutConn(conn))
+		pool = append(pool, l.newOutConn(conn))
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.isClosed {
 		for _, oc := range pool {
-			oc.conn.Close()
+			oc.close()
 		}
 		return nil, ErrClosed
 	}
@@ -502,17 +660,24 @@ type stream struct {
 	h       *opHandle
 	aborted chan struct{} // h.aborted
 
-	wmu     sync.Mutex // guards writing
-	writing net.Conn   // the connection a Send is writing a frame to, nil between frames
-	watch   sync.Once  // starts giveUpStuckWrites at the first Send
+	fmu    sync.Mutex
+	frames map[rings.ChunkID]*outFrame // the latest frame sent as each id
+	failed atomic.Pointer[error]       // the first frame's error
+	watch  sync.Once                   // starts giveUpStuckWrites at the first write
 
 	silent atomic.Int32 // 1 + the wire.LinkDir of the first link that went silent; 0: none
 
-	sentBytes uint64 // owned by the sender goroutine; read after the collective
-	sentNanos uint64 // time blocked in sends
+	// Send telemetry, guarded by tmu while the writers run; read after the collective, once every
+	// frame is written. sentNanos is the time during which at least one frame was being written.
+	tmu       sync.Mutex
+	active    int
+	busySince time.Time
+	busy      time.Duration
+	sentBytes uint64
+	sentNanos uint64
 
 	// Telemetry for the master's delay matrix, as offsets from t0 (the stream's start, right after the
-	// master's Commence): out is owned by the sender goroutine, in by the receiver goroutine; both are
+	// master's Commence): out is kept by the writers (above), in by the receiver goroutine; both are
 	// read after the collective.
 	t0      time.Time
 	out, in linkSpan
@@ -611,20 +776,17 @@ func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
 	if ic.index < ib.base || ic.index >= ib.base+ib.n {
 		return fmt.Errorf("frame on pool connection %d, the collective uses %d from %d", ic.index, ib.n, ib.base)
 	}
-	req := ib.take(ic, rings.ChunkID{Step: h.Step, Part: h.Part})
+	id := rings.ChunkID{Step: h.Step, Part: h.Part}
+	if ib.n > 1 && h.Epoch == ib.s.epoch && !ib.posting(id) {
+		return ib.stage(ic, h, id)
+	}
+	req := ib.take(ic, id)
 	if req == nil {
 		_, err := io.CopyN(io.Discard, ic.conn, int64(h.Len))
 		return err
 	}
 	ic.last.Store(time.Now().UnixNano())
-	switch {
-	case h.Epoch != ib.s.epoch:
-		err := fmt.Errorf("frame of epoch %d in an operation of epoch %d", h.Epoch, ib.s.epoch)
-		req.done <- err
-		return err
-	case int(h.Len) != len(req.dst):
-		err := fmt.Errorf("frame step %d part %d of %d bytes, expected %d bytes", h.Step, h.Part, h.Len, len(req.dst))
-		req.done <- err
+	if err := ib.check(h, req); err != nil {
 		return err
 	}
 	_, err := io.ReadFull(ic.conn, req.dst)
@@ -632,69 +794,125 @@ func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
 	return err
 }
 
-// pick returns the index of the connection that frame id of n bytes goes on. With an even split it is
-// (seq+part) mod K. Otherwise it is the connection with the earliest expected completion: its queued
-// bytes plus n at its measured cost; ties (nothing measured yet) fall to the connections in turn from
-// (seq+part) mod K. A frame id sent again (a later phase of a plan) takes the connection of its
-// previous send, so that the receiver, which matches frames by id, gets the two in order. The bytes
-// are queued on the chosen connection at once, so concurrent collectives see each other's load.
-func (s *stream) pick(id rings.ChunkID, n int) int {
+// check fails req if the frame with header h cannot be its answer.
+func (ib *inbox) check(h wire.DataHeader, req *recvReq) error {
+	var err error
+	switch {
+	case h.Epoch != ib.s.epoch:
+		err = fmt.Errorf("frame of epoch %d in an operation of epoch %d", h.Epoch, ib.s.epoch)
+	case int(h.Len) != len(req.dst):
+		err = fmt.Errorf("frame step %d part %d of %d bytes, expected %d bytes", h.Step, h.Part, h.Len, len(req.dst))
+	}
+	if err != nil {
+		req.done <- err
+	}
+	return err
+}
+
+// posting reports whether the receive of id is posted.
+func (ib *inbox) posting(id rings.ChunkID) bool {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	return ib.posted[id] != nil
+}
+
+// stage reads the payload of a frame whose receive is not posted yet into a buffer of its own, and
+// copies it over once the receive comes. A collective receives its frames one after the other, so
+// without this a connection whose next frame is not the one awaited would leave its data in the
+// kernel, whose receive window would close and hold the sender to a fraction of the path. Each
+// connection stages at most the one frame its reader holds.
+func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID) error {
+	bp := stagePool.Get().(*[]byte)
+	defer stagePool.Put(bp)
+	if cap(*bp) < int(h.Len) {
+		*bp = make([]byte, h.Len)
+	}
+	buf := (*bp)[:h.Len]
+	if _, err := io.ReadFull(ic.conn, buf); err != nil {
+		return err
+	}
+	ic.last.Store(time.Now().UnixNano())
+	req := ib.take(ic, id)
+	if req == nil {
+		return nil // the collective is over; the frame was read whole
+	}
+	if err := ib.check(h, req); err != nil {
+		return err
+	}
+	copy(req.dst, buf)
+	req.done <- nil
+	return nil
+}
+
+// stagePool holds the buffers of staged frames.
+var stagePool = sync.Pool{New: func() any { return new([]byte) }}
+
+// pick returns the connection that frame id of n bytes goes on, and queues its bytes there at once,
+// so that concurrent collectives see each other's load. With an even split it is (seq+part) mod K.
+// Otherwise it is the connection expected to have written the frame first: its pending bytes plus n,
+// at its measured cost per byte (a connection not measured yet is taken to cost what the measured
+// ones cost on average). Before anything is measured that is the connection with the fewest bytes
+// pending, ties going to the connections in turn from (seq+part) mod K. A frame id sent again (a
+// later phase of a plan) takes the connection of its previous send, so that the receiver, which
+// matches frames by id, gets the two in order.
+func (s *stream) pick(id rings.ChunkID, n int) *outConn {
 	k := len(s.outs)
 	first := int((s.key.seq + uint64(id.Part)) % uint64(k))
-	if s.l.c.cfg.EvenStriping || k == 1 {
-		return first
-	}
+	best := first
 	if i, ok := s.sentOn[id]; ok {
-		return i
+		best = i
+	} else if !s.l.c.cfg.EvenStriping && k > 1 {
+		best = s.l.quickest(s.outs, first, n)
 	}
-	l := s.l
-	now := time.Now()
+	if s.sentOn == nil {
+		s.sentOn = map[rings.ChunkID]int{}
+	}
+	s.sentOn[id] = best
+	oc := s.outs[best]
+	s.l.loadMu.Lock()
+	oc.pending += float64(n)
+	s.l.loadMu.Unlock()
+	return oc
+}
+
+// quickest returns the index in outs of the connection expected to write n more bytes first,
+// looking from first on.
+func (l *links) quickest(outs []*outConn, first, n int) int {
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
-	// A connection not measured yet is taken to cost what the measured ones cost on average.
 	var sum float64
 	var measured int
-	for _, oc := range s.outs {
+	for _, oc := range outs {
 		if oc.cost > 0 {
 			sum += oc.cost
 			measured++
 		}
 	}
-	mean := 0.0
+	mean := 1.0
 	if measured > 0 {
 		mean = sum / float64(measured)
 	}
+	k := len(outs)
 	best, bestETA := first, math.Inf(1)
 	for j := range k {
 		i := (first + j) % k
-		oc := s.outs[i]
+		oc := outs[i]
 		c := mean
 		if oc.cost > 0 {
 			c = oc.cost
 		}
-		oc.drain(now, c)
-		if eta := (oc.queued + float64(n)) * c; eta < bestETA {
+		if eta := (oc.pending + float64(n)) * c; eta < bestETA {
 			best, bestETA = i, eta
 		}
 	}
-	s.outs[best].queued += float64(n)
-	if s.sentOn == nil {
-		s.sentOn = map[rings.ChunkID]int{}
-	}
-	s.sentOn[id] = best
 	return best
 }
 
-// drain takes from oc's queue what it moved since the last look, at cost seconds per byte. Before
-// any cost is known the queue counts as empty, and frames go to the connections in turn.
-func (oc *outConn) drain(now time.Time, cost float64) {
-	switch {
-	case cost == 0:
-		oc.queued = 0
-	case !oc.at.IsZero():
-		oc.queued = max(0, oc.queued-now.Sub(oc.at).Seconds()/cost)
-	}
-	oc.at = now
+// unload takes a frame that was written or given up off the connection's pending bytes.
+func (oc *outConn) unload(f *outFrame) {
+	oc.l.loadMu.Lock()
+	oc.pending = max(0, oc.pending-float64(len(f.payload)))
+	oc.l.loadMu.Unlock()
 }
 
 // blockedWrite is how long a write must take to count as blocked, and costWeight the weight of a
@@ -707,15 +925,14 @@ const (
 // measure folds one write of n bytes that took d into the connection's cost. A write returns once its
 // bytes fit the connection's send buffer, so only a write that blocked tells how fast the connection
 // drains: it had to wait until n bytes had left. A write that did not block says only that the
-// connection has room, which its drained queue already shows.
-func (s *stream) measure(oc *outConn, n int, d time.Duration) {
+// connection has room, which its pending bytes already show.
+func (oc *outConn) measure(n int, d time.Duration) {
 	if d < blockedWrite || n == 0 {
 		return
 	}
 	c := d.Seconds() / float64(n)
-	l := s.l
-	l.loadMu.Lock()
-	defer l.loadMu.Unlock()
+	oc.l.loadMu.Lock()
+	defer oc.l.loadMu.Unlock()
 	if oc.cost == 0 {
 		oc.cost = c
 	} else {
@@ -723,52 +940,74 @@ func (s *stream) measure(oc *outConn, n int, d time.Duration) {
 	}
 }
 
+// Send queues the frame to the connection picked for it and returns; the frame's payload is read
+// until AwaitAcked(id) returns. An error of an earlier frame of the collective is returned at once.
 func (s *stream) Send(id rings.ChunkID, payload []byte) error {
-	select {
-	case <-s.aborted:
-		return s.h.cause
-	default:
-	}
-	oc := s.outs[s.pick(id, len(payload))]
-	select {
-	case oc.turn <- struct{}{}:
-	case <-s.aborted:
+	if isAborted(s) {
 		return s.h.cause
 	}
-	defer func() { <-oc.turn }()
-	wire.PutDataHeader(oc.hdr[:], wire.DataHeader{Len: uint32(len(payload)), Epoch: s.epoch, Tag: s.key.tag,
-		Seq: s.key.seq, Step: id.Step, Part: id.Part})
-	oc.bufs = append(oc.bufs[:0], oc.hdr[:], payload)
-	bufs := oc.bufs
-	t0 := time.Now()
-	// A frame is written whole or the connection is given up: a write that makes no progress for
-	// its deadline means the link is silent.
-	oc.conn.SetWriteDeadline(t0.Add(s.l.deadline(len(payload))))
-	s.watch.Do(func() { go s.giveUpStuckWrites() })
-	s.setWriting(oc.conn)
-	_, err := bufs.WriteTo(oc.conn)
-	s.setWriting(nil) // before oc.mu is released, so a late deadline never hits the next frame's write
-	t1 := time.Now()
-	took := t1.Sub(t0)
-	s.sentNanos += uint64(took)
-	s.sentBytes += uint64(len(payload))
-	s.out.add(s.t0, t0, t1, len(payload))
-	if err != nil {
-		s.l.broken(oc.conn)
-		select {
-		case <-s.aborted:
-			return s.h.cause
-		default:
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			s.silent.CompareAndSwap(0, 1+int32(wire.LinkOut))
-			return fmt.Errorf("%w: send %v: %w after %v", ErrPeerLeft, id, errSilentLink, took.Round(time.Millisecond))
-		}
-		return fmt.Errorf("%w: send %v: %w", ErrPeerLeft, id, err)
+	if err := s.failed.Load(); err != nil {
+		return *err
 	}
-	s.measure(oc, len(payload), took)
-	s.l.observe(len(payload), took)
+	f := &outFrame{s: s, id: id, payload: payload, queued: time.Now(), done: make(chan struct{})}
+	oc := s.pick(id, len(payload))
+	s.fmu.Lock()
+	if s.frames == nil {
+		s.frames = map[rings.ChunkID]*outFrame{}
+	}
+	s.frames[id] = f
+	s.fmu.Unlock()
+	if !oc.enqueue(f) {
+		oc.unload(f)
+		f.finish(fmt.Errorf("%w: send %v: connection closed", ErrPeerLeft, id))
+		return f.err
+	}
 	return nil
+}
+
+// AwaitAcked waits until the latest frame sent as id is written (or given up), so that the collective
+// may reuse its region: the stream reads a payload only until then. It returns the frame's error.
+func (s *stream) AwaitAcked(id rings.ChunkID) error {
+	s.fmu.Lock()
+	f := s.frames[id]
+	s.fmu.Unlock()
+	if f == nil {
+		return nil
+	}
+	<-f.done // a writer finishes every frame: written, skipped after an abort, or failed
+	return f.err
+}
+
+// writing and wrote keep the stream's send telemetry over the frames its writers move concurrently:
+// the bytes written, and the time during which at least one frame was being written.
+func (s *stream) writing(n int, t time.Time) {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if s.active == 0 {
+		s.busySince = t
+	}
+	s.active += n
+}
+
+func (s *stream) wrote(f *outFrame, t time.Time, ok bool) {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	s.active--
+	if s.active == 0 {
+		s.busy += t.Sub(s.busySince)
+	}
+	if !ok {
+		return
+	}
+	n := len(f.payload)
+	if s.sentBytes == 0 {
+		s.out.start = uint64(f.queued.Sub(s.t0))
+	}
+	s.sentBytes += uint64(n)
+	s.out.bytes = s.sentBytes
+	s.out.end = uint64(t.Sub(s.t0))
+	s.out.wait = uint64(s.busy)
+	s.sentNanos = uint64(s.busy)
 }
 
 func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
@@ -845,28 +1084,29 @@ func (s *stream) breakIdle(limit time.Duration) {
 // silent, and its connection is given up at once instead of at the progress deadline.
 const abortGrace = 100 * time.Millisecond
 
-// setWriting records the connection a Send of s is writing a frame to (nil when none).
-func (s *stream) setWriting(conn net.Conn) {
-	s.wmu.Lock()
-	s.writing = conn
-	s.wmu.Unlock()
-}
-
-// giveUpStuckWrites runs once per stream that sends, until the stream is aborted (release aborts
-// every stream). If a frame is still being written then, and still after abortGrace, it makes that
-// write fail (its Send then gives the connection up). The deadline is set under wmu while the Send
-// still holds the connection, so it never reaches another frame's write. It ends as soon as the
-// communicator dies, whose connections all close, even during the grace.
+// giveUpStuckWrites runs once per stream that writes, until the stream is aborted (release aborts
+// every stream). A frame of the stream that is still being written then, and still after abortGrace,
+// has its write made to fail, which gives its connection up. The deadline is set under the
+// connection's wmu while that frame is current, so it never reaches another frame's write. It ends as
+// soon as the communicator dies, whose connections all close, even during the grace.
 func (s *stream) giveUpStuckWrites() {
 	select {
 	case <-s.aborted:
 	case <-s.l.c.done:
 		return
 	}
-	s.wmu.Lock()
-	busy := s.writing != nil
-	s.wmu.Unlock()
-	if !busy {
+	stuck := func() bool {
+		for _, oc := range s.outs {
+			oc.wmu.Lock()
+			mine := oc.cur != nil && oc.cur.s == s
+			oc.wmu.Unlock()
+			if mine {
+				return true
+			}
+		}
+		return false
+	}
+	if !stuck() {
 		return
 	}
 	grace := time.NewTimer(abortGrace)
@@ -876,10 +1116,12 @@ func (s *stream) giveUpStuckWrites() {
 	case <-s.l.c.done:
 		return
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.writing != nil {
-		s.writing.SetWriteDeadline(time.Unix(1, 0))
+	for _, oc := range s.outs {
+		oc.wmu.Lock()
+		if oc.cur != nil && oc.cur.s == s {
+			oc.conn.SetWriteDeadline(time.Unix(1, 0))
+		}
+		oc.wmu.Unlock()
 	}
 }
 
