@@ -239,6 +239,7 @@ type inConn struct {
 	from  uint64
 	index int
 	last  atomic.Int64 // UnixNano of the last frame header read or payload handed over
+	stage []byte       // the buffer of a staged frame, owned by the reader; kept for the next one
 }
 
 // maxPoolIndex bounds the pool index a LinkHello may name: the flat ring's pool, then the sub-rings'.
@@ -822,12 +823,10 @@ func (ib *inbox) posting(id rings.ChunkID) bool {
 // kernel, whose receive window would close and hold the sender to a fraction of the path. Each
 // connection stages at most the one frame its reader holds.
 func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID) error {
-	bp := stagePool.Get().(*[]byte)
-	defer stagePool.Put(bp)
-	if cap(*bp) < int(h.Len) {
-		*bp = make([]byte, h.Len)
+	if cap(ic.stage) < int(h.Len) {
+		ic.stage = make([]byte, h.Len)
 	}
-	buf := (*bp)[:h.Len]
+	buf := ic.stage[:h.Len]
 	if _, err := io.ReadFull(ic.conn, buf); err != nil {
 		return err
 	}
@@ -843,9 +842,6 @@ func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID) error {
 	req.done <- nil
 	return nil
 }
-
-// stagePool holds the buffers of staged frames.
-var stagePool = sync.Pool{New: func() any { return new([]byte) }}
 
 // pick returns the connection that frame id of n bytes goes on, and queues its bytes there at once,
 // so that concurrent collectives see each other's load. With an even split it is (seq+part) mod K.

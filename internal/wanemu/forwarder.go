@@ -39,8 +39,10 @@ type forwarder struct {
 	stats [][]*linkCounters
 	other atomic.Uint64 // packets that were not IPv4 for another site
 
-	pool     sync.Pool // packets with buffers of small bytes
-	large    sync.Pool // packets with buffers of the largest packet, with offload
+	pool  sync.Pool    // packets with buffers of small bytes
+	large chan *packet // free packets with buffers of the largest packet, with offload: a free list
+	// that outlives garbage collections, which empty a sync.Pool and would have the kernel clear
+	// fresh pages for new 64 KiB buffers at the packet rate
 	small    int
 	arrivals chan *packet
 	control  chan func()
@@ -69,7 +71,7 @@ func newForwarder(tuns []*os.File, addrs [][4]byte, links [][]Link, mtu int, off
 		// Most packets are still small (acknowledgements, single segments): they get buffers of
 		// the MTU, and only the large ones a buffer of the largest packet.
 		f.hdr, f.small = vnetHdrLen, vnetHdrLen+mtu
-		f.large.New = func() any { return &packet{buf: make([]byte, maxOffloadPacket)} }
+		f.large = make(chan *packet, largeFree)
 	}
 	f.pool.New = func() any { return &packet{buf: make([]byte, f.small)} }
 	for i, a := range addrs {
@@ -133,11 +135,27 @@ func (f *forwarder) capFlow(from, to int, key flowKey, mbit float64) {
 func (f *forwarder) free(p *packet) {
 	p.buf = p.buf[:cap(p.buf)]
 	if len(p.buf) > f.small {
-		f.large.Put(p)
+		select {
+		case f.large <- p:
+		default: // the list is full: let it go
+		}
 	} else {
 		f.pool.Put(p)
 	}
 }
+
+// getLarge returns a packet with a buffer of the largest packet.
+func (f *forwarder) getLarge() *packet {
+	select {
+	case p := <-f.large:
+		return p
+	default:
+		return &packet{buf: make([]byte, maxOffloadPacket)}
+	}
+}
+
+// largeFree bounds the free list of large packets (64 KiB each).
+const largeFree = 4096
 
 // size is the bytes of p that the links carry: the IP packet, without the virtio-net header.
 func (f *forwarder) size(p *packet) int { return len(p.buf) - f.hdr }
@@ -166,7 +184,7 @@ func (f *forwarder) read(site int) {
 			if n <= f.small {
 				p = f.pool.Get().(*packet)
 			} else {
-				p = f.large.Get().(*packet)
+				p = f.getLarge()
 			}
 			p.buf = p.buf[:n]
 			copy(p.buf, scratch[:n])
