@@ -114,9 +114,15 @@ func (f *forwarder) close() {
 
 // configure changes the link from one site to another; it returns once the scheduler applied it.
 func (f *forwarder) configure(from, to int, l Link) {
+	f.apply(func() { f.paths[from][to].configure(l) })
+}
+
+// apply runs fn on the scheduler, which owns the paths, and returns once it ran (or at once if the
+// forwarder is closing).
+func (f *forwarder) apply(fn func()) {
 	applied := make(chan struct{})
 	select {
-	case f.control <- func() { f.paths[from][to].configure(l); close(applied) }:
+	case f.control <- func() { fn(); close(applied) }:
 		<-applied
 	case <-f.done:
 	}
@@ -124,12 +130,7 @@ func (f *forwarder) configure(from, to int, l Link) {
 
 // capFlow caps one flow of the link from one site to another; it returns once the scheduler applied it.
 func (f *forwarder) capFlow(from, to int, key flowKey, mbit float64) {
-	applied := make(chan struct{})
-	select {
-	case f.control <- func() { f.paths[from][to].capFlow(key, mbit); close(applied) }:
-		<-applied
-	case <-f.done:
-	}
+	f.apply(func() { f.paths[from][to].capFlow(key, mbit) })
 }
 
 func (f *forwarder) free(p *packet) {

@@ -270,17 +270,25 @@ func (tb *Testbed) SetLink(from, to int, l Link) error {
 	if from < 0 || from >= n || to < 0 || to >= n {
 		return fmt.Errorf("wanemu: no link %d→%d among %d sites", from, to, n)
 	}
-	tb.mu.Lock()
-	fwd, closed := tb.fwd, tb.closed
-	tb.mu.Unlock()
-	switch {
-	case closed:
-		return ErrClosed
-	case fwd == nil:
-		return errNotStarted
+	fwd, err := tb.running()
+	if err != nil {
+		return err
 	}
 	fwd.configure(from, to, l)
 	return nil
+}
+
+// running returns the forwarder of a testbed that is started and not closed.
+func (tb *Testbed) running() (*forwarder, error) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	switch {
+	case tb.closed:
+		return nil, ErrClosed
+	case tb.fwd == nil:
+		return nil, errNotStarted
+	}
+	return tb.fwd, nil
 }
 
 // Flow names one flow, as the emulator tells flows apart: its protocol ("tcp" or "udp") and its
@@ -312,14 +320,9 @@ func (tb *Testbed) CapFlow(f Flow, mbit float64) error {
 	}
 	key.src, key.dst = f.Src.Addr().As4(), f.Dst.Addr().As4()
 	key.sport, key.dport = f.Src.Port(), f.Dst.Port()
-	tb.mu.Lock()
-	fwd, closed := tb.fwd, tb.closed
-	tb.mu.Unlock()
-	switch {
-	case closed:
-		return ErrClosed
-	case fwd == nil:
-		return errNotStarted
+	fwd, err := tb.running()
+	if err != nil {
+		return err
 	}
 	fwd.capFlow(from, to, key, mbit)
 	return nil
