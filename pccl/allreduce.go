@@ -162,7 +162,7 @@ func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h 
 		reported = true
 		done := &wire.Done{Code: wire.CodeOK}
 		if ls != nil {
-			done.LinkBytes, done.LinkNanos = ls.sentBytes, ls.sentNanos
+			done.LinkBytes, done.LinkNanos = ls.out.bytes, ls.out.wait
 			done.Links = ls.timings(st.ring[(rank+1)%world], st.ring[(rank+world-1)%world])
 		}
 		verdict = c.report(call, ch, d.Tag, done, what)

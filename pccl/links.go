@@ -83,6 +83,7 @@ type outConn struct {
 // outFrame is one frame queued to an outConn: the payload stays the caller's, read until done.
 type outFrame struct {
 	s       *stream
+	oc      *outConn // the connection it went to
 	id      rings.ChunkID
 	payload []byte
 	queued  time.Time
@@ -103,10 +104,8 @@ func (l *links) newOutConn(conn net.Conn) *outConn {
 func (oc *outConn) close() {
 	oc.conn.Close()
 	oc.qmu.Lock()
-	oc.closed = true
-	select {
-	case <-oc.quit:
-	default:
+	if !oc.closed {
+		oc.closed = true
 		close(oc.quit)
 	}
 	oc.qmu.Unlock()
@@ -187,7 +186,7 @@ func (oc *outConn) write() {
 		oc.conn.SetWriteDeadline(t0.Add(oc.l.deadline(len(f.payload))))
 		oc.wmu.Unlock()
 		s.watch.Do(func() { go s.giveUpStuckWrites() })
-		s.writing(1, t0)
+		s.writing(t0)
 		_, err := w.WriteTo(oc.conn)
 		oc.wmu.Lock()
 		oc.cur = nil // before the next frame's deadline, so a late give-up never hits it
@@ -654,9 +653,8 @@ type stream struct {
 	l       *links
 	key     inboxKey
 	epoch   uint64
-	outs    []*outConn            // the pool to the successor
-	ins     []*inConn             // the pool from the predecessor, by index; an entry may be nil (not connected)
-	sentOn  map[rings.ChunkID]int // the connection each frame went on; owned by the sender goroutine
+	outs    []*outConn // the pool to the successor
+	ins     []*inConn  // the pool from the predecessor, by index; an entry may be nil (not connected)
 	box     *inbox
 	h       *opHandle
 	aborted chan struct{} // h.aborted
@@ -668,14 +666,11 @@ type stream struct {
 
 	silent atomic.Int32 // 1 + the wire.LinkDir of the first link that went silent; 0: none
 
-	// Send telemetry, guarded by tmu while the writers run; read after the collective, once every
-	// frame is written. sentNanos is the time during which at least one frame was being written.
+	// Send telemetry, kept in out under tmu while the writers run: active frames being written, since
+	// busySince; out.wait is the time during which at least one frame was being written.
 	tmu       sync.Mutex
 	active    int
 	busySince time.Time
-	busy      time.Duration
-	sentBytes uint64
-	sentNanos uint64
 
 	// Telemetry for the master's delay matrix, as offsets from t0 (the stream's start, right after the
 	// master's Commence): out is kept by the writers (above), in by the receiver goroutine; both are
@@ -854,17 +849,15 @@ func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID) error {
 func (s *stream) pick(id rings.ChunkID, n int) *outConn {
 	k := len(s.outs)
 	first := int((s.key.seq + uint64(id.Part)) % uint64(k))
-	best := first
-	if i, ok := s.sentOn[id]; ok {
-		best = i
+	oc := s.outs[first]
+	s.fmu.Lock()
+	prev := s.frames[id]
+	s.fmu.Unlock()
+	if prev != nil {
+		oc = prev.oc
 	} else if !s.l.c.cfg.EvenStriping && k > 1 {
-		best = s.l.quickest(s.outs, first, n)
+		oc = s.outs[s.l.quickest(s.outs, first, n)]
 	}
-	if s.sentOn == nil {
-		s.sentOn = map[rings.ChunkID]int{}
-	}
-	s.sentOn[id] = best
-	oc := s.outs[best]
 	s.l.loadMu.Lock()
 	oc.pending += float64(n)
 	s.l.loadMu.Unlock()
@@ -945,8 +938,8 @@ func (s *stream) Send(id rings.ChunkID, payload []byte) error {
 	if err := s.failed.Load(); err != nil {
 		return *err
 	}
-	f := &outFrame{s: s, id: id, payload: payload, queued: time.Now(), done: make(chan struct{})}
 	oc := s.pick(id, len(payload))
+	f := &outFrame{s: s, oc: oc, id: id, payload: payload, queued: time.Now(), done: make(chan struct{})}
 	s.fmu.Lock()
 	if s.frames == nil {
 		s.frames = map[rings.ChunkID]*outFrame{}
@@ -976,13 +969,13 @@ func (s *stream) AwaitAcked(id rings.ChunkID) error {
 
 // writing and wrote keep the stream's send telemetry over the frames its writers move concurrently:
 // the bytes written, and the time during which at least one frame was being written.
-func (s *stream) writing(n int, t time.Time) {
+func (s *stream) writing(t time.Time) {
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
 	if s.active == 0 {
 		s.busySince = t
 	}
-	s.active += n
+	s.active++
 }
 
 func (s *stream) wrote(f *outFrame, t time.Time, ok bool) {
@@ -990,20 +983,16 @@ func (s *stream) wrote(f *outFrame, t time.Time, ok bool) {
 	defer s.tmu.Unlock()
 	s.active--
 	if s.active == 0 {
-		s.busy += t.Sub(s.busySince)
+		s.out.wait += uint64(t.Sub(s.busySince))
 	}
 	if !ok {
 		return
 	}
-	n := len(f.payload)
-	if s.sentBytes == 0 {
+	if s.out.bytes == 0 {
 		s.out.start = uint64(f.queued.Sub(s.t0))
 	}
-	s.sentBytes += uint64(n)
-	s.out.bytes = s.sentBytes
+	s.out.bytes += uint64(len(f.payload))
 	s.out.end = uint64(t.Sub(s.t0))
-	s.out.wait = uint64(s.busy)
-	s.sentNanos = uint64(s.busy)
 }
 
 func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
