@@ -35,6 +35,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,6 +92,14 @@ func main() {
 		o.ks = append(o.ks, k)
 	}
 	o.transports = strings.Split(trs, ",")
+	for _, name := range o.transports {
+		if !slices.Contains(transport.Names, name) {
+			fail(fmt.Errorf("--transports: %q is not one of %s", name, strings.Join(transport.Names, ", ")))
+		}
+	}
+	if o.peers < 2 {
+		fail(fmt.Errorf("--peers %d: an AllReduce across sites needs at least 2", o.peers))
+	}
 	res, err := run(o)
 	if err != nil {
 		fail(err)
