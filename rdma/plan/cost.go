@@ -30,10 +30,13 @@ const (
 	Recursive
 	// OptCC is a schedule that attains OptCC's O(1/p) overhead bound in this model; see [costOptCC].
 	OptCC
+	// Weighted is the standard ring with reduce-scatter blocks sized to the nodes' bandwidths, alone
+	// or beside a second ring in the opposite direction: see [costWeighted].
+	Weighted
 )
 
 // AllStrategies lists every strategy in the planner's tie-break order (earlier wins a tie).
-var AllStrategies = []Strategy{Ring, Balance, HotRepair, R2CCL, Recursive, OptCC}
+var AllStrategies = []Strategy{Ring, Balance, HotRepair, R2CCL, Recursive, OptCC, Weighted}
 
 // R2CCLStrategies lists the strategies of the R²CCL paper, without [OptCC].
 var R2CCLStrategies = []Strategy{Ring, Balance, HotRepair, R2CCL, Recursive}
@@ -53,6 +56,8 @@ func (s Strategy) String() string {
 		return "recursive"
 	case OptCC:
 		return "optcc"
+	case Weighted:
+		return "weighted_ring"
 	}
 	return fmt.Sprintf("strategy(%d)", int(s))
 }
@@ -100,6 +105,9 @@ type Estimate struct {
 	Leaves []int
 	// Y is the fraction of the message not reduced by the global ring (R²CCL's partial share).
 	Y float64
+	// Owners gives, for the weighted rings, the fraction of the message each position of each ring
+	// of Rings owns in its reduce-scatter; nil means equal blocks.
+	Owners [][]float64
 }
 
 // volume returns a = 2(N−1)/N, the bytes per byte of message a node of a flat ring over N ranks sends
@@ -130,6 +138,8 @@ func Cost(t Topology, s Strategy, bytes float64, m Model) (Estimate, error) {
 		e = bestOrder(t, m, func(o []int) Estimate { return costRecursive(t, o, bytes, m) })
 	case OptCC:
 		e = bestOrder(t, m, func(o []int) Estimate { return costOptCC(t, o, bytes, m) })
+	case Weighted:
+		e = bestOrder(t, m, func(o []int) Estimate { return costWeighted(t, o, bytes) })
 	default:
 		return Estimate{}, fmt.Errorf("plan: unknown strategy %d", int(s))
 	}

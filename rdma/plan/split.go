@@ -104,7 +104,11 @@ func Build(t Topology, e Estimate, bytes int64, align int64, m Model) (Plan, err
 	var off int64
 	for k, ring := range e.Rings {
 		part := Part{Offset: off, Bytes: sizes[k], Ring: slices.Clone(ring)}
-		part.Owners = Apportion(sizes[k], equal(len(ring)), align)
+		if e.Owners != nil {
+			part.Owners = Apportion(sizes[k], e.Owners[k], align)
+		} else {
+			part.Owners = Apportion(sizes[k], equal(len(ring)), align)
+		}
 		if k > 0 {
 			outside := without(e.Rings[0], ring)
 			if e.Strategy == OptCC {

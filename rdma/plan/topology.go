@@ -236,6 +236,12 @@ func (t Topology) ringRate(ring []int) float64 {
 	return r
 }
 
+// RingLatency returns the latency term of a ring AllReduce over ring: 2(N−1)·α over its N ranks, α
+// the largest latency among the ring's healthy NICs.
+func (t Topology) RingLatency(ring []int) float64 {
+	return 2 * float64(len(ring)*t.ranks()-1) * t.alpha(ring)
+}
+
 // alpha returns the largest latency among the healthy NICs of the given nodes.
 func (t Topology) alpha(nodes []int) float64 {
 	a := 0.0
