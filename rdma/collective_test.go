@@ -15,6 +15,12 @@ import (
 // runAll starts one operation per node and runs the network until all are done.
 func (c *cluster) runAll(t testing.TB, start func(i int, n *rdma.Node, done func(error)) error) {
 	t.Helper()
+	c.runAllWithin(t, 100*time.Millisecond, start)
+}
+
+// runAllWithin is runAll with a limit of virtual time other than 100 ms.
+func (c *cluster) runAllWithin(t testing.TB, within time.Duration, start func(i int, n *rdma.Node, done func(error)) error) {
+	t.Helper()
 	errs := make([]error, len(c.nodes))
 	done := make([]bool, len(c.nodes))
 	for i, n := range c.nodes {
@@ -22,7 +28,7 @@ func (c *cluster) runAll(t testing.TB, start func(i int, n *rdma.Node, done func
 			t.Fatal(err)
 		}
 	}
-	limit := c.net.Now() + 100*time.Millisecond
+	limit := c.net.Now() + within
 	c.net.RunWhile(func() bool {
 		for _, d := range done {
 			if !d {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/plan"
+	"github.com/concord-ccl/concord/rdma/sim"
 	"github.com/concord-ccl/concord/rings"
 )
 
@@ -109,6 +110,9 @@ var stCases = []struct {
 	{"optcc_x25", plan.OptCC, [][2]int{{1, 2}}, false},
 	{"optcc_x50", plan.OptCC, [][2]int{{2, 0}, {2, 1}}, false},
 	{"optcc_two_leaves", plan.OptCC, [][2]int{{1, 0}, {3, 1}}, false},
+	{"weighted_x25", plan.Weighted, [][2]int{{1, 2}}, false},
+	{"weighted_x50", plan.Weighted, [][2]int{{2, 0}, {2, 1}}, false},
+	{"weighted_neighbours_two_rails", plan.Weighted, [][2]int{{1, 1}, {2, 2}}, false},
 }
 
 func TestPlannedStrategiesMatchStandardRing(t *testing.T) {
@@ -420,4 +424,108 @@ func TestPlannedPricesOptCCOnNICs(t *testing.T) {
 		t.Fatalf("two nodes down: the runtime picks %v and the pooled model %v, want Balance and OptCC", chosen.Strategy, pooled.Strategy)
 	}
 	busiest(c, chosen, down)
+}
+
+// pricedCluster is a simulated cluster of stNodes nodes with stNICs NICs of bandwidth bw each, the
+// latency the planner is given, and the (node, NIC) pairs of down taken down.
+func pricedCluster(t *testing.T, bw float64, down [][2]int) (*cluster, plan.Topology) {
+	t.Helper()
+	c := &cluster{net: sim.New(sim.Config{Latency: 100 * time.Microsecond})}
+	for i := range stNodes {
+		c.ring = append(c.ring, rdma.NodeID(i+1))
+	}
+	desc := make([]rdma.NIC, stNICs)
+	for i := range desc {
+		desc[i] = rdma.NIC{Bandwidth: bw}
+	}
+	for _, id := range c.ring {
+		c.net.AddNode(id, desc)
+	}
+	for _, id := range c.ring {
+		n, err := rdma.NewNode(c.net.Node(id), c.ring, rdma.Config{ChunkBytes: 256 << 10, Window: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	c.net.Run()
+	topo := plan.Uniform(stNodes, stNICs, 1, 100e-6, bw)
+	topo.GPUsPerNode = 1
+	for _, d := range down {
+		c.net.SetPort(c.ring[d[0]], rdma.NICID(d[1]), false)
+		topo.Nodes[d[0]].NICs[d[1]].Down = true
+	}
+	return c, topo
+}
+
+// TestPricedPlansFollowRuns runs, on a bandwidth-bound simulated fabric, Balance, OptCC's schedule
+// and the weighted rings as the runtime prices them (rdma.Planned.PlanStrategy), with one NIC down
+// and with two neighbouring nodes each missing a NIC on different rails. Every result must be exact
+// on every node; with one NIC down the weighted rings must be the fastest and the planner's choice,
+// Balance and the weighted rings must run within 5% of their prices, and OptCC's schedule no faster
+// than its price (which carries leafRunFactor).
+func TestPricedPlansFollowRuns(t *testing.T) {
+	const bw = 50e6 // 400 Mbit/s, as bench/schedules
+	inputs := integerInputs(rand.New(rand.NewPCG(11, 3)), stNodes, 2<<20)
+	want := make([]float32, len(inputs[0])/4)
+	for _, in := range inputs {
+		for j, v := range rings.View[float32](in) {
+			want[j] += v
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		down   [][2]int
+		chosen plan.Strategy
+	}{
+		{"one_nic_x25", [][2]int{{1, 1}}, plan.Weighted},
+		{"neighbours_two_rails", [][2]int{{1, 1}, {2, 2}}, plan.Balance},
+	} {
+		took := map[plan.Strategy]float64{}
+		for _, st := range []plan.Strategy{plan.Balance, plan.OptCC, plan.Weighted} {
+			c, topo := pricedCluster(t, bw, tc.down)
+			pd, err := rdma.NewPlanned(c.nodes[0], topo, plan.Config{Align: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := pd.PlanStrategy(st, int64(len(inputs[0])), 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st == plan.Balance {
+				chosen, err := pd.Plan(int64(len(inputs[0])), 4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if chosen.Strategy != tc.chosen {
+					t.Errorf("%s: the planner chose %v at %.4f s, want %v", tc.name, chosen.Strategy, chosen.Seconds, tc.chosen)
+				}
+			}
+			out := make([][]byte, stNodes)
+			start := c.net.Now()
+			c.runAllWithin(t, time.Minute, func(i int, n *rdma.Node, done func(error)) error {
+				out[i] = make([]byte, len(inputs[i]))
+				return n.StartPlannedAllReduce(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
+			})
+			took[st] = (c.net.Now() - start).Seconds()
+			for i := range out {
+				for j, v := range rings.View[float32](out[i]) {
+					if v != want[j] {
+						t.Fatalf("%s %v: node %d element %d: %v, want %v", tc.name, st, i, j, v, want[j])
+					}
+				}
+			}
+			ratio := took[st] / p.Seconds
+			t.Logf("%s %-14v price %.4f s, simulated %.4f s (%.3f×), %.3f× the bound", tc.name, st, p.Seconds, took[st], ratio, took[st]/p.IdealSeconds)
+			switch {
+			case st == plan.OptCC && ratio < 0.99:
+				t.Errorf("%s: OptCC ran at %.3f× its price, faster than priced", tc.name, ratio)
+			case st != plan.OptCC && (ratio > 1.05 || ratio < 0.95):
+				t.Errorf("%s %v: ran at %.3f× its price, want within 5%%", tc.name, st, ratio)
+			}
+		}
+		if tc.chosen == plan.Weighted && (took[plan.Weighted] >= took[plan.Balance] || took[plan.Weighted] >= took[plan.OptCC]) {
+			t.Errorf("%s: weighted rings %.4f s, Balance %.4f s, OptCC %.4f s: want the weighted rings fastest", tc.name, took[plan.Weighted], took[plan.Balance], took[plan.OptCC])
+		}
+	}
 }

@@ -16,11 +16,12 @@
 //	healthy              no NIC down: the standard ring;
 //	one_nic_x25          NIC 1 of node 1 down (X = 0.25): hot repair only, Balance, R²CCL-AllReduce,
 //	                     OptCC's schedule (the degraded node as a leaf, its share priced by the runtime
-//	                     on these NICs, rdma.Planned.PlanStrategy);
-//	two_nics_x50         NICs 1 and 2 of node 1 down (X = 0.5): the same four;
+//	                     on these NICs, rdma.Planned.PlanStrategy), the weighted rings (blocks sized
+//	                     by a linear program, plan.Weighted; also priced by the runtime);
+//	two_nics_x50         NICs 1 and 2 of node 1 down (X = 0.5): the same five;
 //	two_nodes_two_rails  NIC 1 of node 1 and NIC 2 of node 2 down: hot repair, Balance,
 //	                     R²CCL-AllReduce, recursive (with bridge re-ranking where the model finds it
-//	                     pays), OptCC's schedule.
+//	                     pays), OptCC's schedule, the weighted rings.
 //
 // Every case also runs the planner's choice for its health and size. Each measurement is --reps
 // AllReduce calls of --size bytes of float32 (sum), after one untimed warm-up call; a call's time is
@@ -129,12 +130,12 @@ type scenario struct {
 }
 
 func scenarios() []scenario {
-	single := []plan.Strategy{plan.HotRepair, plan.Balance, plan.R2CCL, plan.OptCC}
+	single := []plan.Strategy{plan.HotRepair, plan.Balance, plan.R2CCL, plan.OptCC, plan.Weighted}
 	return []scenario{
 		{"healthy", nil, []plan.Strategy{plan.Ring}},
 		{"one_nic_x25", [][2]int{{1, 1}}, single},
 		{"two_nics_x50", [][2]int{{1, 1}, {1, 2}}, single},
-		{"two_nodes_two_rails", [][2]int{{1, 1}, {2, 2}}, []plan.Strategy{plan.HotRepair, plan.Balance, plan.R2CCL, plan.Recursive, plan.OptCC}},
+		{"two_nodes_two_rails", [][2]int{{1, 1}, {2, 2}}, []plan.Strategy{plan.HotRepair, plan.Balance, plan.R2CCL, plan.Recursive, plan.OptCC, plan.Weighted}},
 	}
 }
 

@@ -195,8 +195,9 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 			err = fmt.Errorf("unknown strategy %q", cmd.Strategy)
 			return
 		}
-		if st == plan.OptCC {
-			// OptCC as the runtime prices and splits it on these NICs (rdma.Planned).
+		if st == plan.OptCC || st == plan.Weighted {
+			// OptCC and the weighted rings as the runtime prices and splits them on these NICs
+			// (rdma.Planned).
 			p, err = planned.PlanStrategy(st, int64(a.Size), 4)
 			return
 		}
