@@ -38,10 +38,13 @@ import (
 // element keeps the block, hence the reduction order, it has in the standard ring: the standard ring,
 // hot repair and Balance give bit-identical results whatever their routes (as long as the plan keeps
 // the Node's ring order, that is, bridge re-ranking did not reorder it). A part's channels and blocks
-// are split equally like the standard ring's, not by the plan's Owners. R²CCL-AllReduce and the
-// recursive schedule reduce a part on a smaller ring with the outside nodes' inputs folded in first, so
-// floating-point sums may round differently from the standard ring's (exact for integer types and for
-// floating-point values whose sums are exact); all nodes still agree bit for bit.
+// are split equally like the standard ring's, not by the plan's Owners, except in the weighted rings'
+// plan ([plan.Weighted]), whose blocks are its Owners' shares: there an element's reduction starts at
+// another node than in the standard ring, so floating-point sums may round differently from it (all
+// nodes still agree bit for bit). R²CCL-AllReduce and the recursive schedule reduce a part on a
+// smaller ring with the outside nodes' inputs folded in first, so floating-point sums may round
+// differently from the standard ring's (exact for integer types and for floating-point values whose
+// sums are exact); all nodes still agree bit for bit.
 
 // planExec is a plan made concrete for one node of the ring.
 type planExec struct {
@@ -365,8 +368,11 @@ func (x *planExec) reducePlans() []channelPlan {
 		}
 		rank := slices.Index(ring, x.me)
 		loops := 1
-		if len(pt.Leaves) > 0 || x.weighted() {
+		switch {
+		case len(pt.Leaves) > 0:
 			loops = leafLoops
+		case x.weighted():
+			loops = weightedLoops
 		}
 		count := int(pt.Bytes) / x.esz
 		base := int(pt.Offset) / x.esz
@@ -628,6 +634,13 @@ func (x *planExec) channelCosts(k int, load [][][2]float64) []float64 {
 
 // leafLoops is the number of slices the ring of a part with leaves loops over.
 const leafLoops = 8
+
+// weightedLoops is the number of slices a weighted ring loops over. Its steps carry blocks of
+// different sizes, so a ring taking its steps one after the other would wait, at every step, for its
+// largest block on its slowest link; looped in a wavefront, every link carries slices of every block
+// at once and runs at the pace of its total. On the netns testbed (bench/schedules, one NIC of four
+// down) 8 ran best: 2.41–2.55 s against 2.69 s with 4 and 2.61 s with 16 (more, smaller frames).
+const weightedLoops = 8
 
 // lastFrames returns the indexes of the frames of a ring's incoming path that the owner's last
 // reduction applies, in order: the frames the leaves' inputs are matched to, one for one.
