@@ -20,13 +20,19 @@ type cluster struct {
 
 func newCluster(t testing.TB, nodes, nics int, cfg rdma.Config) *cluster {
 	t.Helper()
-	c := &cluster{net: sim.New(sim.Config{Latency: 2 * time.Microsecond})}
-	for i := range nodes {
-		c.ring = append(c.ring, rdma.NodeID(i+1))
-	}
 	desc := make([]rdma.NIC, nics)
 	for i := range desc {
 		desc[i] = rdma.NIC{Bandwidth: 12.5e9, Distance: i / 2, NUMANode: i / 4}
+	}
+	return newClusterOf(t, nodes, desc, 2*time.Microsecond, cfg)
+}
+
+// newClusterOf is newCluster with every node's NICs as desc and the given link latency.
+func newClusterOf(t testing.TB, nodes int, desc []rdma.NIC, latency time.Duration, cfg rdma.Config) *cluster {
+	t.Helper()
+	c := &cluster{net: sim.New(sim.Config{Latency: latency})}
+	for i := range nodes {
+		c.ring = append(c.ring, rdma.NodeID(i+1))
 	}
 	for _, id := range c.ring {
 		c.net.AddNode(id, desc)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/plan"
-	"github.com/concord-ccl/concord/rdma/sim"
 	"github.com/concord-ccl/concord/rings"
 )
 
@@ -430,25 +429,11 @@ func TestPlannedPricesOptCCOnNICs(t *testing.T) {
 // latency the planner is given, and the (node, NIC) pairs of down taken down.
 func pricedCluster(t *testing.T, bw float64, down [][2]int) (*cluster, plan.Topology) {
 	t.Helper()
-	c := &cluster{net: sim.New(sim.Config{Latency: 100 * time.Microsecond})}
-	for i := range stNodes {
-		c.ring = append(c.ring, rdma.NodeID(i+1))
-	}
 	desc := make([]rdma.NIC, stNICs)
 	for i := range desc {
 		desc[i] = rdma.NIC{Bandwidth: bw}
 	}
-	for _, id := range c.ring {
-		c.net.AddNode(id, desc)
-	}
-	for _, id := range c.ring {
-		n, err := rdma.NewNode(c.net.Node(id), c.ring, rdma.Config{ChunkBytes: 256 << 10, Window: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.nodes = append(c.nodes, n)
-	}
-	c.net.Run()
+	c := newClusterOf(t, stNodes, desc, 100*time.Microsecond, rdma.Config{ChunkBytes: 256 << 10, Window: 4})
 	topo := plan.Uniform(stNodes, stNICs, 1, 100e-6, bw)
 	topo.GPUsPerNode = 1
 	for _, d := range down {
