@@ -570,11 +570,11 @@ func (x *planExec) railLoads(w [][]float64) [][][2]float64 {
 		for _, v := range w[k] {
 			total += v
 		}
+		own := x.ownerShares(pt)
 		for c, v := range w[k] {
 			ch := float64(pt.Bytes) * v / total
 			for _, pc := range x.partPieces()[k][c] {
 				b := ch * (pc.hi - pc.lo)
-				own := x.ownerShares(pt)
 				for i, u := range pt.Ring {
 					v := pt.Ring[(i+1)%world]
 					nic := x.pathNIC(pc, c, u, v)

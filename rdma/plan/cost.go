@@ -265,13 +265,21 @@ func edgeNIC(u, v Node, c int) int {
 func costBalance(t Topology, o []int, bytes float64) Estimate {
 	ranks := len(o) * t.ranks()
 	a := volume(ranks)
-	beta := a * bytes / t.ringRate(o)
-	if t.CPULinkBandwidth > 0 {
-		for u := range t.Nodes {
-			beta = max(beta, a*bytes*crossFraction(t.Nodes[u], t.ranks())/t.CPULinkBandwidth)
-		}
-	}
+	beta := max(a*bytes/t.ringRate(o), cpuLinkTime(t, a*bytes))
 	return Estimate{Seconds: 2*float64(ranks-1)*t.alpha(o) + beta, Rings: [][]int{o}, Shares: []float64{1}}
+}
+
+// cpuLinkTime returns the seconds the busiest CPU link takes for the share of sent bytes a node's
+// Balance routes put across it, each node sending sent bytes; 0 without a CPU-link limit.
+func cpuLinkTime(t Topology, sent float64) float64 {
+	if t.CPULinkBandwidth <= 0 {
+		return 0
+	}
+	m := 0.0
+	for u := range t.Nodes {
+		m = max(m, sent*crossFraction(t.Nodes[u], t.ranks())/t.CPULinkBandwidth)
+	}
+	return m
 }
 
 // group is one ring of a decomposed schedule.

@@ -60,12 +60,7 @@ func costWeighted(t Topology, o []int, bytes float64) Estimate {
 		if !ok {
 			continue
 		}
-		beta := scale * per * bytes
-		if t.CPULinkBandwidth > 0 {
-			for u := range t.Nodes {
-				beta = max(beta, volume(ranks)*bytes*crossFraction(t.Nodes[u], t.ranks())/t.CPULinkBandwidth)
-			}
-		}
+		beta := max(scale*per*bytes, cpuLinkTime(t, volume(ranks)*bytes))
 		if s := lat + beta; s < best.Seconds*(1-1e-9) {
 			best = Estimate{Seconds: s}
 			for k := range rs {
