@@ -232,7 +232,7 @@ func costRing(t Topology, bytes float64, repair bool) Estimate {
 			t.Nodes[p.v].NICs[p.j].Bandwidth()/float64(in[[2]int{p.v, p.j}]))
 	}
 	ranks := len(o) * t.ranks()
-	sec := 2*float64(ranks-1)*t.alpha(o) + volume(ranks)*bytes/float64(chans)/rmin
+	sec := t.RingLatency(o) + volume(ranks)*bytes/float64(chans)/rmin
 	return Estimate{Seconds: sec, Rings: [][]int{o}, Shares: []float64{1}}
 }
 
@@ -266,7 +266,7 @@ func costBalance(t Topology, o []int, bytes float64) Estimate {
 	ranks := len(o) * t.ranks()
 	a := volume(ranks)
 	beta := max(a*bytes/t.ringRate(o), cpuLinkTime(t, a*bytes))
-	return Estimate{Seconds: 2*float64(ranks-1)*t.alpha(o) + beta, Rings: [][]int{o}, Shares: []float64{1}}
+	return Estimate{Seconds: t.RingLatency(o) + beta, Rings: [][]int{o}, Shares: []float64{1}}
 }
 
 // cpuLinkTime returns the seconds the busiest CPU link takes for the share of sent bytes a node's
@@ -343,7 +343,7 @@ func groups(t Topology, o []int, thresholds []float64, m Model) ([]group, bool) 
 		}
 		ranks := len(ring) * t.ranks()
 		gs = append(gs, group{ring: ring, rate: r, delta: r - prev, a: volume(ranks),
-			alpha: 2 * float64(ranks-1) * t.alpha(ring)})
+			alpha: t.RingLatency(ring)})
 		prev = r
 	}
 	return gs, reranked
@@ -644,7 +644,7 @@ func optccAt(t Topology, o []int, bytes, y float64, m Model) (Estimate, float64)
 	lv := levels(t, m)
 	if len(lv) < 2 {
 		e := costBalance(t, o, bytes)
-		return e, 2 * float64(len(o)*t.ranks()-1) * t.alpha(o)
+		return e, t.RingLatency(o)
 	}
 	top := lv[len(lv)-1]
 	var core, leaves []int
@@ -668,7 +668,7 @@ func optccAt(t Topology, o []int, bytes, y float64, m Model) (Estimate, float64)
 	}
 	leafLoad := (a*(1-y) + y) * bytes / rslow
 	coreLoad := (a*(1-y) + b*y + float64(len(leaves))/float64(len(core))*y) * bytes / rcore
-	lat := 2*float64(len(o)*g-1)*t.alpha(o) + 2*t.alpha(leaves)
+	lat := t.RingLatency(o) + 2*t.alpha(leaves)
 	return Estimate{Seconds: lat + max(leafLoad, coreLoad), Rings: [][]int{o, core}, Shares: []float64{1 - y, y},
 		Leaves: leaves, Y: y, Reranked: rr}, lat
 }
