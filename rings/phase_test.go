@@ -3,11 +3,15 @@ package rings
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -561,6 +565,8 @@ func TestPlanRejectsBadPhases(t *testing.T) {
 		{"no phases", func(p *Plan) { p.Phases = nil }},
 		{"bad kind", func(p *Plan) { p.Phases[0].Kind = 0 }},
 		{"no stream", func(p *Plan) { p.Phases[0].Stream = nil }},
+		{"external without runner", func(p *Plan) { p.Phases[0].Kind, p.Phases[0].Stream = KindExternal, nil }},
+		{"external past the end", func(p *Plan) { p.Phases[0].Kind, p.Phases[0].Runner, p.Phases[0].Off = KindExternal, &scaleRunner{}, 4 }},
 		{"region past the end", func(p *Plan) { p.Phases[0].Off = 4 }},
 		{"negative offset", func(p *Plan) { p.Phases[0].Off, p.Phases[0].Len = -4, 4 }},
 		{"partial element", func(p *Plan) { p.Phases[0].Len = 6 }},
@@ -589,7 +595,7 @@ func TestPlanRejectsBadPhases(t *testing.T) {
 	if err := AllGather(context.Background(), s, 0, 2, b16, F32, Options{Divisor: NoFinalize}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("AllGather with a divisor: %v", err)
 	}
-	for _, k := range []Kind{KindReduceScatter, KindAllGather, KindAllReduce, 0, 9} {
+	for _, k := range []Kind{KindReduceScatter, KindAllGather, KindAllReduce, KindExternal, 0, 9} {
 		if k.Valid() == (k.String() == fmt.Sprintf("kind(%d)", uint8(k))) {
 			t.Errorf("kind %d: Valid %v, String %q", uint8(k), k.Valid(), k.String())
 		}
@@ -651,5 +657,96 @@ func TestPlanFirstPhaseOnPartOfTheBuffer(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// scaleRunner is an external phase that writes its input times two (F32), or fails with err.
+type scaleRunner struct {
+	err     error
+	ran     bool
+	aborted atomic.Bool
+}
+
+func (s *scaleRunner) Run(ctx context.Context, in, out []byte) error {
+	s.ran = true
+	if s.err != nil {
+		return s.err
+	}
+	for i := 0; i < len(in); i += 4 {
+		v := math.Float32frombits(binary.LittleEndian.Uint32(in[i:]))
+		binary.LittleEndian.PutUint32(out[i:], math.Float32bits(2*v))
+	}
+	return nil
+}
+
+func (s *scaleRunner) Abort(error) { s.aborted.Store(true) }
+
+// TestPlanExternalPhases runs an external phase between ring phases: its output feeds the next phase,
+// and a failure in it, or in a ring phase after it, aborts the plan with recv untouched and the runner
+// told.
+func TestPlanExternalPhases(t *testing.T) {
+	const world, count = 3, 10
+	input := func(r int) []byte {
+		b := make([]byte, 4*count)
+		for i := range count {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(r*100+i)))
+		}
+		return b
+	}
+	streams := memRing(world)
+	out := make([][]byte, world)
+	errs := onEveryRank(world, func(r int) error {
+		out[r] = make([]byte, 4*count)
+		p := Plan{DType: F32, Op: Sum, Phases: []Phase{
+			{Kind: KindExternal, Runner: &scaleRunner{}, Rank: r, World: world, Len: 4 * count},
+			{Kind: KindAllReduce, Stream: streams[r], Rank: r, World: world, Len: 4 * count},
+		}}
+		return p.Execute(context.Background(), input(r), out[r], nil)
+	})
+	for r := range world {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		for i := range count {
+			want := float32(2 * (0*100 + 1*100 + 2*100 + 3*i))
+			if got := math.Float32frombits(binary.LittleEndian.Uint32(out[r][4*i:])); got != want {
+				t.Fatalf("rank %d element %d: %v, want %v", r, i, got, want)
+			}
+		}
+	}
+
+	cause := errors.New("the other tier failed")
+	failing := &scaleRunner{err: cause}
+	recv := bytes.Repeat([]byte{7}, 4*count)
+	p := Plan{DType: F32, Op: Sum, Phases: []Phase{
+		{Kind: KindExternal, Runner: &scaleRunner{}, World: 1, Len: 4 * count},
+		{Kind: KindExternal, Runner: failing, World: 1, Len: 4 * count},
+	}}
+	err := p.Execute(context.Background(), input(0), recv, nil)
+	if !errors.Is(err, ErrAborted) || !errors.Is(err, cause) {
+		t.Fatalf("failing runner: %v, want ErrAborted and the cause", err)
+	}
+	if !bytes.Equal(recv, bytes.Repeat([]byte{7}, 4*count)) {
+		t.Fatal("recv written by a failed plan")
+	}
+	if !failing.aborted.Load() {
+		t.Fatal("the failing runner was not aborted")
+	}
+
+	// A ring phase that fails after an external one: the runner hears of it.
+	first := &scaleRunner{}
+	broken := memRing(2)
+	broken[0].Abort(errors.New("gone"))
+	p = Plan{DType: F32, Op: Sum, Phases: []Phase{
+		{Kind: KindExternal, Runner: first, World: 2, Len: 4 * count},
+		{Kind: KindAllReduce, Stream: broken[0], World: 2, Len: 4 * count},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Execute(ctx, input(0), recv, nil); !errors.Is(err, ErrAborted) {
+		t.Fatalf("broken ring after an external phase: %v", err)
+	}
+	if !first.ran || !first.aborted.Load() {
+		t.Fatalf("first runner: ran %v, aborted %v", first.ran, first.aborted.Load())
 	}
 }

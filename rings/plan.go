@@ -17,14 +17,30 @@ const (
 	KindAllGather
 	// KindAllReduce reduces the whole region over the ring (a reduce-scatter, then an all-gather).
 	KindAllReduce
+	// KindExternal runs the phase's Runner on the region: a collective of another tier (pccl's
+	// hierarchical AllReduce runs its intra-site phases on the rdma fabric this way).
+	KindExternal
 )
 
-var kindNames = [...]string{KindReduceScatter: "reduce-scatter", KindAllGather: "all-gather", KindAllReduce: "all-reduce"}
+var kindNames = [...]string{KindReduceScatter: "reduce-scatter", KindAllGather: "all-gather", KindAllReduce: "all-reduce",
+	KindExternal: "external"}
 
 // Valid reports whether k is one of the defined kinds.
-func (k Kind) Valid() bool { return k >= KindReduceScatter && k <= KindAllReduce }
+func (k Kind) Valid() bool { return k >= KindReduceScatter && k <= KindExternal }
 
-// String returns "reduce-scatter", "all-gather" or "all-reduce".
+// Runner runs a KindExternal phase.
+type Runner interface {
+	// Run reads the phase's input from in and leaves its output in out; both are the phase's region
+	// (in is the caller's send buffer for the first phase of a plan, out's own bytes for the others).
+	// It returns once nothing it started can still read in or write out, also after an error; it
+	// returns an error when ctx ends first.
+	Run(ctx context.Context, in, out []byte) error
+	// Abort tells the runner that the plan failed in another phase, so that it can let the peers of
+	// its phase know. It may be called whether or not Run ran, and from any goroutine.
+	Abort(err error)
+}
+
+// String returns "reduce-scatter", "all-gather", "all-reduce" or "external".
 func (k Kind) String() string {
 	if k.Valid() {
 		return kindNames[k]
@@ -33,10 +49,13 @@ func (k Kind) String() string {
 }
 
 // Phase is one ring collective of a Plan: Kind runs over the ring that Stream, Rank and World describe
-// (as in AllReduce), on bytes [Off, Off+Len) of the plan's staging buffer.
+// (as in AllReduce), on bytes [Off, Off+Len) of the plan's staging buffer. A KindExternal phase runs
+// Runner on that region instead; it has no Stream, Divisor or Quant, and Rank and World only describe
+// it.
 type Phase struct {
 	Kind   Kind
 	Stream Stream
+	Runner Runner // KindExternal only
 	// Rank is this peer's position in the phase's ring, in [0, World).
 	Rank, World int
 	// Off and Len delimit the phase's region of the staging buffer, in bytes; both are multiples of
@@ -180,9 +199,14 @@ func (p Plan) executeInPlace(ctx context.Context, buf []byte, commit func() erro
 	return nil
 }
 
-// abort aborts every Stream of the plan, so that the peers of phases this peer will not run stop too.
+// abort aborts every Stream and Runner of the plan, so that the peers of phases this peer will not run
+// stop too.
 func (p Plan) abort(err error) {
 	for _, ph := range p.Phases {
+		if ph.Kind == KindExternal {
+			ph.Runner.Abort(err)
+			continue
+		}
 		ph.Stream.Abort(err)
 	}
 }
@@ -224,6 +248,17 @@ func checkOp(dt DType, op Op) error {
 // check validates ph over a staging buffer of n bytes of dt, reduced with op (both already valid).
 func (ph Phase) check(n int, dt DType, op Op) error {
 	size := dt.Size()
+	if ph.Kind == KindExternal {
+		switch {
+		case ph.Runner == nil:
+			return fmt.Errorf("%w: an external phase needs a Runner", ErrInvalid)
+		case ph.Off < 0 || ph.Len < 0 || ph.Off > n-ph.Len:
+			return fmt.Errorf("%w: region [%d, %d+%d) outside the %d-byte buffer", ErrInvalid, ph.Off, ph.Off, ph.Len, n)
+		case ph.Off%size != 0 || ph.Len%size != 0:
+			return fmt.Errorf("%w: region [%d, %d+%d) is not made of whole %v elements", ErrInvalid, ph.Off, ph.Off, ph.Len, dt)
+		}
+		return nil
+	}
 	switch {
 	case !ph.Kind.Valid():
 		return fmt.Errorf("%w: kind %v", ErrInvalid, ph.Kind)

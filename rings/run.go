@@ -80,6 +80,13 @@ type run struct {
 // when inPlace). Without inPlace, the parts of work the phase never receives are copied from src first.
 // On failure it returns an error wrapping ErrAborted and the cause, with ph.Stream aborted.
 func runPhase(ctx context.Context, ph Phase, src, work []byte, inPlace bool, dt DType, op Op, pe int, pool *BufferPool) error {
+	if ph.Kind == KindExternal {
+		err := ph.Runner.Run(ctx, src, work)
+		if err != nil && !errors.Is(err, ErrAborted) {
+			err = fmt.Errorf("%w: %w", ErrAborted, err)
+		}
+		return err
+	}
 	return newRun(ph, src, work, inPlace, dt, op, pe).start(ctx, ph.Kind, pool)
 }
 
