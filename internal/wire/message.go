@@ -107,7 +107,12 @@ func Decode(t Type, p []byte) (Message, error) {
 		v := &Connect{Epoch: d.u64("epoch")}
 		n := d.count(16, "ring")
 		for i := 0; i < n; i++ {
-			v.Ring = append(v.Ring, PeerInfo{ID: d.u64("peer id"), Addr: d.str("peer addr"), Site: d.str("peer site")})
+			p := PeerInfo{ID: d.u64("peer id"), Addr: d.str("peer addr"), Site: d.str("peer site")}
+			k := d.count(4, "peer nics")
+			for j := 0; j < k; j++ {
+				p.NICs = append(p.NICs, d.str("peer nic"))
+			}
+			v.Ring = append(v.Ring, p)
 		}
 		m = v
 	case TypeTopology:
@@ -121,7 +126,7 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypePending:
 		m = &Pending{Answer: d.boolean("answer")}
 	case TypeCommence:
-		m = &Commence{Tag: d.u64("tag"), Seq: d.u64("seq"), Epoch: d.u64("epoch")}
+		m = &Commence{Tag: d.u64("tag"), Seq: d.u64("seq"), Epoch: d.u64("epoch"), Alone: d.boolean("alone")}
 	case TypeOutcome:
 		m = &Outcome{Tag: d.u64("tag"), Seq: d.u64("seq"), Code: d.code(), Detail: d.str("detail")}
 	case TypeKick:
@@ -190,7 +195,7 @@ type Hello struct {
 	Caps  uint64   // capability bits, reserved
 	Peer  uint64   // the chosen peer id, or 0 for one assigned by the master
 	Group uint32   // the peer group, 0 by default
-	NICs  []string // the interfaces the peer may use inside its site (names or addresses); may be empty
+	NICs  []string // the peer's NICs inside its site: the listen address (ip:port) of each, in rail order, when it runs the intra-site tier, else as configured; may be empty
 	// Resume, when set, says that the peer was accepted by a master before this connection (one that
 	// restarted, or the same one after the connection broke) and what it holds, so that a restarted
 	// master can rebuild its view from the peers that come back.
@@ -379,6 +384,8 @@ type PeerInfo struct {
 	ID   uint64
 	Addr string
 	Site string
+	// NICs are the peer's announced NICs (Hello.NICs); carried in Connect only.
+	NICs []string
 }
 
 // Connect asks the peer to wire the ring of Epoch: open links to its successor and accept its
@@ -412,6 +419,10 @@ type Commence struct {
 	Tag   uint64
 	Seq   uint64
 	Epoch uint64
+	// Alone says that no other collective of the group was running when this one commenced, nor will
+	// one commence before every member has reported this one done: the collective may use resources
+	// that one collective at a time can hold (the intra-site fabric of a hierarchical AllReduce).
+	Alone bool
 }
 
 // Code is the outcome of an operation.
@@ -612,6 +623,10 @@ func (m *Connect) Append(b []byte) []byte {
 		b = appendU64(b, p.ID)
 		b = appendString(b, p.Addr)
 		b = appendString(b, p.Site)
+		b = appendU32(b, uint32(len(p.NICs)))
+		for _, nic := range p.NICs {
+			b = appendString(b, nic)
+		}
 	}
 	return b
 }
@@ -633,7 +648,8 @@ func (m *Pending) Append(b []byte) []byte { return appendBool(b, m.Answer) }
 func (m *Commence) Append(b []byte) []byte {
 	b = appendU64(b, m.Tag)
 	b = appendU64(b, m.Seq)
-	return appendU64(b, m.Epoch)
+	b = appendU64(b, m.Epoch)
+	return appendBool(b, m.Alone)
 }
 
 func (m *Outcome) Append(b []byte) []byte {

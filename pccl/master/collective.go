@@ -210,6 +210,12 @@ func (m *Machine) checkOp(g *group, o *op) {
 		if m.guard(g, o) {
 			return
 		}
+		alone := true
+		for _, other := range g.ops {
+			if other != o && other.seq != 0 {
+				alone = false // commenced and not retired: some member has not reported it done
+			}
+		}
 		g.seq++
 		o.seq, o.epoch = g.seq, g.epoch
 		o.ring = slices.Clone(g.ring)
@@ -219,7 +225,7 @@ func (m *Machine) checkOp(g *group, o *op) {
 			o.pos[id] = i
 		}
 		for _, id := range o.members {
-			m.send(id, &wire.Commence{Tag: o.tag, Seq: o.seq, Epoch: o.epoch})
+			m.send(id, &wire.Commence{Tag: o.tag, Seq: o.seq, Epoch: o.epoch, Alone: alone})
 		}
 		return
 	}
