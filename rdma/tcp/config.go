@@ -129,7 +129,8 @@ func (c Config) Validate() error {
 // speed from /sys/class/net/<name>/speed where the driver reports one, and its NUMA node from
 // /sys/class/net/<name>/device/numa_node where present (-1 otherwise); sysfs is read only when it
 // shows the same interface (same index), since it may belong to another namespace. Distance is 0 for NICs on the
-// lowest NUMA node seen (or of unknown node) and 1 for the others. Ports are 0.
+// lowest NUMA node seen (or of unknown node) and 1 for the others. Ports are 0. A name may also be an
+// address of the interface (for example "10.1.0.2").
 func HostNICs(names ...string) ([]NICConfig, error) {
 	links, err := netlink.LinkList()
 	if errors.Is(err, netlink.ErrDumpInterrupted) {
@@ -153,8 +154,12 @@ func HostNICs(names ...string) ([]NICConfig, error) {
 	for _, name := range names {
 		l, ok := byName[name]
 		if !ok {
+			l, ok = linkWithAddr(links, name)
+		}
+		if !ok {
 			return nil, fmt.Errorf("tcp: interface %q: not found", name)
 		}
+		name = l.Attrs().Name
 		addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
 		if err != nil {
 			return nil, fmt.Errorf("tcp: addresses of %s: %w", name, err)
@@ -189,6 +194,26 @@ func HostNICs(names ...string) ([]NICConfig, error) {
 		}
 	}
 	return nics, nil
+}
+
+// linkWithAddr returns the link among links that has the address s, if s is an IP address.
+func linkWithAddr(links []netlink.Link, s string) (netlink.Link, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return nil, false
+	}
+	for _, l := range links {
+		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			continue
+		}
+		for _, la := range addrs {
+			if b, ok := netip.AddrFromSlice(la.IP); ok && b.Unmap() == a.Unmap() {
+				return l, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // sysfsInt reads one integer from a sysfs file, or returns def when the file is missing, unreadable or

@@ -140,20 +140,58 @@ func (e *Endpoint) open() error {
 
 // inNS runs fn with its sockets created in the endpoint's namespace: on a fresh OS thread that enters
 // the namespace and is never unlocked (the runtime discards it), so no other goroutine runs there.
-func (e *Endpoint) inNS(fn func() error) error {
-	if e.ns == netns.None() {
+func (e *Endpoint) inNS(fn func() error) error { return inNamespace(e.ns, e.cfg.NetNS, fn) }
+
+// inNamespace runs fn on a fresh OS thread that enters ns (named path, for errors) and is never
+// unlocked, so that the runtime discards it; with netns.None() it runs fn on the calling goroutine.
+func inNamespace(ns netns.NsHandle, path string, fn func() error) error {
+	if ns == netns.None() {
 		return fn()
 	}
 	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread is discarded with the namespace it entered
-		if err := netns.Set(e.ns); err != nil {
-			ch <- fmt.Errorf("tcp: enter %s: %w", e.cfg.NetNS, err)
+		if err := netns.Set(ns); err != nil {
+			ch <- fmt.Errorf("tcp: enter %s: %w", path, err)
 			return
 		}
 		ch <- fn()
 	}()
 	return <-ch
+}
+
+// InNetNS runs fn with its sockets and netlink requests in the network namespace at path (the
+// calling goroutine's own when path is empty), as Config.NetNS does for an endpoint.
+func InNetNS(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return fmt.Errorf("tcp: namespace %s: %w", path, err)
+	}
+	defer ns.Close()
+	return inNamespace(ns, path, fn)
+}
+
+// ReservePorts gives every NIC of nics whose Port is 0 a port the kernel picks, by listening on the
+// NIC's address once, in the namespace at netnsPath (see InNetNS). A node announces its NICs' listen
+// addresses before it opens an endpoint on them; Listen then binds the same ports.
+func ReservePorts(netnsPath string, nics []NICConfig) error {
+	return InNetNS(netnsPath, func() error {
+		for i := range nics {
+			if nics[i].Port != 0 {
+				continue
+			}
+			ln, err := net.Listen("tcp", netip.AddrPortFrom(nics[i].Addr, 0).String())
+			if err != nil {
+				return fmt.Errorf("tcp: reserve a port on %s (%s): %w", nics[i].Interface, nics[i].Addr, err)
+			}
+			nics[i].Port = ln.Addr().(*net.TCPAddr).AddrPort().Port()
+			ln.Close()
+		}
+		return nil
+	})
 }
 
 // control binds a socket to an interface and sets TCP_USER_TIMEOUT before it connects or listens.
