@@ -44,6 +44,7 @@ type Communicator struct {
 	held     atomic.Pointer[heldState]
 
 	links *links
+	site  *siteTier // the intra-site tier, nil without Site and NICs (sitetier.go)
 
 	reqs     chan request       // callers and I/O goroutines -> run
 	connects chan *wire.Connect // run -> wiring, latest wins
@@ -112,8 +113,16 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		calls:    map[uint64]*callEntry{},
 	}
 	c.view.Store(&view{})
+	if cfg.Site != "" && len(cfg.NICs) > 0 {
+		t, err := openSiteTier(cfg, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		c.site = t
+	}
 	ln, err := cfg.Transport.Listen(cfg.ListenAddr)
 	if err != nil {
+		c.site.close()
 		return nil, fmt.Errorf("pccl: listen for links on %s: %w", cfg.ListenAddr, err)
 	}
 	adv := cfg.AdvertiseAddr
@@ -125,6 +134,7 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 	cancel()
 	if err != nil {
 		ln.Close()
+		c.site.close()
 		return nil, fmt.Errorf("pccl: dial master %s: %w: %w", cfg.Master, ErrMasterLost, err)
 	}
 	c.master, c.adv = mc, adv
@@ -132,12 +142,14 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 	if err != nil {
 		ln.Close()
 		mc.Close()
+		c.site.close()
 		return nil, err
 	}
 	c.id = welcome.Peer
 	if err := c.startGossip(); err != nil {
 		ln.Close()
 		mc.Close()
+		c.site.close()
 		return nil, err
 	}
 	c.links = newLinks(c, ln)
@@ -183,7 +195,11 @@ func (c *Communicator) hello(ctx context.Context, conn net.Conn, resume *wire.Re
 	if err := wire.Exchange(conn, wire.KindControl); err != nil {
 		return nil, fmt.Errorf("pccl: master handshake: %w", err)
 	}
-	h := &wire.Hello{Token: c.cfg.Token, Addr: c.adv, Site: c.cfg.Site, Peer: c.cfg.ID, Group: c.cfg.Group, NICs: c.cfg.NICs, Resume: resume}
+	nics := c.cfg.NICs
+	if c.site != nil {
+		nics = c.site.addrs
+	}
+	h := &wire.Hello{Token: c.cfg.Token, Addr: c.adv, Site: c.cfg.Site, Peer: c.cfg.ID, Group: c.cfg.Group, NICs: nics, Resume: resume}
 	if _, err := conn.Write(wire.AppendFrame(nil, h)); err != nil {
 		return nil, fmt.Errorf("pccl: send hello: %w: %w", ErrMasterLost, err)
 	}
@@ -244,11 +260,30 @@ type Stats struct {
 	LinksOpened uint64
 	// LinksAccepted is the number of data connections it accepted from ring predecessors.
 	LinksAccepted uint64
+	// SiteCollectives is the number of hierarchical AllReduces whose site phases ran on the
+	// intra-site fabric (Config.NICs), completed or not.
+	SiteCollectives uint64
+	// SiteGenerations is the number of intra-site fabrics this peer opened: one per ring change of
+	// its site and one after each collective that failed on it.
+	SiteGenerations uint64
+	// SiteBytes is the number of data bytes this peer received on the intra-site fabric.
+	SiteBytes int64
+	// SiteFailovers is the number of paths that hot repair moved to another NIC pair, with this peer
+	// sending, counted when a collective completes on the fabric.
+	SiteFailovers uint64
 }
 
 // Stats returns the communicator's counters. It may be called from any goroutine.
 func (c *Communicator) Stats() Stats {
-	return Stats{LinksOpened: c.links.opened.Load(), LinksAccepted: c.links.accepted.Load()}
+	s := Stats{LinksOpened: c.links.opened.Load(), LinksAccepted: c.links.accepted.Load()}
+	if t := c.site; t != nil {
+		s.SiteCollectives, s.SiteGenerations, s.SiteFailovers = t.collectives.Load(), t.generations.Load(), t.failovers.Load()
+		s.SiteBytes = t.retiredBytes.Load()
+		if f := t.peek(); f != nil {
+			s.SiteBytes += f.ep.ReceivedBytes()
+		}
+	}
+	return s
 }
 
 // newCall returns a fresh call id and the channel its replies arrive on.
@@ -572,6 +607,7 @@ func (c *Communicator) Close() error {
 		c.masterConn().Close()
 		c.links.close()
 		c.wg.Wait()
+		c.site.close()
 		c.stopGossip()
 	})
 	return nil

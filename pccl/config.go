@@ -25,11 +25,18 @@ type Config struct {
 	// the ring holds several sites of the same size (at least two peers each), AllReduce runs
 	// hierarchically: inside each site, then across sites on one WAN ring per site rank.
 	Site string
-	// NICs lists the local network interfaces (names or addresses) this peer may use for traffic
-	// inside its site. Entries must be non-empty and distinct. They are announced to the master, which
-	// lists them with the peer; the intra-site phases of the hierarchical AllReduce do not use them yet
-	// and run over this peer's links from ListenAddr. Default: none.
+	// NICs lists the local network interfaces (names such as "eth2", or their IPv4 addresses) this
+	// peer uses for traffic inside its site, in rail order: NIC i of one peer talks to NIC i of the
+	// others. Entries must be non-empty and distinct. With a Site, Connect opens a port on each and
+	// announces the listen addresses; when every peer of the site lists as many NICs, the reduce-scatter
+	// and all-gather inside the site run on the intra-site tier (rdma, with hot repair: a NIC that fails
+	// mid-operation costs bandwidth, not the operation) whenever the master runs the AllReduce alone,
+	// and over this peer's links from ListenAddr otherwise. Without a Site they are only announced.
+	// Default: none.
 	NICs []string
+	// NICNetNS is the network namespace the NICs are in (a path such as /var/run/netns/site0-a), for
+	// test beds that run several peers in one process. Default: the process's own.
+	NICNetNS string
 	// Group is the peer group this peer joins (a 32-bit id, as in PCCL): shared state and collectives
 	// span one group, and each group has its own ring and epochs under the one master. Default 0.
 	Group uint32

@@ -12,7 +12,9 @@ package pccl
 // ring's when the master wires an epoch. The hierarchy is derived from the master's Connect (the ring
 // of the epoch and the site each peer announced), so every peer of an epoch computes the same one, and
 // a peer's death leaves its site ring and its WAN ring in the one membership change that removes it
-// from the ring. The intra-site phases run over these TCP links, not over the rdma tier.
+// from the ring. When the peers of the site run the intra-site tier (Config.NICs) and the master
+// commenced the collective alone, the two site phases run on the rdma fabric instead of the site
+// ring's links (sitetier.go), and the WAN ring reduces the fabric's block of this peer.
 
 import (
 	"context"
@@ -118,6 +120,25 @@ func (h hierarchy) ring(r subRing) ([]uint64, int) {
 	return h.wan, h.wanRank
 }
 
+// fabricPlan builds the three phases over count elements of d.DType with the site phases on the
+// intra-site fabric f: the WAN ring reduces this peer's block of the fabric's equal blocks.
+func (h hierarchy) fabricPlan(count int, d Desc, partBytes int, t *siteTier, f *siteFabric, wan rings.Stream) rings.Plan {
+	size := d.DType.Size()
+	shard := siteShard(count, h.siteRank, len(h.site))
+	op := d.Op
+	if op == rings.Avg {
+		op = rings.Sum // unfinalized inside the site: the WAN ring divides by the total peer count
+	}
+	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: []rings.Phase{
+		{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, dt: d.DType, op: op, count: count},
+			Rank: h.siteRank, World: len(h.site), Len: count * size},
+		{Kind: rings.KindAllReduce, Stream: wan, Rank: h.wanRank, World: len(h.wan),
+			Off: shard.Off * size, Len: shard.Len * size, Divisor: rings.Divisor(h.world), Quant: d.Quant},
+		{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, gather: true, dt: d.DType, op: op, count: count},
+			Rank: h.siteRank, World: len(h.site), Len: count * size},
+	}}
+}
+
 // plan builds the three phases over count elements of d.DType.
 func (h hierarchy) plan(count int, d Desc, partBytes int, site1, wan, site2 rings.Stream) rings.Plan {
 	size := d.DType.Size()
@@ -140,9 +161,10 @@ type subPool struct {
 
 // hierLinks is the state the links keep for hierarchical collectives. Guarded by links.mu.
 type hierLinks struct {
-	sites map[uint64]string // every peer's announced site, from the master's Connect
-	cur   hierarchy         // the hierarchy of the last wired ring
-	ok    bool              // cur is hierarchical
+	sites map[uint64]string   // every peer's announced site, from the master's Connect
+	nics  map[uint64][]string // every peer's announced NICs, likewise
+	cur   hierarchy           // the hierarchy of the last wired ring
+	ok    bool                // cur is hierarchical
 	pools [numSubRings]subPool
 }
 
@@ -174,10 +196,12 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 	l.mu.Lock()
 	if l.hier.sites == nil {
 		l.hier.sites = map[uint64]string{}
+		l.hier.nics = map[uint64][]string{}
 	}
 	for i, p := range m.Ring {
 		ring[i] = p.ID
 		l.hier.sites[p.ID] = p.Site
+		l.hier.nics[p.ID] = p.NICs
 	}
 	sites := l.hier.sites
 	h, ok := deriveHierarchy(ring, func(id uint64) string { return sites[id] }, l.c.id)
@@ -248,6 +272,17 @@ func (l *links) hierarchyFor(ring []uint64) (hierarchy, bool) {
 	return deriveHierarchy(ring, func(id uint64) string { return sites[id] }, l.c.id)
 }
 
+// siteNICs returns the announced NICs of the peers of site.
+func (l *links) siteNICs(site []uint64) map[uint64][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[uint64][]string, len(site))
+	for _, id := range site {
+		out[id] = l.hier.nics[id]
+	}
+	return out
+}
+
 // subStream opens the stream of one phase of collective (tag, seq) on sub-ring r of hierarchy h.
 func (l *links) subStream(tag, seq, epoch uint64, h hierarchy, r subRing, h2 *opHandle) (*stream, error) {
 	l.mu.Lock()
@@ -271,10 +306,22 @@ func (r subRing) String() string {
 // master, as runOp does for the flat ring.
 func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan reply, h *opHandle, st *opStart, hv hierarchy, send, recv []byte, d Desc) error {
 	what := fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, st.seq)
-	marks := []struct {
+	type mark struct {
 		mark uint64
 		ring subRing
-	}{{markSiteReduce, siteRing}, {markWAN, wanRing}, {markSiteGather, siteRing}}
+	}
+	marks := []mark{{markSiteReduce, siteRing}, {markWAN, wanRing}, {markSiteGather, siteRing}}
+	var fab *siteFabric
+	if st.alone && c.site.usable(hv.site, c.links.siteNICs(hv.site)) {
+		// The site phases run on the intra-site fabric (sitetier.go); only the WAN ring needs a stream.
+		f, err := c.site.acquire(fabricGen{st.epoch, st.siteGen}, hv.site, c.links.siteNICs(hv.site), c.id)
+		if err != nil {
+			return c.report(call, ch, d.Tag, &wire.Done{Code: codeOf(err), Detail: err.Error()}, what)
+		}
+		defer c.site.release()
+		fab = f
+		marks = []mark{{markWAN, wanRing}}
+	}
 	streams := make([]*stream, 0, len(marks))
 	defer func() {
 		for _, s := range streams {
@@ -290,6 +337,16 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 	}
 	stop := context.AfterFunc(ctx, func() { h.abort(ctx.Err()) })
 	defer stop()
+	// The fabric's phases stop when the collective is aborted, by the caller or by the master.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-h.aborted:
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
 
 	reported := false
 	var verdict error
@@ -300,10 +357,22 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 		verdict = c.report(call, ch, d.Tag, &wire.Done{Code: wire.CodeOK}, what)
 		return verdict
 	}
-	p := hv.plan(d.Count, d, c.cfg.PartBytes, streams[0], streams[1], streams[2])
-	err := p.Execute(ctx, send, recv, commit)
+	var p rings.Plan
+	if fab != nil {
+		p = hv.fabricPlan(d.Count, d, c.cfg.PartBytes, c.site, fab, streams[0])
+	} else {
+		p = hv.plan(d.Count, d, c.cfg.PartBytes, streams[0], streams[1], streams[2])
+	}
+	err := p.Execute(rctx, send, recv, commit)
+	if fab != nil {
+		c.site.account(fab)
+	}
 	if err == nil {
 		return nil
+	}
+	if fab != nil {
+		// Every peer of the site retires this generation: the master aborts the collective on all.
+		c.site.retire()
 	}
 	if reported {
 		if verdict != nil {

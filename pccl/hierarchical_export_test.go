@@ -7,3 +7,30 @@ func HierarchyForTest(c *Communicator) (site, wan []uint64, ok bool) {
 	h, ok := c.links.hierarchyFor(ring)
 	return h.site, h.wan, ok
 }
+
+// SiteFabricForTest describes c's intra-site fabric: whether one is open, its generation (epoch and
+// last aborted sequence number), the chunk bytes its endpoint received, and its node's failovers.
+func SiteFabricForTest(c *Communicator) (open bool, epoch, gen uint64, received int64, failovers int) {
+	t := c.site
+	if t == nil {
+		return false, 0, 0, 0, 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fab == nil {
+		return false, 0, 0, 0, 0
+	}
+	return true, t.fab.gen.epoch, t.fab.gen.seq, t.fab.ep.ReceivedBytes(), t.fab.stats().Failovers
+}
+
+// SiteReceivedForTest returns the chunk bytes c's open intra-site fabric received so far, without
+// waiting for a collective that holds the tier (0 when none is open).
+func SiteReceivedForTest(c *Communicator) int64 {
+	if c.site == nil {
+		return 0
+	}
+	if f := c.site.peek(); f != nil {
+		return f.ep.ReceivedBytes()
+	}
+	return 0
+}

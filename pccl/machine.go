@@ -42,6 +42,9 @@ type machine struct {
 	writeDue  time.Time // until then
 
 	ops map[uint64]*opState // collectives of this peer by tag
+	// lastAbort is the last commenced collective the master aborted (its epoch and sequence number):
+	// opStart.siteGen.
+	lastAbort struct{ epoch, seq uint64 }
 
 	incarnation uint64           // of the master that accepted this peer (its Welcome)
 	lastStep    *wire.StepReport // the last step reported, for a Resume report
@@ -213,6 +216,12 @@ type opStart struct {
 	seq   uint64
 	epoch uint64
 	ring  []uint64
+	// alone is the master's word that no other collective of the group runs beside this one
+	// (wire.Commence.Alone); siteGen is the sequence number of the last collective of this epoch
+	// that the master aborted before this one commenced, 0 if none. Every member gets the same two,
+	// so they name the same generation of the intra-site fabric (sitetier.go).
+	alone   bool
+	siteGen uint64
 }
 
 // writeGrace is how long a failed write to the master waits for the reader's verdict (a Kick sent
@@ -467,6 +476,9 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 			return // the verdict on an operation this peer no longer runs
 		}
 		o.outcome = msg
+		if msg.Seq != 0 && o.seq == msg.Seq && msg.Code != wire.CodeOK {
+			m.lastAbort.epoch, m.lastAbort.seq = o.epoch, msg.Seq
+		}
 		switch o.phase {
 		case opRunning:
 			if msg.Code != wire.CodeOK {
@@ -543,7 +555,11 @@ func (m *machine) commence(now time.Time, msg *wire.Commence, emit func(any)) {
 		return
 	}
 	o.phase = opRunning
-	emit(replyAct{reply{call: o.call, start: &opStart{seq: msg.Seq, epoch: msg.Epoch, ring: slices.Clone(m.ring)}}})
+	st := &opStart{seq: msg.Seq, epoch: msg.Epoch, ring: slices.Clone(m.ring), alone: msg.Alone}
+	if m.lastAbort.epoch == msg.Epoch {
+		st.siteGen = m.lastAbort.seq
+	}
+	emit(replyAct{reply{call: o.call, start: st}})
 }
 
 // cancel handles a caller that gave up.

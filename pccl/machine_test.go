@@ -157,7 +157,7 @@ func runPeerScenario(t *testing.T, file string) string {
 				}
 				msg = &wire.Connect{Epoch: num("epoch", 0), Ring: ps}
 			case "commence":
-				msg = &wire.Commence{Tag: num("tag", 0), Seq: num("seq", 0), Epoch: num("epoch", 0)}
+				msg = &wire.Commence{Tag: num("tag", 0), Seq: num("seq", 0), Epoch: num("epoch", 0), Alone: args["alone"] == "yes"}
 			case "outcome":
 				o := &wire.Outcome{Tag: num("tag", 0), Seq: num("seq", 0), Code: codeNamed(t, args["code"])}
 				if o.Code != wire.CodeOK {
@@ -302,7 +302,14 @@ func formatPeerAction(a any) string {
 		r := a.r
 		switch {
 		case r.start != nil:
-			return fmt.Sprintf("reply %d start seq=%d epoch=%d ring=%v", r.call, r.start.seq, r.start.epoch, r.start.ring)
+			s := fmt.Sprintf("reply %d start seq=%d epoch=%d ring=%v", r.call, r.start.seq, r.start.epoch, r.start.ring)
+			if r.start.alone {
+				s += " alone"
+			}
+			if r.start.siteGen != 0 {
+				s += fmt.Sprintf(" site-gen=%d", r.start.siteGen)
+			}
+			return s
 		case r.err != nil:
 			return fmt.Sprintf("reply %d %s", r.call, errorKinds(r.err))
 		case r.msg != nil:

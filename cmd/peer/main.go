@@ -64,7 +64,7 @@ func commonFlags() []cli.Flag {
 		&cli.StringFlag{Name: "site", EnvVars: []string{"CONCORD_SITE"},
 			Usage: "datacenter or region of this peer, used to order the ring"},
 		&cli.StringSliceFlag{Name: "nics", EnvVars: []string{"CONCORD_NICS"},
-			Usage: "network interfaces (names or addresses) this peer may use inside its site, comma-separated"},
+			Usage: "network interfaces (names or IPv4 addresses) this peer uses inside its site, in rail order, comma-separated; with --site the collectives inside the site run on them (the intra-site tier, with hot repair)"},
 		&cli.StringFlag{Name: "preset", Value: "lan", EnvVars: []string{"CONCORD_PRESET"},
 			Usage: "connection preset: lan (1 connection per neighbour) or wan (4, more patience)"},
 		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"CONCORD_LOG_FORMAT"},

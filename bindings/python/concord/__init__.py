@@ -215,8 +215,8 @@ class Communicator:
     ``group`` is the peer group (collectives and shared state span one group; see the package README
     for its status), ``pool_size`` the connections per ring neighbour, ``secret`` the run secret,
     ``transport`` "tcp" (default), "tls" or "quic" (both need ``secret``, and the master the same
-    transport), ``site`` the datacenter name, ``nics`` the network interfaces announced for intra-site
-    traffic, ``preset`` "lan" or "wan", ``listen``/``advertise`` the address this peer accepts ring
+    transport), ``site`` the datacenter name, ``nics`` the network interfaces (names or addresses, in
+    rail order) the intra-site tier runs on when ``site`` is set, ``preset`` "lan" or "wan", ``listen``/``advertise`` the address this peer accepts ring
     links on and the one neighbours dial."""
 
     def __init__(self, master: str, *, group: int = 0, pool_size: int = 0, secret: str | None = None,

@@ -1,0 +1,332 @@
+package pccl
+
+// The intra-site tier. A peer that names its site and lists NICs (Config.Site, Config.NICs) opens one
+// port per NIC at Connect and announces the NICs' listen addresses to the master, which hands them to
+// every peer in Connect. When every peer of a site announced as many NICs as this one, the hierarchical
+// AllReduce runs its reduce-scatter and all-gather inside the site on the rdma fabric (rdma/tcp: one
+// socket per NIC pair and connection class, multi-rail channels, hot repair of every path), so that a
+// NIC or link failure inside the site costs bandwidth, not the operation.
+//
+// An rdma node serves one ring and one collective at a time, and a collective on it cannot be
+// stopped: it runs until it completes or its endpoint closes. Hence:
+//
+//   - The fabric is used only by a collective the master commenced alone (wire.Commence.Alone): no
+//     other collective of the group runs beside it, on any peer. The others run their site phases on
+//     the site ring's TCP links.
+//   - Fabrics come in generations, named by the epoch and the last collective of the epoch the master
+//     aborted (opStart.siteGen): every member of a collective gets the same two, so every peer of a
+//     site opens the same generation. A node's id hashes the peer id with the generation, so that a
+//     socket of another generation is refused by the provider's hello.
+//   - A collective that fails closes its fabric before it returns: once the endpoint is closed nothing
+//     of the abandoned collective can touch the caller's buffers. The master aborts the collective on
+//     every peer, so every peer of the site closes its fabric too, and the next collective opens the
+//     next generation everywhere.
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/concord-ccl/concord/rdma"
+	"github.com/concord-ccl/concord/rdma/tcp"
+	"github.com/concord-ccl/concord/rings"
+)
+
+// siteRepair are the hot-repair deadlines of the intra-site tier. A peer shares its cores with the
+// training and with the WAN tier, so a late acknowledgement must not look like a failure: a NIC that
+// goes down is seen at once through its link state, and a silent one within about a second.
+var siteRepair = rdma.RepairConfig{
+	MinAckTimeout: 200 * time.Millisecond,
+	MaxAckTimeout: 2 * time.Second,
+	ProbeTimeout:  200 * time.Millisecond,
+	StallTimeout:  time.Second,
+}
+
+// siteTier is one peer's intra-site tier: its NICs, and the fabric of the current generation.
+type siteTier struct {
+	nics  []tcp.NICConfig // Port reserved at open
+	netns string
+	addrs []string // announced: each NIC's listen address, ip:port, in NIC order
+	log   *slog.Logger
+
+	mu     sync.Mutex // held by the collective that uses the fabric, for its whole run
+	fab    *siteFabric
+	closed bool
+	cur    atomic.Pointer[siteFabric] // fab, for progress reads that must not wait for mu
+
+	// Counters for Communicator.Stats.
+	collectives, generations, failovers atomic.Uint64
+	retiredBytes                        atomic.Int64 // received by the fabrics already closed
+}
+
+// fabricGen names one generation of a site's fabric (see the package comment above).
+type fabricGen struct{ epoch, seq uint64 }
+
+// siteFabric is one generation of the fabric: an endpoint on the peer's NICs and an rdma node on the
+// ring of the site's peers.
+type siteFabric struct {
+	gen  fabricGen
+	site []uint64 // the site ring, peer ids
+	ep   *tcp.Endpoint
+	node *rdma.Node
+	rank int
+	// Scratch for counts that the site's peers do not divide: rdma blocks are equal, so the buffer is
+	// padded to a whole number of blocks. blk holds this peer's block for the all-gather.
+	padIn, padOut, blk []byte
+	failovers          int // the node's Failovers when last counted
+}
+
+// openSiteTier resolves cfg.NICs (names or addresses, in cfg.NICNetNS) and reserves a port on each.
+func openSiteTier(cfg Config, log *slog.Logger) (*siteTier, error) {
+	var nics []tcp.NICConfig
+	err := tcp.InNetNS(cfg.NICNetNS, func() error {
+		var err error
+		nics, err = tcp.HostNICs(cfg.NICs...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: Config.NICs: %w", ErrInvalid, err)
+	}
+	if len(nics) != len(cfg.NICs) {
+		return nil, fmt.Errorf("%w: Config.NICs: %d of %q have an IPv4 address", ErrInvalid, len(nics), cfg.NICs)
+	}
+	if err := tcp.ReservePorts(cfg.NICNetNS, nics); err != nil {
+		return nil, fmt.Errorf("pccl: intra-site NICs: %w", err)
+	}
+	t := &siteTier{nics: nics, netns: cfg.NICNetNS, log: log}
+	for _, n := range nics {
+		t.addrs = append(t.addrs, netip.AddrPortFrom(n.Addr, n.Port).String())
+	}
+	return t, nil
+}
+
+// usable reports whether the site's peers can run on the fabric: each announced as many NICs as this
+// peer, every one an ip:port. Every peer decides alike from the same Connect.
+func (t *siteTier) usable(site []uint64, nics map[uint64][]string) bool {
+	if t == nil {
+		return false
+	}
+	for _, id := range site {
+		addrs := nics[id]
+		if len(addrs) != len(t.nics) {
+			return false
+		}
+		for _, a := range addrs {
+			if _, err := netip.ParseAddrPort(a); err != nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// siteNodeID is the rdma node id of peer in generation gen.
+func siteNodeID(peer uint64, gen fabricGen) rdma.NodeID {
+	var b [24]byte
+	binary.LittleEndian.PutUint64(b[0:], peer)
+	binary.LittleEndian.PutUint64(b[8:], gen.epoch)
+	binary.LittleEndian.PutUint64(b[16:], gen.seq)
+	return rdma.NodeID(xxh3.Hash(b[:]))
+}
+
+// acquire locks the tier for one collective and returns the fabric of generation gen for the site
+// ring site (this peer is me), opening it if the current one is of another generation or ring. The
+// caller calls release when the collective is over, after retire if it failed.
+func (t *siteTier) acquire(gen fabricGen, site []uint64, nics map[uint64][]string, me uint64) (*siteFabric, error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if t.fab != nil && (t.fab.gen != gen || !slices.Equal(t.fab.site, site)) {
+		t.retire()
+	}
+	if t.fab == nil {
+		f, err := t.open(gen, site, nics, me)
+		if err != nil {
+			t.mu.Unlock()
+			return nil, err
+		}
+		t.fab = f
+		t.cur.Store(f)
+		t.generations.Add(1)
+	}
+	return t.fab, nil
+}
+
+// release unlocks the tier after a collective.
+func (t *siteTier) release() { t.mu.Unlock() }
+
+// retire closes the current fabric (the tier is locked by the caller): its collective failed.
+func (t *siteTier) retire() {
+	if t.fab != nil {
+		t.fab.close()
+		t.retiredBytes.Add(t.fab.ep.ReceivedBytes())
+		t.fab = nil
+		t.cur.Store(nil)
+	}
+}
+
+// account counts a collective that ran on fabric f, and the failovers of f's node so far if f is still
+// open (the tier is locked by the caller).
+func (t *siteTier) account(f *siteFabric) {
+	t.collectives.Add(1)
+	if t.fab != f {
+		return
+	}
+	if n := f.stats().Failovers; n > f.failovers {
+		t.failovers.Add(uint64(n - f.failovers))
+		f.failovers = n
+	}
+}
+
+// peek returns the open fabric without locking the tier (nil if none); only its endpoint's counters
+// may be read.
+func (t *siteTier) peek() *siteFabric { return t.cur.Load() }
+
+// close closes the tier for good; it waits for a collective that holds it.
+func (t *siteTier) close() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.retire()
+	t.closed = true
+}
+
+// open listens on the tier's NICs as the node of generation gen and starts the rdma node of the site
+// ring; the node connects to its neighbours in the background.
+func (t *siteTier) open(gen fabricGen, site []uint64, nics map[uint64][]string, me uint64) (*siteFabric, error) {
+	ring := make([]rdma.NodeID, len(site))
+	peers := map[rdma.NodeID][]netip.AddrPort{}
+	for i, id := range site {
+		ring[i] = siteNodeID(id, gen)
+		if slices.Contains(ring[:i], ring[i]) {
+			return nil, fmt.Errorf("%w: intra-site node ids collide in generation %v; the next one differs", ErrPeerLeft, gen)
+		}
+		if id == me {
+			continue
+		}
+		for _, a := range nics[id] {
+			ap, err := netip.ParseAddrPort(a)
+			if err != nil {
+				return nil, fmt.Errorf("%w: peer %d announced NIC %q: %w", ErrInvalid, id, a, err)
+			}
+			peers[ring[i]] = append(peers[ring[i]], ap)
+		}
+	}
+	rank := slices.Index(site, me)
+	ep, err := tcp.Listen(tcp.Config{Node: ring[rank], NICs: t.nics, Peers: peers, NetNS: t.netns})
+	if err != nil {
+		return nil, fmt.Errorf("pccl: open the intra-site fabric: %w", err)
+	}
+	node, err := rdma.NewNode(ep, ring, rdma.Config{Direct: true, Repair: siteRepair})
+	if err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("pccl: start the intra-site node: %w", err)
+	}
+	t.log.Debug("intra-site fabric open", "epoch", gen.epoch, "gen", gen.seq, "site", site, "nics", len(t.nics))
+	return &siteFabric{gen: gen, site: slices.Clone(site), ep: ep, node: node, rank: rank}, nil
+}
+
+// close closes the endpoint and waits for its goroutines: no operation of the node runs afterwards.
+func (f *siteFabric) close() { f.ep.Close() }
+
+// stats returns the node's hot-repair counters.
+func (f *siteFabric) stats() rdma.Stats {
+	ch := make(chan rdma.Stats, 1)
+	f.ep.Post(func() { ch <- f.node.Stats() })
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(time.Second):
+		return rdma.Stats{}
+	}
+}
+
+// grow returns b resized to n bytes, reallocated only if it is too small.
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}
+
+// sitePhase runs the reduce-scatter (gather false) or the all-gather of a hierarchical AllReduce on
+// the fabric, as a rings.Runner over the whole buffer. Block b of the buffer, b*blk elements on, is
+// owned by the site peer at position b; the WAN phase reduces this peer's block (siteShard).
+type sitePhase struct {
+	t      *siteTier
+	f      *siteFabric
+	gather bool
+	dt     rings.DType
+	op     rings.Op
+	count  int
+}
+
+// siteShard returns this peer's block of count elements on a site of world peers, in elements:
+// blocks of ceil(count/world), the last ones short or empty.
+func siteShard(count, rank, world int) rings.Span {
+	blk := (count + world - 1) / world
+	lo := min(rank*blk, count)
+	return rings.Span{Off: lo, Len: min(lo+blk, count) - lo}
+}
+
+func (p *sitePhase) Run(ctx context.Context, in, out []byte) error {
+	f, size := p.f, p.dt.Size()
+	world := len(f.site)
+	blk := (p.count + world - 1) / world
+	padded := blk * world * size
+	own := siteShard(p.count, f.rank, world)
+	lo, hi := own.Off*size, (own.Off+own.Len)*size
+	f.blk = grow(f.blk, blk*size)
+	var err error
+	if !p.gather {
+		src := in
+		if padded != len(in) {
+			f.padIn = grow(f.padIn, padded)
+			copy(f.padIn, in)
+			clear(f.padIn[len(in):])
+			src = f.padIn
+		}
+		if err = f.node.ReduceScatter(ctx, src, f.blk, p.dt, p.op); err == nil {
+			copy(out[lo:hi], f.blk)
+		}
+	} else {
+		clear(f.blk[copy(f.blk, in[lo:hi]):])
+		dst := out
+		if padded != len(out) {
+			f.padOut = grow(f.padOut, padded)
+			dst = f.padOut
+		}
+		if err = f.node.AllGather(ctx, f.blk, dst, p.dt); err == nil && padded != len(out) {
+			copy(out, dst)
+		}
+	}
+	if err != nil {
+		// Nothing of the collective may touch in or out once Run returns.
+		p.t.retire()
+		what := "reduce-scatter"
+		if p.gather {
+			what = "all-gather"
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("intra-site %s on the rdma fabric: %w", what, err)
+		}
+		return fmt.Errorf("%w: intra-site %s on the rdma fabric: %w", ErrPeerLeft, what, err)
+	}
+	return nil
+}
+
+// Abort does nothing: the fabric is retired when the collective fails (runHierarchical), and the
+// site's peers stop when the master aborts the collective everywhere.
+func (p *sitePhase) Abort(error) {}

@@ -1,0 +1,407 @@
+package pccl_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/concord-ccl/concord/internal/netlab"
+	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/pccl/master"
+)
+
+// The intra-site fabric tests run every peer's NICs in a network namespace of a netlab test bed (one
+// bridge per rail), while the master, the WAN rings and the site rings' TCP links stay on the
+// in-memory network. They need root.
+
+// siteLab builds a lab of nodes namespaces with nics NICs each at mbit (0: unlimited), torn down when
+// the test ends, or skips the test when this process cannot create namespaces.
+func siteLab(t *testing.T, nodes, nics, mbit int) *netlab.Lab {
+	t.Helper()
+	if err := netlab.Available(); err != nil {
+		t.Skipf("skipping: the intra-site fabric tests build network namespaces: %v", err)
+	}
+	lab, err := netlab.New(netlab.Config{Nodes: nodes, NICs: nics, NICMbit: mbit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Close(); err != nil {
+			t.Errorf("tear the lab down: %v", err)
+		}
+	})
+	return lab
+}
+
+// onLab gives peer i the NICs of lab node i.
+func onLab(lab *netlab.Lab, nics int) func(i int, cfg *pccl.Config) {
+	return func(i int, cfg *pccl.Config) {
+		for r := range nics {
+			cfg.NICs = append(cfg.NICs, netlab.NICName(r))
+		}
+		cfg.NICNetNS = lab.Node(i).Path()
+	}
+}
+
+// requireFabric checks that every peer has an open intra-site fabric of one generation, and returns it.
+func requireFabric(t *testing.T, comms []*pccl.Communicator) (epoch, gen uint64) {
+	t.Helper()
+	for i, c := range comms {
+		open, e, g, received, _ := pccl.SiteFabricForTest(c)
+		if !open || received == 0 {
+			t.Fatalf("peer %d: intra-site fabric open %v, %d bytes received", i, open, received)
+		}
+		if i == 0 {
+			epoch, gen = e, g
+		} else if e != epoch || g != gen {
+			t.Fatalf("peer %d: fabric generation (%d, %d), peer 0 has (%d, %d)", i, e, g, epoch, gen)
+		}
+	}
+	return epoch, gen
+}
+
+// sumOnEvery runs one f32 Sum AllReduce of count elements (seeded inputs) on every peer and checks
+// every element and that all results are bit-identical.
+func sumOnEvery(ctx context.Context, t *testing.T, comms []*pccl.Communicator, tag uint64, count, seed int) {
+	t.Helper()
+	bufs, want := inputs(len(comms), count, seed)
+	errs := each(comms, func(i int, c *pccl.Communicator) error {
+		b := pccl.Bytes(bufs[i])
+		return c.AllReduce(ctx, b, b, pccl.Desc{Tag: tag, Count: count, DType: pccl.F32, Op: pccl.Sum})
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("count %d: peer %d: %v", count, i, err)
+		}
+		checkSum(t, fmt.Sprintf("count %d: peer %d", count, i), bufs[i], want)
+	}
+}
+
+func TestSiteFabricAllReduce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const sites, per, nics = 2, 3, 2
+	lab := siteLab(t, sites*per, nics, 0)
+	g := newGroup(t, master.Config{})
+	comms, _ := g.startSitesWith(ctx, sites, per, onLab(lab, nics))
+	defer closeAll(comms)
+	requireHierarchical(t, comms, sites, per)
+	n := len(comms)
+
+	// The master lists each peer's NICs as the listen address of each, on the lab's addresses.
+	byID := map[uint64]master.PeerInfo{}
+	for _, p := range g.srv.Snapshot().Peers {
+		byID[uint64(p.ID)] = p
+	}
+	for i, c := range comms {
+		p := byID[c.ID()]
+		if len(p.NICs) != nics {
+			t.Fatalf("peer %d: master lists NICs %q", i, p.NICs)
+		}
+		for r, s := range p.NICs {
+			ap, err := netip.ParseAddrPort(s)
+			if err != nil || ap.Addr() != netlab.Addr(i, r) || ap.Port() == 0 {
+				t.Fatalf("peer %d NIC %d: master lists %q, want %v:port", i, r, s, netlab.Addr(i, r))
+			}
+		}
+	}
+
+	// Counts that the site's peers do not divide, and ones smaller than the site.
+	for k, count := range []int{1, 2, 1000, 33331, 1 << 18} {
+		sumOnEvery(ctx, t, comms, 3, count, k)
+	}
+	requireFabric(t, comms)
+
+	t.Run("f64 avg bit-identical", func(t *testing.T) {
+		const count = 5001
+		bufs := make([][]float64, n)
+		want := make([]float64, count)
+		for i := range bufs {
+			bufs[i] = make([]float64, count)
+			for j := range bufs[i] {
+				bufs[i][j] = math.Sin(float64(i*count+j)) * 1e3
+				want[j] += bufs[i][j]
+			}
+		}
+		recv := make([][]float64, n)
+		errs := each(comms, func(i int, c *pccl.Communicator) error {
+			recv[i] = make([]float64, count)
+			return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(recv[i]), pccl.Desc{Tag: 4, Count: count, DType: pccl.F64, Op: pccl.Avg})
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d: %v", i, err)
+			}
+			if !bytes.Equal(pccl.Bytes(recv[i]), pccl.Bytes(recv[0])) {
+				t.Fatalf("peer %d: result differs from peer 0's", i)
+			}
+			for j := range want {
+				if w := want[j] / float64(n); math.Abs(recv[i][j]-w) > 1e-9*math.Max(1, math.Abs(w)) {
+					t.Fatalf("peer %d element %d: %v, want %v", i, j, recv[i][j], w)
+				}
+			}
+		}
+	})
+
+	for _, op := range []pccl.Op{pccl.Sum, pccl.Avg, pccl.Max, pccl.Min, pccl.Prod} {
+		t.Run(fmt.Sprintf("i32 %v", op), func(t *testing.T) {
+			const count = 777
+			bufs := make([][]int32, n)
+			for i := range bufs {
+				bufs[i] = make([]int32, count)
+				for j := range bufs[i] {
+					bufs[i][j] = int32((i*31+j*7)%13 - 6)
+				}
+			}
+			want := make([]int32, count)
+			for j := range want {
+				acc := bufs[0][j]
+				for i := 1; i < n; i++ {
+					switch op {
+					case pccl.Sum, pccl.Avg:
+						acc += bufs[i][j]
+					case pccl.Max:
+						acc = max(acc, bufs[i][j])
+					case pccl.Min:
+						acc = min(acc, bufs[i][j])
+					case pccl.Prod:
+						acc *= bufs[i][j]
+					}
+				}
+				if op == pccl.Avg {
+					acc /= int32(n)
+				}
+				want[j] = acc
+			}
+			errs := each(comms, func(i int, c *pccl.Communicator) error {
+				b := pccl.Bytes(bufs[i])
+				return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 5, Count: count, DType: pccl.I32, Op: op})
+			})
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("peer %d: %v", i, err)
+				}
+				for j := range want {
+					if bufs[i][j] != want[j] {
+						t.Fatalf("peer %d element %d: %d, want %d", i, j, bufs[i][j], want[j])
+					}
+				}
+			}
+		})
+	}
+
+	// Three tags at once: the master commences at most one of them alone; the others run their site
+	// phases on the site rings' links. Every result is right.
+	t.Run("three tags at once", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for tag := range 3 {
+			wg.Go(func() { sumOnEvery(ctx, t, comms, uint64(10+tag), 40000+tag, 50+tag) })
+		}
+		wg.Wait()
+	})
+}
+
+// TestSiteFabricNICFault takes a NIC down on one peer while a hierarchical AllReduce moves data on the
+// fabric: hot repair moves its paths to the other NIC, and the collective completes with the right
+// result on every peer and no error.
+func TestSiteFabricNICFault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const sites, per, nics = 2, 2, 2
+	lab := siteLab(t, sites*per, nics, 200)
+	g := newGroup(t, master.Config{})
+	comms, _ := g.startSitesWith(ctx, sites, per, onLab(lab, nics))
+	defer closeAll(comms)
+	requireHierarchical(t, comms, sites, per)
+	sumOnEvery(ctx, t, comms, 1, 1000, 1) // opens the fabric
+	_, gen0 := requireFabric(t, comms)
+
+	const count = 4 << 20 // 16 MiB: about a second on two 200 Mbit/s NICs
+	bufs, want := inputs(len(comms), count, 9)
+	done := make(chan []error, 1)
+	go func() {
+		done <- each(comms, func(i int, c *pccl.Communicator) error {
+			b := pccl.Bytes(bufs[i])
+			return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		})
+	}()
+	before := pccl.SiteReceivedForTest(comms[0])
+	for deadline := time.Now().Add(30 * time.Second); pccl.SiteReceivedForTest(comms[0]) < before+(1<<20); {
+		if time.Now().After(deadline) {
+			t.Fatal("the collective never moved data on the fabric")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := lab.SetNIC(0, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	errs := <-done
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("peer %d: %v, want no error", i, err)
+		}
+		checkSum(t, fmt.Sprintf("peer %d", i), bufs[i], want)
+	}
+	failovers := 0
+	for _, c := range comms {
+		_, _, _, _, f := pccl.SiteFabricForTest(c)
+		failovers += f
+	}
+	if failovers == 0 {
+		t.Fatal("no path failed over: the NIC went down after the collective")
+	}
+	if _, gen := requireFabric(t, comms); gen != gen0 {
+		t.Fatalf("the fabric changed generation (%d to %d) for a NIC failure", gen0, gen)
+	}
+	// The next collective runs with the NIC still down, then with it back up.
+	sumOnEvery(ctx, t, comms, 3, 100001, 3)
+	if err := lab.SetNIC(0, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	sumOnEvery(ctx, t, comms, 4, 100001, 4)
+}
+
+// TestSiteFabricAbortOpensNextGeneration cancels one caller's context while a hierarchical AllReduce
+// moves data on the fabric: every peer's call fails with buffers untouched, every peer retires the
+// fabric, and the retry runs on the next generation, the same on every peer, with the right result.
+func TestSiteFabricAbortOpensNextGeneration(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const sites, per, nics = 2, 2, 2
+	lab := siteLab(t, sites*per, nics, 200)
+	g := newGroup(t, master.Config{})
+	comms, _ := g.startSitesWith(ctx, sites, per, onLab(lab, nics))
+	defer closeAll(comms)
+	sumOnEvery(ctx, t, comms, 1, 1000, 1)
+	epoch0, gen0 := requireFabric(t, comms)
+
+	const count = 4 << 20
+	bufs, _ := inputs(len(comms), count, 5)
+	orig := make([][]byte, len(comms))
+	for i := range bufs {
+		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
+	}
+	callCtx, stop := context.WithCancel(ctx)
+	done := make(chan []error, 1)
+	go func() {
+		done <- each(comms, func(i int, c *pccl.Communicator) error {
+			cctx := ctx
+			if i == 1 {
+				cctx = callCtx
+			}
+			b := pccl.Bytes(bufs[i])
+			return c.AllReduce(cctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		})
+	}()
+	before := pccl.SiteReceivedForTest(comms[1])
+	for deadline := time.Now().Add(30 * time.Second); pccl.SiteReceivedForTest(comms[1]) < before+(1<<20); {
+		if time.Now().After(deadline) {
+			t.Fatal("the collective never moved data on the fabric")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stop()
+	for i, err := range <-done {
+		if err == nil {
+			t.Fatalf("peer %d: the aborted collective succeeded", i)
+		}
+		if i == 1 && !errors.Is(err, context.Canceled) {
+			t.Fatalf("peer 1 (cancelled): %v, want context.Canceled", err)
+		}
+		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
+			t.Fatalf("peer %d: buffer changed by the aborted call", i)
+		}
+		if open, _, _, _, _ := pccl.SiteFabricForTest(comms[i]); open {
+			t.Fatalf("peer %d: the fabric of the aborted collective is still open", i)
+		}
+	}
+	sumOnEvery(ctx, t, comms, 2, count, 6)
+	epoch, gen := requireFabric(t, comms)
+	if epoch != epoch0 || gen == gen0 {
+		t.Fatalf("after the abort the fabric is generation (%d, %d), before it (%d, %d)", epoch, gen, epoch0, gen0)
+	}
+}
+
+// TestSiteFabricPeerDies kills a peer (its NICs and its links) while a hierarchical AllReduce moves
+// data on the fabric: every survivor gets ErrPeerLeft with its buffer untouched, and the retry after
+// UpdateTopology is correct.
+func TestSiteFabricPeerDies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const sites, per, nics = 2, 2, 2
+	lab := siteLab(t, sites*per, nics, 200)
+	g := newGroup(t, master.Config{})
+	comms, hosts := g.startSitesWith(ctx, sites, per, onLab(lab, nics))
+	defer closeAll(comms)
+	sumOnEvery(ctx, t, comms, 1, 1000, 1)
+	requireFabric(t, comms)
+
+	const count, victim = 4 << 20, 3
+	bufs, _ := inputs(len(comms), count, 7)
+	orig := make([][]byte, len(comms))
+	for i := range bufs {
+		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
+	}
+	done := make(chan []error, 1)
+	go func() {
+		done <- each(comms, func(i int, c *pccl.Communicator) error {
+			b := pccl.Bytes(bufs[i])
+			return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		})
+	}()
+	before := pccl.SiteReceivedForTest(comms[victim])
+	for deadline := time.Now().Add(30 * time.Second); pccl.SiteReceivedForTest(comms[victim]) < before+(1<<20); {
+		if time.Now().After(deadline) {
+			t.Fatal("the collective never moved data on the fabric")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for r := range nics {
+		if err := lab.SetNIC(victim, r, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.net.Crash(hosts[victim])
+	errs := <-done
+	comms[victim].Close()
+	var survivors []*pccl.Communicator
+	var sbufs [][]float32
+	for i, err := range errs {
+		if i == victim {
+			continue
+		}
+		if !errors.Is(err, pccl.ErrPeerLeft) {
+			t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, err)
+		}
+		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
+			t.Fatalf("survivor %d: buffer changed by the aborted call", i)
+		}
+		survivors = append(survivors, comms[i])
+		sbufs = append(sbufs, bufs[i])
+	}
+	want := make([]float32, count)
+	for _, b := range sbufs {
+		for j, v := range b {
+			want[j] += v
+		}
+	}
+	errs = each(survivors, func(i int, c *pccl.Communicator) error {
+		if err := c.UpdateTopology(ctx); err != nil {
+			return err
+		}
+		b := pccl.Bytes(sbufs[i])
+		return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("survivor %d retry: %v", i, err)
+		}
+		checkSum(t, fmt.Sprintf("survivor %d", i), sbufs[i], want)
+	}
+}
