@@ -1,20 +1,27 @@
 // Command hierarchical compares the flat ring with the hierarchical AllReduce on a run of several
-// sites, on the in-memory network.
+// sites.
 //
-// Peer i runs in site i mod --sites. Links inside a site run at --nic-mbit with --lan-rtt; links
-// between sites run at --wan-mbit with --wan-rtt. The in-memory network shapes each ordered pair of
-// hosts on its own, so a WAN link here is one peer pair's path, not one pipe shared by the whole site.
+// Peer i runs in site i mod --sites. As root, every peer of the hierarchical group has --nics NICs at
+// --nic-mbit each in a network namespace of a netlab test bed (one bridge per rail, HTB on every NIC),
+// and its site phases run on the intra-site tier over them (rdma/tcp, with hot repair); the master,
+// the WAN rings and every group's peer links run on the in-memory network, where a link between sites
+// runs at --wan-mbit with --wan-rtt and one inside a site at --nics × --nic-mbit (a peer's NICs
+// together) with --lan-rtt. The in-memory network shapes each ordered pair of hosts on its own, so a
+// WAN link here is one peer pair's path, not one pipe shared by the whole site. Without root, or with
+// --site-tier tcp, the site phases run on the in-memory links too and nic_fault_correct is null.
 //
-// The command builds two groups on the same network: one whose peers announce no site (the flat ring,
-// installed in site order so it crosses between sites only --sites times), and one whose peers announce
-// their site (the hierarchical AllReduce). It times --iters AllReduces of --size bytes of f32 Sum on
-// each (median, flat_seconds and hier_seconds), counts the bytes sent between hosts of different sites
-// per AllReduce (flat_wan_bytes, hier_wan_bytes), and checks every element on every peer and that the
-// results are bit-identical (correct). It then kills one peer of the hierarchical group while an
-// AllReduce moves data and checks that every survivor gets ErrPeerLeft with its buffer unchanged and
-// that the retry after UpdateTopology is correct (peer_kill_aborted). A NIC failure inside a site is
-// not exercised: the intra-site phases run over the peers' TCP links, not over the rdma tier, so
-// nic_fault_correct is null. The last line of output is JSON.
+// The command builds two groups on the same network: one whose peers announce no site (the flat ring),
+// and one whose peers announce their site (the hierarchical AllReduce). The flat ring is timed twice:
+// in the order the peers joined, which alternates sites, so every link crosses between sites
+// (flat_join_order_*), and installed in site order, crossing between sites only --sites times (flat_*,
+// the fair baseline). Each is timed over --iters AllReduces of --size bytes of f32 Sum (median),
+// with the bytes sent between hosts of different sites per AllReduce (*_wan_bytes), every element
+// checked on every peer and the results compared bit for bit (correct). On the hierarchical group it
+// then takes a NIC down inside a site while an AllReduce moves data on the fabric and checks that the
+// AllReduce completes with no error and a correct result (nic_fault_correct), and kills one peer (its
+// links and its NICs) while an AllReduce moves data and checks that every survivor gets ErrPeerLeft
+// with its buffer unchanged and that the retry after UpdateTopology is correct (peer_kill_aborted).
+// The last line of output is JSON.
 package main
 
 import (
@@ -32,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/concord-ccl/concord/internal/netlab"
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
 )
@@ -45,11 +53,29 @@ func main() {
 	wanMbit := flag.Float64("wan-mbit", 800, "rate of a link between sites, Mbit/s")
 	lanRTT := flag.Duration("lan-rtt", 200*time.Microsecond, "round-trip time inside a site")
 	wanRTT := flag.Duration("wan-rtt", 40*time.Millisecond, "round-trip time between sites")
+	nics := flag.Int("nics", 2, "NICs per peer inside a site")
+	tier := flag.String("site-tier", "auto", "where the site phases run: rdma (netns test bed, root), tcp (in-memory links), auto (rdma as root)")
 	flag.Parse()
-	if *sites < 2 || *perSite < 2 || *size <= 0 || *size%4 != 0 || *iters < 1 {
-		log.Fatal("need --sites >= 2, --per-site >= 2, --size a positive multiple of 4, --iters >= 1")
+	if *sites < 2 || *perSite < 2 || *size <= 0 || *size%4 != 0 || *iters < 1 || *nics < 1 || *nics > 16 || *nicMbit <= 0 || *wanMbit <= 0 {
+		log.Fatal("need --sites >= 2, --per-site >= 2, --size a positive multiple of 4, --iters >= 1, --nics in [1, 16], positive rates")
 	}
-	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters}
+	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters, nics: *nics}
+	switch *tier {
+	case "rdma":
+		if err := netlab.Available(); err != nil {
+			log.Fatalf("--site-tier rdma: %v", err)
+		}
+		b.fabric = true
+	case "auto":
+		if err := netlab.Available(); err != nil {
+			fmt.Fprintf(os.Stderr, "site phases on the in-memory links: %v\n", err)
+		} else {
+			b.fabric = true
+		}
+	case "tcp":
+	default:
+		log.Fatalf("--site-tier %q: want rdma, tcp or auto", *tier)
+	}
 	out, err := b.run(shape{nic: *nicMbit * 1e6 / 8, wan: *wanMbit * 1e6 / 8, lanRTT: *lanRTT, wanRTT: *wanRTT})
 	if err != nil {
 		log.Fatal(err)
@@ -66,6 +92,9 @@ type shape struct {
 
 type bench struct {
 	sites, per, size, iters int
+	nics                    int
+	fabric                  bool        // the site phases run on the intra-site tier in lab
+	lab                     *netlab.Lab // when fabric
 }
 
 // group is a master and its peers on the shared network.
@@ -83,6 +112,18 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	n := b.sites * b.per
+	out := map[string]any{"sites": b.sites, "per_site": b.per, "bytes": b.size, "iters": b.iters, "nics": b.nics,
+		"nic_mbit": sh.nic * 8 / 1e6, "wan_mbit": sh.wan * 8 / 1e6, "wan_rtt_ms": float64(sh.wanRTT) / 1e6,
+		"site_tier": "tcp", "nic_fault_correct": nil}
+	if b.fabric {
+		lab, err := netlab.New(netlab.Config{Nodes: n, NICs: b.nics, NICMbit: int(sh.nic * 8 / 1e6)})
+		if err != nil {
+			return nil, err
+		}
+		defer lab.Close()
+		b.lab = lab
+		out["site_tier"] = "rdma"
+	}
 	netw := pccl.NewNetwork()
 	// Two sets of hosts, one per group, shaped alike.
 	for _, prefix := range []string{"flat", "hier"} {
@@ -91,7 +132,7 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 				if i == j {
 					continue
 				}
-				lc := pccl.LinkConfig{Bandwidth: sh.nic, Latency: sh.lanRTT / 2}
+				lc := pccl.LinkConfig{Bandwidth: sh.nic * float64(b.nics), Latency: sh.lanRTT / 2}
 				if b.siteOf(i) != b.siteOf(j) {
 					lc = pccl.LinkConfig{Bandwidth: sh.wan, Latency: sh.wanRTT / 2}
 				}
@@ -99,15 +140,18 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 			}
 		}
 	}
-	out := map[string]any{"sites": b.sites, "per_site": b.per, "bytes": b.size, "iters": b.iters,
-		"nic_mbit": sh.nic * 8 / 1e6, "wan_mbit": sh.wan * 8 / 1e6, "wan_rtt_ms": float64(sh.wanRTT) / 1e6,
-		"nic_fault_correct": nil}
 
 	flat, err := b.start(ctx, netw, "flat", false)
 	if err != nil {
 		return nil, err
 	}
-	// The flat baseline is the site-ordered ring, which crosses between sites only once per site.
+	jsec, jwan, jok, err := b.timed(ctx, flat)
+	if err != nil {
+		flat.close()
+		return nil, fmt.Errorf("flat ring in join order: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "flat ring in join order: %.3f s, %d WAN bytes per AllReduce\n", jsec, jwan)
+	// The fair baseline is the site-ordered ring, which crosses between sites only once per site.
 	var order []uint64
 	for s := range b.sites {
 		for i, c := range flat.comms {
@@ -126,7 +170,7 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flat: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "flat ring: %.3f s, %d WAN bytes per AllReduce\n", fsec, fwan)
+	fmt.Fprintf(os.Stderr, "flat ring in site order: %.3f s, %d WAN bytes per AllReduce\n", fsec, fwan)
 
 	hier, err := b.start(ctx, netw, "hier", true)
 	if err != nil {
@@ -138,17 +182,87 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 		return nil, fmt.Errorf("hierarchical: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "hierarchical: %.3f s, %d WAN bytes per AllReduce\n", hsec, hwan)
+	if b.fabric {
+		var onFabric uint64
+		for _, c := range hier.comms {
+			onFabric += c.Stats().SiteCollectives
+		}
+		out["site_collectives"] = onFabric
+		ok, failovers, err := b.nicFault(ctx, hier)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "NIC fault: %v\n", err)
+		}
+		out["nic_fault_correct"], out["nic_fault_failovers"] = ok, failovers
+	}
 	killed, err := b.kill(ctx, hier)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "peer kill: %v\n", err)
 	}
+	out["flat_join_order_seconds"], out["flat_join_order_wan_bytes"] = jsec, jwan
 	out["flat_seconds"], out["hier_seconds"] = fsec, hsec
 	out["flat_wan_bytes"], out["hier_wan_bytes"] = fwan, hwan
 	out["speedup"] = fsec / hsec
+	out["speedup_join_order"] = jsec / hsec
 	out["wan_bytes_ratio"] = float64(hwan) / float64(max(fwan, 1))
-	out["correct"] = fok && hok
+	out["wan_bytes_ratio_join_order"] = float64(hwan) / float64(max(jwan, 1))
+	out["correct"] = jok && fok && hok
 	out["peer_kill_aborted"] = killed
 	return out, nil
+}
+
+// nicFault takes the last NIC of peer 0 down while an AllReduce moves data on the intra-site fabric,
+// and reports whether every peer completed it with no error and the right result, and how many paths
+// failed over. The NIC comes back up afterwards.
+func (b *bench) nicFault(ctx context.Context, g *group) (bool, uint64, error) {
+	n := len(g.comms)
+	bufs := make([][]float32, n)
+	want := make([]float32, b.size/4)
+	for i := range bufs {
+		bufs[i] = b.input(i + 50)
+		for k, v := range bufs[i] {
+			want[k] += v
+		}
+	}
+	var failed0 uint64
+	for _, c := range g.comms {
+		failed0 += c.Stats().SiteFailovers
+	}
+	started := g.comms[0].Stats().SiteBytes
+	done := make(chan error, 1)
+	go func() {
+		done <- all(g.comms, func(i int, c *pccl.Communicator) error {
+			buf := pccl.Bytes(bufs[i])
+			return c.AllReduce(ctx, buf, buf, pccl.Desc{Tag: 3, Count: b.size / 4, DType: pccl.F32, Op: pccl.Sum})
+		})
+	}()
+	// Once a tenth of peer 0's share has arrived on the fabric, its reduce-scatter is under way.
+	for g.comms[0].Stats().SiteBytes < started+int64(b.size/10/b.per) {
+		select {
+		case err := <-done:
+			return false, 0, fmt.Errorf("the AllReduce ended before the NIC went down: %v", err)
+		case <-time.After(200 * time.Microsecond):
+		}
+	}
+	rail := b.nics - 1
+	if err := b.lab.SetNIC(0, rail, false); err != nil {
+		return false, 0, err
+	}
+	fmt.Fprintf(os.Stderr, "NIC %d of peer 0 down after %d bytes on the fabric\n", rail, g.comms[0].Stats().SiteBytes-started)
+	err := <-done
+	up := b.lab.SetNIC(0, rail, true)
+	var failed uint64
+	for _, c := range g.comms {
+		failed += c.Stats().SiteFailovers
+	}
+	if err != nil {
+		return false, failed - failed0, err
+	}
+	for i := range bufs {
+		if !slices.Equal(bufs[i], want) {
+			return false, failed - failed0, fmt.Errorf("peer %d: wrong result after the NIC fault", i)
+		}
+	}
+	return true, failed - failed0, up
 }
 
 func host(prefix string, i int) string { return fmt.Sprintf("%s%d", prefix, i) }
@@ -171,6 +285,12 @@ func (b *bench) start(ctx context.Context, netw *pccl.Network, prefix string, wi
 			PoolSize: 2, ProgressTimeout: time.Minute}
 		if withSites {
 			cfg.Site = fmt.Sprintf("site%d", b.siteOf(i))
+			if b.fabric {
+				for r := range b.nics {
+					cfg.NICs = append(cfg.NICs, netlab.NICName(r))
+				}
+				cfg.NICNetNS = b.lab.Node(i).Path()
+			}
 		}
 		var err error
 		g.comms[i], err = pccl.Connect(ctx, cfg)
@@ -298,6 +418,14 @@ func (b *bench) kill(ctx context.Context, g *group) (bool, error) {
 	}
 	for b.wanBytes(g) == started {
 		time.Sleep(100 * time.Microsecond)
+	}
+	if b.fabric {
+		// A machine that dies takes its NICs with it.
+		for r := range b.nics {
+			if err := b.lab.SetNIC(victim, r, false); err != nil {
+				return false, err
+			}
+		}
 	}
 	g.net.Crash(g.hosts[victim])
 	wg.Wait()

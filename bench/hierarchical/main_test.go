@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/concord-ccl/concord/internal/netlab"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -22,5 +24,28 @@ func TestBenchSmall(t *testing.T) {
 	}
 	if f, h := out["flat_wan_bytes"].(int64), out["hier_wan_bytes"].(int64); h <= 0 || h >= f {
 		t.Fatalf("WAN bytes: flat %d, hierarchical %d", f, h)
+	}
+}
+
+// TestBenchFabric runs the benchmark with the site phases on the intra-site tier of a netns test bed
+// (root only): the AllReduces run on the fabric and are correct, a NIC taken down mid-AllReduce is
+// absorbed, and the peer kill aborts cleanly.
+func TestBenchFabric(t *testing.T) {
+	if err := netlab.Available(); err != nil {
+		t.Skipf("skipping: the fabric run builds network namespaces: %v", err)
+	}
+	b := &bench{sites: 2, per: 2, size: 8 << 20, iters: 1, nics: 2, fabric: true}
+	out, err := b.run(shape{nic: 25e6, wan: 50e6, lanRTT: 100 * time.Microsecond, wanRTT: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out["site_tier"] != "rdma" || out["site_collectives"].(uint64) == 0 {
+		t.Fatalf("site tier %v, %v collectives on the fabric", out["site_tier"], out["site_collectives"])
+	}
+	if out["correct"] != true || out["nic_fault_correct"] != true || out["peer_kill_aborted"] != true {
+		t.Fatalf("correct %v, nic_fault_correct %v, peer_kill_aborted %v", out["correct"], out["nic_fault_correct"], out["peer_kill_aborted"])
+	}
+	if out["nic_fault_failovers"].(uint64) == 0 {
+		t.Fatal("no path failed over after the NIC went down")
 	}
 }
