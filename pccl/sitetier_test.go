@@ -405,3 +405,54 @@ func TestSiteFabricPeerDies(t *testing.T) {
 		checkSum(t, fmt.Sprintf("survivor %d", i), sbufs[i], want)
 	}
 }
+
+// TestSiteFabricOnLoopback runs the intra-site tier on the loopback interface, which every peer names
+// by address (each gets its own ports): no namespaces needed. A peer that crashes mid-collective
+// aborts it with ErrPeerLeft on every survivor.
+func TestSiteFabricOnLoopback(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	comms, hosts := g.startSitesWith(ctx, 2, 2, func(_ int, cfg *pccl.Config) { cfg.NICs = []string{"127.0.0.1"} })
+	defer closeAll(comms)
+	for k, count := range []int{3, 4099, 1 << 16} {
+		sumOnEvery(ctx, t, comms, 1, count, k)
+	}
+	requireFabric(t, comms)
+	for i, c := range comms {
+		if s := c.Stats(); s.SiteCollectives != 3 || s.SiteGenerations != 1 || s.SiteBytes == 0 {
+			t.Fatalf("peer %d: stats %+v, want 3 collectives on one fabric", i, s)
+		}
+	}
+
+	const count, victim = 1 << 22, 1
+	bufs, _ := inputs(len(comms), count, 2)
+	orig := make([][]byte, len(comms))
+	for i := range bufs {
+		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
+	}
+	done := make(chan []error, 1)
+	go func() {
+		done <- each(comms, func(i int, c *pccl.Communicator) error {
+			b := pccl.Bytes(bufs[i])
+			return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		})
+	}()
+	before := comms[0].Stats().SiteBytes
+	for comms[0].Stats().SiteBytes == before {
+		time.Sleep(100 * time.Microsecond)
+	}
+	g.net.Crash(hosts[victim])
+	comms[victim].Close() // its fabric closes with it
+	for i, err := range <-done {
+		if i == victim {
+			continue
+		}
+		if !errors.Is(err, pccl.ErrPeerLeft) {
+			t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, err)
+		}
+		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
+			t.Fatalf("survivor %d: buffer changed by the aborted call", i)
+		}
+	}
+}

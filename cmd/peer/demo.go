@@ -36,6 +36,8 @@ func demoCommand() *cli.Command {
 			&cli.IntFlag{Name: "sites", EnvVars: []string{"CONCORD_SITES"},
 				Usage: "simulated sites; with --per-site, replaces --peers, and AllReduce runs hierarchically (0: one flat ring)"},
 			&cli.IntFlag{Name: "per-site", Value: 2, EnvVars: []string{"CONCORD_PER_SITE"}, Usage: "peer processes per site with --sites"},
+			&cli.StringSliceFlag{Name: "nics", EnvVars: []string{"CONCORD_NICS"},
+				Usage: "with --sites, the interfaces every peer runs the intra-site tier on (for example 127.0.0.1: each peer gets its own ports)"},
 			&cli.IntFlag{Name: "inner-steps", Value: 20, EnvVars: []string{"CONCORD_H"}, Usage: "H: DiLoCo inner steps per outer step"},
 			&cli.IntFlag{Name: "batch", Value: 64, EnvVars: []string{"CONCORD_BATCH"}, Usage: "minibatch size per peer"},
 			&cli.DurationFlag{Name: "duration", Value: 90 * time.Second, EnvVars: []string{"CONCORD_DURATION"},
@@ -125,6 +127,9 @@ func demo(cc *cli.Context) error {
 	spawn := func(site string) error {
 		c := wcfg
 		c.Site = site
+		if site != "" {
+			c.NICs = cc.StringSlice("nics")
+		}
 		raw, _ := json.Marshal(c)
 		p, err := cl.Spawn(cluster.Spec{Role: roleWorker, Env: []string{envWorkerCfg + "=" + string(raw)}})
 		if err != nil {

@@ -31,6 +31,7 @@ type workerConfig struct {
 	Size    int           `json:"size"` // allreduce: bytes per op
 	Life    time.Duration `json:"life"` // hard bound on the process's lifetime
 	Site    string        `json:"site,omitempty"`
+	NICs    []string      `json:"nics,omitempty"`
 }
 
 // event is one line a worker reports (also used by the standalone commands' progress).
@@ -74,7 +75,7 @@ func workerMain() int {
 		}
 	}()
 	emit := func(e event) { e.Time = time.Now().UnixNano(); cluster.Emit(e) }
-	comm, err := pccl.Connect(ctx, pccl.Config{Master: cfg.Master, Site: cfg.Site, Logger: cluster.Logger()})
+	comm, err := pccl.Connect(ctx, pccl.Config{Master: cfg.Master, Site: cfg.Site, NICs: cfg.NICs, Logger: cluster.Logger()})
 	if err != nil {
 		emit(event{Event: "error", Detail: err.Error()})
 		return 1
