@@ -53,6 +53,7 @@ func (e *Endpoint) watchLinks() error {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		failed := failed // the callback keeps sending on the outer one; this one is set to nil
 		for {
 			select {
 			case u, ok := <-updates:
