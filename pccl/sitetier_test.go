@@ -196,6 +196,36 @@ func TestSiteFabricAllReduce(t *testing.T) {
 		})
 	}
 
+	t.Run("f32 quantized bit-identical", func(t *testing.T) {
+		const count = 10007
+		bufs := make([][]float32, n)
+		want := make([]float32, count)
+		for i := range bufs {
+			bufs[i] = fill(count, uint64(i+5))
+			for j, v := range bufs[i] {
+				want[j] += v
+			}
+		}
+		errs := each(comms, func(i int, c *pccl.Communicator) error {
+			b := pccl.Bytes(bufs[i])
+			return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 6, Count: count, DType: pccl.F32, Op: pccl.Sum, Quant: pccl.MinMaxU8})
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d: %v", i, err)
+			}
+			if !bytes.Equal(pccl.Bytes(bufs[i]), pccl.Bytes(bufs[0])) {
+				t.Fatalf("peer %d: result differs from peer 0's", i)
+			}
+			for j := range want {
+				// The WAN phase's one 8-bit encoding of a range of at most 2*n*100 loses at most range/255.
+				if d := math.Abs(float64(bufs[i][j] - want[j])); d > 2*float64(n)*100/255+1 {
+					t.Fatalf("peer %d element %d: %v, want %v", i, j, bufs[i][j], want[j])
+				}
+			}
+		}
+	})
+
 	// Three tags at once: the master commences at most one of them alone; the others run their site
 	// phases on the site rings' links. Every result is right.
 	t.Run("three tags at once", func(t *testing.T) {
