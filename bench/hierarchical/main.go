@@ -54,12 +54,13 @@ func main() {
 	lanRTT := flag.Duration("lan-rtt", 200*time.Microsecond, "round-trip time inside a site")
 	wanRTT := flag.Duration("wan-rtt", 40*time.Millisecond, "round-trip time between sites")
 	nics := flag.Int("nics", 2, "NICs per peer inside a site")
+	mtu := flag.Int("mtu", 9000, "MTU of the site NICs on the test bed (jumbo frames, as datacenter fabrics use)")
 	tier := flag.String("site-tier", "auto", "where the site phases run: rdma (netns test bed, root), tcp (in-memory links), auto (rdma as root)")
 	flag.Parse()
 	if *sites < 2 || *perSite < 2 || *size <= 0 || *size%4 != 0 || *iters < 1 || *nics < 1 || *nics > 16 || *nicMbit <= 0 || *wanMbit <= 0 {
 		log.Fatal("need --sites >= 2, --per-site >= 2, --size a positive multiple of 4, --iters >= 1, --nics in [1, 16], positive rates")
 	}
-	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters, nics: *nics}
+	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters, nics: *nics, mtu: *mtu}
 	switch *tier {
 	case "rdma":
 		if err := netlab.Available(); err != nil {
@@ -92,7 +93,7 @@ type shape struct {
 
 type bench struct {
 	sites, per, size, iters int
-	nics                    int
+	nics, mtu               int
 	fabric                  bool        // the site phases run on the intra-site tier in lab
 	lab                     *netlab.Lab // when fabric
 }
@@ -112,11 +113,11 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	n := b.sites * b.per
-	out := map[string]any{"sites": b.sites, "per_site": b.per, "bytes": b.size, "iters": b.iters, "nics": b.nics,
+	out := map[string]any{"sites": b.sites, "per_site": b.per, "bytes": b.size, "iters": b.iters, "nics": b.nics, "mtu": b.mtu,
 		"nic_mbit": sh.nic * 8 / 1e6, "wan_mbit": sh.wan * 8 / 1e6, "wan_rtt_ms": float64(sh.wanRTT) / 1e6,
 		"site_tier": "tcp", "nic_fault_correct": nil}
 	if b.fabric {
-		lab, err := netlab.New(netlab.Config{Nodes: n, NICs: b.nics, NICMbit: int(sh.nic * 8 / 1e6)})
+		lab, err := netlab.New(netlab.Config{Nodes: n, NICs: b.nics, NICMbit: int(sh.nic * 8 / 1e6), MTU: b.mtu})
 		if err != nil {
 			return nil, err
 		}
