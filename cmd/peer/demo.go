@@ -65,6 +65,7 @@ type peerView struct {
 
 type demoState struct {
 	start    time.Time
+	siteTier bool // the peers run the intra-site tier (--sites with --nics): the summary counts its use
 	peers    map[string]*peerView
 	order    []string
 	step     uint64
@@ -205,6 +206,7 @@ func demo(cc *cli.Context) error {
 			return cli.Exit("a peer failed: "+st.failed()+"\n"+errs.tail(), 1)
 		}
 	}
+	st.siteTier = sites > 0 && len(cc.StringSlice("nics")) > 0
 	return st.summary(trainer)
 }
 
@@ -361,6 +363,13 @@ func (st *demoState) summary(trainer string) error {
 	}
 	if trainer != "allreduce" {
 		fmt.Printf("  final test accuracy %.4f\n", finals[0].Acc)
+	}
+	if st.siteTier {
+		var ops, gens uint64
+		for _, f := range finals {
+			ops, gens = ops+f.SiteOps, gens+f.SiteGens
+		}
+		fmt.Printf("  intra-site tier    %d collectives on the fabric, %d fabrics opened (summed over the finishers)\n", ops, gens)
 	}
 	if !same {
 		for _, f := range finals {

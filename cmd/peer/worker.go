@@ -49,6 +49,10 @@ type event struct {
 	Joins  int     `json:"joins,omitempty"`
 	State  string  `json:"state,omitempty"` // hash of the shared state (or of the last result)
 	Detail string  `json:"detail,omitempty"`
+	// SiteOps and SiteGens count the collectives whose site phases ran on the intra-site tier and
+	// the fabrics opened (pccl.Stats), in the done event.
+	SiteOps  uint64 `json:"site_ops,omitempty"`
+	SiteGens uint64 `json:"site_gens,omitempty"`
 }
 
 // control is what the demo sends a worker on stdin.
@@ -134,8 +138,9 @@ func trainLoop(ctx context.Context, comm *pccl.Communicator, cfg workerConfig, s
 	if err != nil {
 		return err
 	}
+	cs := comm.Stats()
 	emit(event{Event: "done", Step: sum.Steps, Acc: sum.TestAccuracy, Rank: comm.Rank(), World: comm.WorldSize(),
-		Aborts: sum.Aborts, Joins: sum.Joins, State: stateHash(sum.Digest)})
+		Aborts: sum.Aborts, Joins: sum.Joins, State: stateHash(sum.Digest), SiteOps: cs.SiteCollectives, SiteGens: cs.SiteGenerations})
 	return nil
 }
 
@@ -221,7 +226,8 @@ func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopA
 		emit(event{Event: "step", Step: step[0], Rank: comm.Rank(), World: comm.WorldSize(), Rev: st.Revision,
 			Ops: ops, Aborts: aborts, Joins: joins, State: fmt.Sprintf("%016x", sharedstate.Hash(pccl.Bytes(buf)))})
 	}
+	cs := comm.Stats()
 	emit(event{Event: "done", Step: step[0], Rank: comm.Rank(), World: comm.WorldSize(), Ops: ops, Aborts: aborts,
-		Joins: joins, State: fmt.Sprintf("%016x", sharedstate.Hash(pccl.Bytes(buf)))})
+		Joins: joins, State: fmt.Sprintf("%016x", sharedstate.Hash(pccl.Bytes(buf))), SiteOps: cs.SiteCollectives, SiteGens: cs.SiteGenerations})
 	return nil
 }
