@@ -1,6 +1,7 @@
 package pccl_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -148,7 +149,10 @@ func TestBubbleCrashAndRetry(t *testing.T) {
 			before[i] = c.Stats()
 		}
 		bufs, _ = inputs(4, count, 1)
-		orig, _ := inputs(4, count, 1)
+		orig := make([][]byte, len(bufs))
+		for i := range bufs {
+			orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
+		}
 		var wg sync.WaitGroup
 		for i, c := range comms {
 			wg.Go(func() {
@@ -159,25 +163,7 @@ func TestBubbleCrashAndRetry(t *testing.T) {
 		b.net.Crash(b.hosts[victim])
 		wg.Wait()
 		comms[victim].Close()
-		var survivors []*pccl.Communicator
-		var sbufs [][]float32
-		for i, c := range comms {
-			if i == victim {
-				continue
-			}
-			if !errors.Is(errs[i], pccl.ErrPeerLeft) {
-				t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, errs[i])
-			}
-			checkSum(t, fmt.Sprintf("survivor %d's untouched buffer", i), bufs[i], orig[i])
-			survivors = append(survivors, c)
-			sbufs = append(sbufs, bufs[i])
-		}
-		swant := make([]float32, count)
-		for _, sb := range sbufs {
-			for j, v := range sb {
-				swant[j] += v
-			}
-		}
+		survivors, sbufs, swant := survivorsAborted(t, comms, errs, bufs, orig, victim)
 		errs = each(survivors, func(i int, c *pccl.Communicator) error {
 			if err := c.UpdateTopology(ctx); err != nil {
 				return err

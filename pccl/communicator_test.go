@@ -264,27 +264,7 @@ func TestPeerDiesMidCollective(t *testing.T) {
 	g.net.Crash(hosts[victim])
 	wg.Wait()
 	comms[victim].Close()
-	var survivors []*pccl.Communicator
-	var sbufs [][]float32
-	for i, c := range comms {
-		if i == victim {
-			continue
-		}
-		if !errors.Is(errs[i], pccl.ErrPeerLeft) {
-			t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, errs[i])
-		}
-		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
-			t.Fatalf("survivor %d: buffer changed by the aborted call", i)
-		}
-		survivors = append(survivors, c)
-		sbufs = append(sbufs, bufs[i])
-	}
-	want := make([]float32, count)
-	for _, b := range sbufs {
-		for j, v := range b {
-			want[j] += v
-		}
-	}
+	survivors, sbufs, want := survivorsAborted(t, comms, errs, bufs, orig, victim)
 	for i, c := range survivors {
 		wg.Add(1)
 		go func(i int, c *pccl.Communicator) {
@@ -428,4 +408,32 @@ func TestKickedForWrongToken(t *testing.T) {
 	if !errors.Is(err, pccl.ErrKicked) {
 		t.Fatalf("err = %v, want ErrKicked", err)
 	}
+}
+
+// survivorsAborted checks that every peer but victim got ErrPeerLeft with its buffer still as orig
+// holds it, and returns the survivors, their buffers and the sum of those.
+func survivorsAborted(t *testing.T, comms []*pccl.Communicator, errs []error, bufs [][]float32, orig [][]byte, victim int) ([]*pccl.Communicator, [][]float32, []float32) {
+	t.Helper()
+	var survivors []*pccl.Communicator
+	var sbufs [][]float32
+	for i, c := range comms {
+		if i == victim {
+			continue
+		}
+		if !errors.Is(errs[i], pccl.ErrPeerLeft) {
+			t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, errs[i])
+		}
+		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
+			t.Fatalf("survivor %d: buffer changed by the aborted call", i)
+		}
+		survivors = append(survivors, c)
+		sbufs = append(sbufs, bufs[i])
+	}
+	want := make([]float32, len(bufs[0]))
+	for _, b := range sbufs {
+		for j, v := range b {
+			want[j] += v
+		}
+	}
+	return survivors, sbufs, want
 }

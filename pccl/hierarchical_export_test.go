@@ -22,15 +22,3 @@ func SiteFabricForTest(c *Communicator) (open bool, epoch, gen uint64, received 
 	}
 	return true, t.fab.gen.epoch, t.fab.gen.seq, t.fab.ep.ReceivedBytes(), t.fab.stats().Failovers
 }
-
-// SiteReceivedForTest returns the chunk bytes c's open intra-site fabric received so far, without
-// waiting for a collective that holds the tier (0 when none is open).
-func SiteReceivedForTest(c *Communicator) int64 {
-	if c.site == nil {
-		return 0
-	}
-	if f := c.site.peek(); f != nil {
-		return f.ep.ReceivedBytes()
-	}
-	return 0
-}

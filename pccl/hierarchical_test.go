@@ -135,83 +135,7 @@ func TestHierarchicalAllReduce(t *testing.T) {
 		})
 	}
 
-	t.Run("f64 avg bit-identical", func(t *testing.T) {
-		const count = 5001
-		bufs := make([][]float64, n)
-		want := make([]float64, count)
-		for i := range bufs {
-			bufs[i] = make([]float64, count)
-			for j := range bufs[i] {
-				bufs[i][j] = math.Sin(float64(i*count+j)) * 1e3
-				want[j] += bufs[i][j]
-			}
-		}
-		recv := make([][]float64, n)
-		errs := each(comms, func(i int, c *pccl.Communicator) error {
-			recv[i] = make([]float64, count)
-			return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(recv[i]), pccl.Desc{Tag: 4, Count: count, DType: pccl.F64, Op: pccl.Avg})
-		})
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("peer %d: %v", i, err)
-			}
-			if !bytes.Equal(pccl.Bytes(recv[i]), pccl.Bytes(recv[0])) {
-				t.Fatalf("peer %d: result differs from peer 0's", i)
-			}
-			for j := range want {
-				if w := want[j] / float64(n); math.Abs(recv[i][j]-w) > 1e-9*math.Max(1, math.Abs(w)) {
-					t.Fatalf("peer %d element %d: %v, want %v", i, j, recv[i][j], w)
-				}
-			}
-		}
-	})
-
-	for _, op := range []pccl.Op{pccl.Sum, pccl.Avg, pccl.Max, pccl.Min, pccl.Prod} {
-		t.Run(fmt.Sprintf("i64 %v", op), func(t *testing.T) {
-			const count = 777
-			bufs := make([][]int64, n)
-			for i := range bufs {
-				bufs[i] = make([]int64, count)
-				for j := range bufs[i] {
-					bufs[i][j] = int64((i*31+j*7)%13 + 1)
-				}
-			}
-			want := make([]int64, count)
-			for j := range want {
-				acc := bufs[0][j]
-				for i := 1; i < n; i++ {
-					switch op {
-					case pccl.Sum, pccl.Avg:
-						acc += bufs[i][j]
-					case pccl.Max:
-						acc = max(acc, bufs[i][j])
-					case pccl.Min:
-						acc = min(acc, bufs[i][j])
-					case pccl.Prod:
-						acc *= bufs[i][j]
-					}
-				}
-				if op == pccl.Avg {
-					acc /= int64(n)
-				}
-				want[j] = acc
-			}
-			errs := each(comms, func(i int, c *pccl.Communicator) error {
-				b := pccl.Bytes(bufs[i])
-				return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 5, Count: count, DType: pccl.I64, Op: op})
-			})
-			for i, err := range errs {
-				if err != nil {
-					t.Fatalf("peer %d: %v", i, err)
-				}
-				for j := range want {
-					if bufs[i][j] != want[j] {
-						t.Fatalf("peer %d element %d: %d, want %d", i, j, bufs[i][j], want[j])
-					}
-				}
-			}
-		})
-	}
+	avgAndIntegerOps(ctx, t, comms)
 
 	// Every peer sent data to its successor in its WAN ring, in the other site.
 	for i, c := range comms {
@@ -270,27 +194,7 @@ func TestHierarchicalPeerDies(t *testing.T) {
 	g.net.Crash(hosts[victim])
 	wg.Wait()
 	comms[victim].Close()
-	var survivors []*pccl.Communicator
-	var sbufs [][]float32
-	for i, c := range comms {
-		if i == victim {
-			continue
-		}
-		if !errors.Is(errs[i], pccl.ErrPeerLeft) {
-			t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, errs[i])
-		}
-		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
-			t.Fatalf("survivor %d: buffer changed by the aborted call", i)
-		}
-		survivors = append(survivors, c)
-		sbufs = append(sbufs, bufs[i])
-	}
-	want := make([]float32, count)
-	for _, b := range sbufs {
-		for j, v := range b {
-			want[j] += v
-		}
-	}
+	survivors, sbufs, want := survivorsAborted(t, comms, errs, bufs, orig, victim)
 	errs = each(survivors, func(i int, c *pccl.Communicator) error {
 		if err := c.UpdateTopology(ctx); err != nil {
 			return err
@@ -326,34 +230,7 @@ func TestHierarchicalQuantized(t *testing.T) {
 	comms, _ := g.startSites(ctx, sites, per)
 	defer closeAll(comms)
 	requireHierarchical(t, comms, sites, per)
-	const count = 10007
-	n := len(comms)
-	bufs := make([][]float32, n)
-	want := make([]float32, count)
-	for i := range bufs {
-		bufs[i] = fill(count, uint64(i+5))
-		for j, v := range bufs[i] {
-			want[j] += v
-		}
-	}
-	errs := each(comms, func(i int, c *pccl.Communicator) error {
-		b := pccl.Bytes(bufs[i])
-		return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 6, Count: count, DType: pccl.F32, Op: pccl.Sum, Quant: pccl.MinMaxU8})
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("peer %d: %v", i, err)
-		}
-		if !bytes.Equal(pccl.Bytes(bufs[i]), pccl.Bytes(bufs[0])) {
-			t.Fatalf("peer %d: result differs from peer 0's", i)
-		}
-		for j := range want {
-			// One 8-bit encoding of a range of at most 2*n*100 loses at most that range / 255.
-			if d := math.Abs(float64(bufs[i][j] - want[j])); d > 2*float64(n)*100/255+1 {
-				t.Fatalf("peer %d element %d: %v, want %v", i, j, bufs[i][j], want[j])
-			}
-		}
-	}
+	quantizedSum(ctx, t, comms)
 }
 
 // TestHierarchicalAfterReplacement loses a peer of two sites of two, runs the retry on the flat ring,
@@ -434,5 +311,123 @@ func TestHierarchicalAfterReplacement(t *testing.T) {
 	requireHierarchical(t, all, 2, 2)
 	if err := sum(all); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// avgAndIntegerOps runs, on every peer, an f64 Avg whose results must be bit-identical and close to the
+// mean, and an i64 AllReduce of every op whose results must be exact (tags 4 and 5).
+func avgAndIntegerOps(ctx context.Context, t *testing.T, comms []*pccl.Communicator) {
+	t.Helper()
+	n := len(comms)
+	t.Run("f64 avg bit-identical", func(t *testing.T) {
+		const count = 5001
+		bufs := make([][]float64, n)
+		want := make([]float64, count)
+		for i := range bufs {
+			bufs[i] = make([]float64, count)
+			for j := range bufs[i] {
+				bufs[i][j] = math.Sin(float64(i*count+j)) * 1e3
+				want[j] += bufs[i][j]
+			}
+		}
+		recv := make([][]float64, n)
+		errs := each(comms, func(i int, c *pccl.Communicator) error {
+			recv[i] = make([]float64, count)
+			return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(recv[i]), pccl.Desc{Tag: 4, Count: count, DType: pccl.F64, Op: pccl.Avg})
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d: %v", i, err)
+			}
+			if !bytes.Equal(pccl.Bytes(recv[i]), pccl.Bytes(recv[0])) {
+				t.Fatalf("peer %d: result differs from peer 0's", i)
+			}
+			for j := range want {
+				if w := want[j] / float64(n); math.Abs(recv[i][j]-w) > 1e-9*math.Max(1, math.Abs(w)) {
+					t.Fatalf("peer %d element %d: %v, want %v", i, j, recv[i][j], w)
+				}
+			}
+		}
+	})
+
+	for _, op := range []pccl.Op{pccl.Sum, pccl.Avg, pccl.Max, pccl.Min, pccl.Prod} {
+		t.Run(fmt.Sprintf("i64 %v", op), func(t *testing.T) {
+			const count = 777
+			bufs := make([][]int64, n)
+			for i := range bufs {
+				bufs[i] = make([]int64, count)
+				for j := range bufs[i] {
+					bufs[i][j] = int64((i*31+j*7)%13 + 1)
+				}
+			}
+			want := make([]int64, count)
+			for j := range want {
+				acc := bufs[0][j]
+				for i := 1; i < n; i++ {
+					switch op {
+					case pccl.Sum, pccl.Avg:
+						acc += bufs[i][j]
+					case pccl.Max:
+						acc = max(acc, bufs[i][j])
+					case pccl.Min:
+						acc = min(acc, bufs[i][j])
+					case pccl.Prod:
+						acc *= bufs[i][j]
+					}
+				}
+				if op == pccl.Avg {
+					acc /= int64(n)
+				}
+				want[j] = acc
+			}
+			errs := each(comms, func(i int, c *pccl.Communicator) error {
+				b := pccl.Bytes(bufs[i])
+				return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 5, Count: count, DType: pccl.I64, Op: op})
+			})
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("peer %d: %v", i, err)
+				}
+				for j := range want {
+					if bufs[i][j] != want[j] {
+						t.Fatalf("peer %d element %d: %d, want %d", i, j, bufs[i][j], want[j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// quantizedSum runs an f32 Sum with an all-gather encoding (tag 6) on every peer: the results are
+// bit-identical on every peer and close to the exact sum.
+func quantizedSum(ctx context.Context, t *testing.T, comms []*pccl.Communicator) {
+	t.Helper()
+	const count = 10007
+	n := len(comms)
+	bufs := make([][]float32, n)
+	want := make([]float32, count)
+	for i := range bufs {
+		bufs[i] = fill(count, uint64(i+5))
+		for j, v := range bufs[i] {
+			want[j] += v
+		}
+	}
+	errs := each(comms, func(i int, c *pccl.Communicator) error {
+		b := pccl.Bytes(bufs[i])
+		return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 6, Count: count, DType: pccl.F32, Op: pccl.Sum, Quant: pccl.MinMaxU8})
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("peer %d: %v", i, err)
+		}
+		if !bytes.Equal(pccl.Bytes(bufs[i]), pccl.Bytes(bufs[0])) {
+			t.Fatalf("peer %d: result differs from peer 0's", i)
+		}
+		for j := range want {
+			// One 8-bit encoding of a range of at most 2*n*100 loses at most that range / 255.
+			if d := math.Abs(float64(bufs[i][j] - want[j])); d > 2*float64(n)*100/255+1 {
+				t.Fatalf("peer %d element %d: %v, want %v", i, j, bufs[i][j], want[j])
+			}
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"sync"
 	"testing"
@@ -84,15 +83,9 @@ func sumOnEvery(ctx context.Context, t *testing.T, comms []*pccl.Communicator, t
 }
 
 func TestSiteFabricAllReduce(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
 	const sites, per, nics = 2, 3, 2
-	lab := siteLab(t, sites*per, nics, 0)
-	g := newGroup(t, master.Config{})
-	comms, _ := g.startSitesWith(ctx, sites, per, onLab(lab, nics))
-	defer closeAll(comms)
+	ctx, _, g, comms, _ := onFabric(t, sites, per, nics, 0)
 	requireHierarchical(t, comms, sites, per)
-	n := len(comms)
 
 	// The master lists each peer's NICs as the listen address of each, on the lab's addresses.
 	byID := map[uint64]master.PeerInfo{}
@@ -118,113 +111,9 @@ func TestSiteFabricAllReduce(t *testing.T) {
 	}
 	requireFabric(t, comms)
 
-	t.Run("f64 avg bit-identical", func(t *testing.T) {
-		const count = 5001
-		bufs := make([][]float64, n)
-		want := make([]float64, count)
-		for i := range bufs {
-			bufs[i] = make([]float64, count)
-			for j := range bufs[i] {
-				bufs[i][j] = math.Sin(float64(i*count+j)) * 1e3
-				want[j] += bufs[i][j]
-			}
-		}
-		recv := make([][]float64, n)
-		errs := each(comms, func(i int, c *pccl.Communicator) error {
-			recv[i] = make([]float64, count)
-			return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(recv[i]), pccl.Desc{Tag: 4, Count: count, DType: pccl.F64, Op: pccl.Avg})
-		})
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("peer %d: %v", i, err)
-			}
-			if !bytes.Equal(pccl.Bytes(recv[i]), pccl.Bytes(recv[0])) {
-				t.Fatalf("peer %d: result differs from peer 0's", i)
-			}
-			for j := range want {
-				if w := want[j] / float64(n); math.Abs(recv[i][j]-w) > 1e-9*math.Max(1, math.Abs(w)) {
-					t.Fatalf("peer %d element %d: %v, want %v", i, j, recv[i][j], w)
-				}
-			}
-		}
-	})
+	avgAndIntegerOps(ctx, t, comms)
 
-	for _, op := range []pccl.Op{pccl.Sum, pccl.Avg, pccl.Max, pccl.Min, pccl.Prod} {
-		t.Run(fmt.Sprintf("i32 %v", op), func(t *testing.T) {
-			const count = 777
-			bufs := make([][]int32, n)
-			for i := range bufs {
-				bufs[i] = make([]int32, count)
-				for j := range bufs[i] {
-					bufs[i][j] = int32((i*31+j*7)%13 - 6)
-				}
-			}
-			want := make([]int32, count)
-			for j := range want {
-				acc := bufs[0][j]
-				for i := 1; i < n; i++ {
-					switch op {
-					case pccl.Sum, pccl.Avg:
-						acc += bufs[i][j]
-					case pccl.Max:
-						acc = max(acc, bufs[i][j])
-					case pccl.Min:
-						acc = min(acc, bufs[i][j])
-					case pccl.Prod:
-						acc *= bufs[i][j]
-					}
-				}
-				if op == pccl.Avg {
-					acc /= int32(n)
-				}
-				want[j] = acc
-			}
-			errs := each(comms, func(i int, c *pccl.Communicator) error {
-				b := pccl.Bytes(bufs[i])
-				return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 5, Count: count, DType: pccl.I32, Op: op})
-			})
-			for i, err := range errs {
-				if err != nil {
-					t.Fatalf("peer %d: %v", i, err)
-				}
-				for j := range want {
-					if bufs[i][j] != want[j] {
-						t.Fatalf("peer %d element %d: %d, want %d", i, j, bufs[i][j], want[j])
-					}
-				}
-			}
-		})
-	}
-
-	t.Run("f32 quantized bit-identical", func(t *testing.T) {
-		const count = 10007
-		bufs := make([][]float32, n)
-		want := make([]float32, count)
-		for i := range bufs {
-			bufs[i] = fill(count, uint64(i+5))
-			for j, v := range bufs[i] {
-				want[j] += v
-			}
-		}
-		errs := each(comms, func(i int, c *pccl.Communicator) error {
-			b := pccl.Bytes(bufs[i])
-			return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 6, Count: count, DType: pccl.F32, Op: pccl.Sum, Quant: pccl.MinMaxU8})
-		})
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("peer %d: %v", i, err)
-			}
-			if !bytes.Equal(pccl.Bytes(bufs[i]), pccl.Bytes(bufs[0])) {
-				t.Fatalf("peer %d: result differs from peer 0's", i)
-			}
-			for j := range want {
-				// The WAN phase's one 8-bit encoding of a range of at most 2*n*100 loses at most range/255.
-				if d := math.Abs(float64(bufs[i][j] - want[j])); d > 2*float64(n)*100/255+1 {
-					t.Fatalf("peer %d element %d: %v, want %v", i, j, bufs[i][j], want[j])
-				}
-			}
-		}
-	})
+	t.Run("f32 quantized bit-identical", func(t *testing.T) { quantizedSum(ctx, t, comms) })
 
 	// Three tags at once: the master commences at most one of them alone; the others run their site
 	// phases on the site rings' links. Every result is right.
@@ -241,33 +130,15 @@ func TestSiteFabricAllReduce(t *testing.T) {
 // fabric: hot repair moves its paths to the other NIC, and the collective completes with the right
 // result on every peer and no error.
 func TestSiteFabricNICFault(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
 	const sites, per, nics = 2, 2, 2
-	lab := siteLab(t, sites*per, nics, 200)
-	g := newGroup(t, master.Config{})
-	comms, _ := g.startSitesWith(ctx, sites, per, onLab(lab, nics))
-	defer closeAll(comms)
+	ctx, lab, _, comms, _ := onFabric(t, sites, per, nics, 200)
 	requireHierarchical(t, comms, sites, per)
 	sumOnEvery(ctx, t, comms, 1, 1000, 1) // opens the fabric
 	_, gen0 := requireFabric(t, comms)
 
 	const count = 4 << 20 // 16 MiB: about a second on two 200 Mbit/s NICs
 	bufs, want := inputs(len(comms), count, 9)
-	done := make(chan []error, 1)
-	go func() {
-		done <- each(comms, func(i int, c *pccl.Communicator) error {
-			b := pccl.Bytes(bufs[i])
-			return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
-		})
-	}()
-	before := pccl.SiteReceivedForTest(comms[0])
-	for deadline := time.Now().Add(30 * time.Second); pccl.SiteReceivedForTest(comms[0]) < before+(1<<20); {
-		if time.Now().After(deadline) {
-			t.Fatal("the collective never moved data on the fabric")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	done := sumWhileMoving(ctx, t, comms, bufs, nil, 0, 1<<20)
 	if err := lab.SetNIC(0, 1, false); err != nil {
 		t.Fatal(err)
 	}
@@ -301,13 +172,8 @@ func TestSiteFabricNICFault(t *testing.T) {
 // moves data on the fabric: every peer's call fails with buffers untouched, every peer retires the
 // fabric, and the retry runs on the next generation, the same on every peer, with the right result.
 func TestSiteFabricAbortOpensNextGeneration(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
 	const sites, per, nics = 2, 2, 2
-	lab := siteLab(t, sites*per, nics, 200)
-	g := newGroup(t, master.Config{})
-	comms, _ := g.startSitesWith(ctx, sites, per, onLab(lab, nics))
-	defer closeAll(comms)
+	ctx, _, _, comms, _ := onFabric(t, sites, per, nics, 200)
 	sumOnEvery(ctx, t, comms, 1, 1000, 1)
 	epoch0, gen0 := requireFabric(t, comms)
 
@@ -318,24 +184,12 @@ func TestSiteFabricAbortOpensNextGeneration(t *testing.T) {
 		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
 	}
 	callCtx, stop := context.WithCancel(ctx)
-	done := make(chan []error, 1)
-	go func() {
-		done <- each(comms, func(i int, c *pccl.Communicator) error {
-			cctx := ctx
-			if i == 1 {
-				cctx = callCtx
-			}
-			b := pccl.Bytes(bufs[i])
-			return c.AllReduce(cctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
-		})
-	}()
-	before := pccl.SiteReceivedForTest(comms[1])
-	for deadline := time.Now().Add(30 * time.Second); pccl.SiteReceivedForTest(comms[1]) < before+(1<<20); {
-		if time.Now().After(deadline) {
-			t.Fatal("the collective never moved data on the fabric")
+	done := sumWhileMoving(ctx, t, comms, bufs, func(i int) context.Context {
+		if i == 1 {
+			return callCtx
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return ctx
+	}, 1, 1<<20)
 	stop()
 	for i, err := range <-done {
 		if err == nil {
@@ -362,13 +216,8 @@ func TestSiteFabricAbortOpensNextGeneration(t *testing.T) {
 // data on the fabric: every survivor gets ErrPeerLeft with its buffer untouched, and the retry after
 // UpdateTopology is correct.
 func TestSiteFabricPeerDies(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
 	const sites, per, nics = 2, 2, 2
-	lab := siteLab(t, sites*per, nics, 200)
-	g := newGroup(t, master.Config{})
-	comms, hosts := g.startSitesWith(ctx, sites, per, onLab(lab, nics))
-	defer closeAll(comms)
+	ctx, lab, g, comms, hosts := onFabric(t, sites, per, nics, 200)
 	sumOnEvery(ctx, t, comms, 1, 1000, 1)
 	requireFabric(t, comms)
 
@@ -378,20 +227,7 @@ func TestSiteFabricPeerDies(t *testing.T) {
 	for i := range bufs {
 		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
 	}
-	done := make(chan []error, 1)
-	go func() {
-		done <- each(comms, func(i int, c *pccl.Communicator) error {
-			b := pccl.Bytes(bufs[i])
-			return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
-		})
-	}()
-	before := pccl.SiteReceivedForTest(comms[victim])
-	for deadline := time.Now().Add(30 * time.Second); pccl.SiteReceivedForTest(comms[victim]) < before+(1<<20); {
-		if time.Now().After(deadline) {
-			t.Fatal("the collective never moved data on the fabric")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	done := sumWhileMoving(ctx, t, comms, bufs, nil, victim, 1<<20)
 	for r := range nics {
 		if err := lab.SetNIC(victim, r, false); err != nil {
 			t.Fatal(err)
@@ -400,27 +236,7 @@ func TestSiteFabricPeerDies(t *testing.T) {
 	g.net.Crash(hosts[victim])
 	errs := <-done
 	comms[victim].Close()
-	var survivors []*pccl.Communicator
-	var sbufs [][]float32
-	for i, err := range errs {
-		if i == victim {
-			continue
-		}
-		if !errors.Is(err, pccl.ErrPeerLeft) {
-			t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, err)
-		}
-		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
-			t.Fatalf("survivor %d: buffer changed by the aborted call", i)
-		}
-		survivors = append(survivors, comms[i])
-		sbufs = append(sbufs, bufs[i])
-	}
-	want := make([]float32, count)
-	for _, b := range sbufs {
-		for j, v := range b {
-			want[j] += v
-		}
-	}
+	survivors, sbufs, want := survivorsAborted(t, comms, errs, bufs, orig, victim)
 	errs = each(survivors, func(i int, c *pccl.Communicator) error {
 		if err := c.UpdateTopology(ctx); err != nil {
 			return err
@@ -461,28 +277,47 @@ func TestSiteFabricOnLoopback(t *testing.T) {
 	for i := range bufs {
 		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
 	}
+	done := sumWhileMoving(ctx, t, comms, bufs, nil, 0, 1)
+	g.net.Crash(hosts[victim])
+	comms[victim].Close() // its fabric closes with it
+	survivorsAborted(t, comms, <-done, bufs, orig, victim)
+}
+
+// sumWhileMoving starts an f32 Sum AllReduce of bufs (tag 2) on every peer, peer i under ctxOf(i) (ctx
+// when ctxOf is nil), and returns once peer watch has received at least after more bytes on its
+// intra-site fabric; the AllReduces' errors come on the channel.
+func sumWhileMoving(ctx context.Context, t *testing.T, comms []*pccl.Communicator, bufs [][]float32, ctxOf func(int) context.Context, watch int, after int64) <-chan []error {
+	t.Helper()
+	before := comms[watch].Stats().SiteBytes
 	done := make(chan []error, 1)
 	go func() {
 		done <- each(comms, func(i int, c *pccl.Communicator) error {
+			cctx := ctx
+			if ctxOf != nil {
+				cctx = ctxOf(i)
+			}
 			b := pccl.Bytes(bufs[i])
-			return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
+			return c.AllReduce(cctx, b, b, pccl.Desc{Tag: 2, Count: len(bufs[i]), DType: pccl.F32, Op: pccl.Sum})
 		})
 	}()
-	before := comms[0].Stats().SiteBytes
-	for comms[0].Stats().SiteBytes == before {
+	for deadline := time.Now().Add(30 * time.Second); comms[watch].Stats().SiteBytes < before+after; {
+		if time.Now().After(deadline) {
+			t.Fatal("the collective never moved data on the fabric")
+		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	g.net.Crash(hosts[victim])
-	comms[victim].Close() // its fabric closes with it
-	for i, err := range <-done {
-		if i == victim {
-			continue
-		}
-		if !errors.Is(err, pccl.ErrPeerLeft) {
-			t.Fatalf("survivor %d: %v, want ErrPeerLeft", i, err)
-		}
-		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
-			t.Fatalf("survivor %d: buffer changed by the aborted call", i)
-		}
-	}
+	return done
+}
+
+// onFabric builds a lab for sites*per peers with nics NICs at mbit each (0: unlimited), connects the
+// peers on it and admits them; everything is torn down when the test ends. The context bounds the test.
+func onFabric(t *testing.T, sites, per, nics, mbit int) (context.Context, *netlab.Lab, *group, []*pccl.Communicator, []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	t.Cleanup(cancel)
+	lab := siteLab(t, sites*per, nics, mbit)
+	g := newGroup(t, master.Config{})
+	comms, hosts := g.startSitesWith(ctx, sites, per, onLab(lab, nics))
+	t.Cleanup(func() { closeAll(comms) })
+	return ctx, lab, g, comms, hosts
 }
