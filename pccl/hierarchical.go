@@ -224,6 +224,9 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 	for _, oc := range stale {
 		oc.close()
 	}
+	// A fabric of an earlier epoch serves no collective of this one: close its sockets now rather than
+	// at the next hierarchical collective, which may never come.
+	l.c.site.retireBefore(m.Epoch)
 	if !ok {
 		return nil, nil
 	}

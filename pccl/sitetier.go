@@ -175,6 +175,18 @@ func (t *siteTier) retire() {
 	}
 }
 
+// retireBefore closes the current fabric if it belongs to an epoch before epoch, unless a collective
+// holds the tier (that one retires it if it fails, and the next collective replaces it anyway).
+func (t *siteTier) retireBefore(epoch uint64) {
+	if t == nil || !t.mu.TryLock() {
+		return
+	}
+	defer t.mu.Unlock()
+	if t.fab != nil && t.fab.gen.epoch < epoch {
+		t.retire()
+	}
+}
+
 // account counts a collective that ran on fabric f, and the failovers of f's node so far if f is still
 // open (the tier is locked by the caller).
 func (t *siteTier) account(f *siteFabric) {
