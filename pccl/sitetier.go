@@ -67,7 +67,7 @@ type siteTier struct {
 	retiredBytes                        atomic.Int64 // received by the fabrics already closed
 }
 
-// fabricGen names one generation of a site's fabric (see the package comment above).
+// fabricGen names one generation of a site's fabric (see the comment at the top of this file).
 type fabricGen struct{ epoch, seq uint64 }
 
 // siteFabric is one generation of the fabric: an endpoint on the peer's NICs and an rdma node on the
