@@ -315,7 +315,7 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 	}
 	marks := []mark{{markSiteReduce, siteRing}, {markWAN, wanRing}, {markSiteGather, siteRing}}
 	var fab *siteFabric
-	if st.alone && c.site.usable(hv.site, c.links.siteNICs(hv.site)) {
+	if st.alone && !st.siteOff && c.site.usable(hv.site, c.links.siteNICs(hv.site)) {
 		// The site phases run on the intra-site fabric (sitetier.go); only the WAN ring needs a stream.
 		f, err := c.site.acquire(fabricGen{st.epoch, st.siteGen}, hv.site, c.links.siteNICs(hv.site), c.id)
 		if err != nil {

@@ -42,9 +42,9 @@ type machine struct {
 	writeDue  time.Time // until then
 
 	ops map[uint64]*opState // collectives of this peer by tag
-	// lastAbort is the last commenced collective the master aborted (its epoch and sequence number):
-	// opStart.siteGen.
-	lastAbort struct{ epoch, seq uint64 }
+	// lastAbort is the last commenced collective the master aborted (its epoch and sequence number),
+	// and how many of that epoch it aborted: opStart.siteGen and opStart.siteOff.
+	lastAbort struct{ epoch, seq, count uint64 }
 
 	incarnation uint64           // of the master that accepted this peer (its Welcome)
 	lastStep    *wire.StepReport // the last step reported, for a Resume report
@@ -222,7 +222,16 @@ type opStart struct {
 	// so they name the same generation of the intra-site fabric (sitetier.go).
 	alone   bool
 	siteGen uint64
+	// siteOff says that the master aborted siteAbortLimit collectives of this epoch already: the
+	// site phases leave the intra-site fabric for the site ring's links until the next epoch, so
+	// that a fabric that keeps failing (a peer whose NICs are all down while its links work) costs
+	// two attempts, not every one.
+	siteOff bool
 }
+
+// siteAbortLimit is how many aborted collectives of one epoch turn the intra-site fabric off for the
+// rest of the epoch (opStart.siteOff).
+const siteAbortLimit = 2
 
 // writeGrace is how long a failed write to the master waits for the reader's verdict (a Kick sent
 // just before the master closed) before the communicator dies with ErrMasterLost.
@@ -477,7 +486,11 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 		}
 		o.outcome = msg
 		if msg.Seq != 0 && o.seq == msg.Seq && msg.Code != wire.CodeOK {
+			if m.lastAbort.epoch != o.epoch {
+				m.lastAbort.count = 0
+			}
 			m.lastAbort.epoch, m.lastAbort.seq = o.epoch, msg.Seq
+			m.lastAbort.count++
 		}
 		switch o.phase {
 		case opRunning:
@@ -558,6 +571,7 @@ func (m *machine) commence(now time.Time, msg *wire.Commence, emit func(any)) {
 	st := &opStart{seq: msg.Seq, epoch: msg.Epoch, ring: slices.Clone(m.ring), alone: msg.Alone}
 	if m.lastAbort.epoch == msg.Epoch {
 		st.siteGen = m.lastAbort.seq
+		st.siteOff = m.lastAbort.count >= siteAbortLimit
 	}
 	emit(replyAct{reply{call: o.call, start: st}})
 }

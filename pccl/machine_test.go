@@ -309,6 +309,9 @@ func formatPeerAction(a any) string {
 			if r.start.siteGen != 0 {
 				s += fmt.Sprintf(" site-gen=%d", r.start.siteGen)
 			}
+			if r.start.siteOff {
+				s += " site-off"
+			}
 			return s
 		case r.err != nil:
 			return fmt.Sprintf("reply %d %s", r.call, errorKinds(r.err))

@@ -21,6 +21,9 @@ package pccl
 //     of the abandoned collective can touch the caller's buffers. The master aborts the collective on
 //     every peer, so every peer of the site closes its fabric too, and the next collective opens the
 //     next generation everywhere.
+//   - After siteAbortLimit aborted collectives in one epoch the fabric is off until the next epoch
+//     (opStart.siteOff), so that a fabric that cannot work (a peer's NICs all down while its links
+//     and its master connection are fine) does not fail every retry.
 
 import (
 	"context"

@@ -321,3 +321,46 @@ func onFabric(t *testing.T, sites, per, nics, mbit int) (context.Context, *netla
 	t.Cleanup(func() { closeAll(comms) })
 	return ctx, lab, g, comms, hosts
 }
+
+// TestSiteFabricDeadFallsBack takes every NIC of one peer down while its links keep working: each
+// collective on the fabric fails at once with a retryable error, and after the second the epoch's
+// collectives run their site phases on the site ring's links, so the README's retry loop succeeds on
+// its third attempt with the right result.
+func TestSiteFabricDeadFallsBack(t *testing.T) {
+	const sites, per, nics = 2, 2, 1
+	ctx, lab, _, comms, _ := onFabric(t, sites, per, nics, 0)
+	sumOnEvery(ctx, t, comms, 1, 1000, 1)
+	requireFabric(t, comms)
+	if err := lab.SetNIC(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	const count = 5000
+	for attempt := 1; ; attempt++ {
+		bufs, want := inputs(len(comms), count, attempt)
+		errs := each(comms, func(i int, c *pccl.Communicator) error {
+			b := pccl.Bytes(bufs[i])
+			return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
+		})
+		if errors.Join(errs...) == nil {
+			if attempt != 3 {
+				t.Fatalf("the collective succeeded at attempt %d, want 3 (two on the fabric, then the links)", attempt)
+			}
+			for i := range comms {
+				checkSum(t, fmt.Sprintf("peer %d", i), bufs[i], want)
+			}
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("attempt 3 failed: %v", errs)
+		}
+		for i, err := range errs {
+			if !pccl.Retryable(err) {
+				t.Fatalf("attempt %d: peer %d: %v, want a retryable error", attempt, i, err)
+			}
+		}
+		errs = each(comms, func(_ int, c *pccl.Communicator) error { return c.UpdateTopology(ctx) })
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
