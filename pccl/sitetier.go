@@ -168,7 +168,8 @@ func (t *siteTier) acquire(gen fabricGen, site []uint64, nics map[uint64][]strin
 // release unlocks the tier after a collective.
 func (t *siteTier) release() { t.mu.Unlock() }
 
-// retire closes the current fabric (the tier is locked by the caller): its collective failed.
+// retire closes the current fabric, if any (the tier is locked by the caller): its collective failed,
+// or its generation or its site ring is past.
 func (t *siteTier) retire() {
 	if t.fab != nil {
 		t.fab.close()
