@@ -248,32 +248,29 @@ func checkOp(dt DType, op Op) error {
 // check validates ph over a staging buffer of n bytes of dt, reduced with op (both already valid).
 func (ph Phase) check(n int, dt DType, op Op) error {
 	size := dt.Size()
-	if ph.Kind == KindExternal {
-		switch {
-		case ph.Runner == nil:
-			return fmt.Errorf("%w: an external phase needs a Runner", ErrInvalid)
-		case ph.Off < 0 || ph.Len < 0 || ph.Off > n-ph.Len:
-			return fmt.Errorf("%w: region [%d, %d+%d) outside the %d-byte buffer", ErrInvalid, ph.Off, ph.Off, ph.Len, n)
-		case ph.Off%size != 0 || ph.Len%size != 0:
-			return fmt.Errorf("%w: region [%d, %d+%d) is not made of whole %v elements", ErrInvalid, ph.Off, ph.Off, ph.Len, dt)
-		}
-		return nil
-	}
 	switch {
 	case !ph.Kind.Valid():
 		return fmt.Errorf("%w: kind %v", ErrInvalid, ph.Kind)
-	case ph.Stream == nil:
-		return fmt.Errorf("%w: no stream", ErrInvalid)
-	case ph.World < 1:
-		return fmt.Errorf("%w: world %d, must be >= 1", ErrInvalid, ph.World)
-	case ph.Rank < 0 || ph.Rank >= ph.World:
-		return fmt.Errorf("%w: rank %d outside [0, %d)", ErrInvalid, ph.Rank, ph.World)
 	case n%size != 0:
 		return fmt.Errorf("%w: %d bytes is not a whole number of %v elements", ErrInvalid, n, dt)
 	case ph.Off < 0 || ph.Len < 0 || ph.Off > n-ph.Len:
 		return fmt.Errorf("%w: region [%d, %d+%d) outside the %d-byte buffer", ErrInvalid, ph.Off, ph.Off, ph.Len, n)
 	case ph.Off%size != 0 || ph.Len%size != 0:
 		return fmt.Errorf("%w: region [%d, %d+%d) is not made of whole %v elements", ErrInvalid, ph.Off, ph.Off, ph.Len, dt)
+	}
+	if ph.Kind == KindExternal {
+		if ph.Runner == nil {
+			return fmt.Errorf("%w: an external phase needs a Runner", ErrInvalid)
+		}
+		return nil
+	}
+	switch {
+	case ph.Stream == nil:
+		return fmt.Errorf("%w: no stream", ErrInvalid)
+	case ph.World < 1:
+		return fmt.Errorf("%w: world %d, must be >= 1", ErrInvalid, ph.World)
+	case ph.Rank < 0 || ph.Rank >= ph.World:
+		return fmt.Errorf("%w: rank %d outside [0, %d)", ErrInvalid, ph.Rank, ph.World)
 	case ph.Divisor < NoFinalize:
 		return fmt.Errorf("%w: divisor %d, must be >= %d", ErrInvalid, ph.Divisor, NoFinalize)
 	case ph.Kind == KindAllGather && ph.Divisor != DivideByWorld:
