@@ -132,8 +132,7 @@ func (h hierarchy) fabricPlan(count int, d Desc, partBytes int, t *siteTier, f *
 	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: []rings.Phase{
 		{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, dt: d.DType, op: op, count: count},
 			Rank: h.siteRank, World: len(h.site), Len: count * size},
-		{Kind: rings.KindAllReduce, Stream: wan, Rank: h.wanRank, World: len(h.wan),
-			Off: shard.Off * size, Len: shard.Len * size, Divisor: rings.Divisor(h.world), Quant: d.Quant},
+		h.wanPhase(wan, shard, d),
 		{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, gather: true, dt: d.DType, op: op, count: count},
 			Rank: h.siteRank, World: len(h.site), Len: count * size},
 	}}
@@ -146,11 +145,18 @@ func (h hierarchy) plan(count int, d Desc, partBytes int, site1, wan, site2 ring
 	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: []rings.Phase{
 		{Kind: rings.KindReduceScatter, Stream: site1, Rank: h.siteRank, World: len(h.site),
 			Len: count * size, Divisor: rings.NoFinalize},
-		{Kind: rings.KindAllReduce, Stream: wan, Rank: h.wanRank, World: len(h.wan),
-			Off: shard.Off * size, Len: shard.Len * size, Divisor: rings.Divisor(h.world), Quant: d.Quant},
+		h.wanPhase(wan, shard, d),
 		{Kind: rings.KindAllGather, Stream: site2, Rank: h.siteRank, World: len(h.site),
 			Len: count * size, Divisor: rings.DivideByWorld},
 	}}
+}
+
+// wanPhase is the all-reduce of shard (in elements) across sites on the WAN ring, finalized once by the
+// total peer count.
+func (h hierarchy) wanPhase(wan rings.Stream, shard rings.Span, d Desc) rings.Phase {
+	size := d.DType.Size()
+	return rings.Phase{Kind: rings.KindAllReduce, Stream: wan, Rank: h.wanRank, World: len(h.wan),
+		Off: shard.Off * size, Len: shard.Len * size, Divisor: rings.Divisor(h.world), Quant: d.Quant}
 }
 
 // subPool is the pool of connections to this peer's successor in one sub-ring.
@@ -305,6 +311,20 @@ func (r subRing) String() string {
 	return "WAN"
 }
 
+// siteFabricFor returns the intra-site fabric the site phases of collective st run on, with the tier
+// locked for it, or nil when they run on the site ring's links: the tier is off, the collective does
+// not run alone, the epoch aborted too many, or a peer of the site lacks the NICs (sitetier.go).
+func (c *Communicator) siteFabricFor(st *opStart, hv hierarchy) (*siteFabric, error) {
+	if c.site == nil || !st.alone || st.siteOff {
+		return nil, nil
+	}
+	nics := c.links.siteNICs(hv.site)
+	if !c.site.usable(hv.site, nics) {
+		return nil, nil
+	}
+	return c.site.acquire(fabricGen{st.epoch, st.siteGen}, hv.site, nics, c.id)
+}
+
 // runHierarchical moves the data of a commenced collective over hierarchy hv and reports it to the
 // master, as runOp does for the flat ring.
 func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan reply, h *opHandle, st *opStart, hv hierarchy, send, recv []byte, d Desc) error {
@@ -314,15 +334,13 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 		ring subRing
 	}
 	marks := []mark{{markSiteReduce, siteRing}, {markWAN, wanRing}, {markSiteGather, siteRing}}
-	var fab *siteFabric
-	if st.alone && !st.siteOff && c.site.usable(hv.site, c.links.siteNICs(hv.site)) {
-		// The site phases run on the intra-site fabric (sitetier.go); only the WAN ring needs a stream.
-		f, err := c.site.acquire(fabricGen{st.epoch, st.siteGen}, hv.site, c.links.siteNICs(hv.site), c.id)
-		if err != nil {
-			return c.report(call, ch, d.Tag, &wire.Done{Code: codeOf(err), Detail: err.Error()}, what)
-		}
+	fab, err := c.siteFabricFor(st, hv)
+	if err != nil {
+		return c.report(call, ch, d.Tag, &wire.Done{Code: codeOf(err), Detail: err.Error()}, what)
+	}
+	if fab != nil {
+		// The site phases run on the intra-site fabric; only the WAN ring needs a stream.
 		defer c.site.release()
-		fab = f
 		marks = []mark{{markWAN, wanRing}}
 	}
 	streams := make([]*stream, 0, len(marks))
@@ -366,7 +384,7 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 	} else {
 		p = hv.plan(d.Count, d, c.cfg.PartBytes, streams[0], streams[1], streams[2])
 	}
-	err := p.Execute(rctx, send, recv, commit)
+	err = p.Execute(rctx, send, recv, commit)
 	if fab != nil {
 		c.site.account(fab)
 	}

@@ -114,9 +114,6 @@ func openSiteTier(cfg Config, log *slog.Logger) (*siteTier, error) {
 // usable reports whether the site's peers can run on the fabric: each announced as many NICs as this
 // peer, every one an ip:port. Every peer decides alike from the same Connect.
 func (t *siteTier) usable(site []uint64, nics map[uint64][]string) bool {
-	if t == nil {
-		return false
-	}
 	for _, id := range site {
 		addrs := nics[id]
 		if len(addrs) != len(t.nics) {
