@@ -99,6 +99,9 @@ func demo(cc *cli.Context) error {
 		}
 		n = sites * perSite
 	}
+	if sites == 0 && len(cc.StringSlice("nics")) > 0 {
+		return cli.Exit("--nics needs --sites: the intra-site tier runs inside sites", 2)
+	}
 	if n < 2 {
 		return cli.Exit("--peers (or --sites times --per-site) must be at least 2", 2)
 	}
