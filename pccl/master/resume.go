@@ -24,7 +24,11 @@ import (
 //     peers that did not come back, followed by reporters it lacked (by id); a wiring round under the
 //     new incarnation's first epoch connects them, and its Topology makes them accepted again;
 //   - the last accepted shared state is the (revision, hashes) the majority holds, so that peers on
-//     an older or a different revision fetch the majority's at the next sync;
+//     an older or a different revision fetch the majority's at the next sync; but when some reporters
+//     hold the revision right after the majority's, that one is taken: a peer reports a revision only
+//     once the old master committed it, so those reporters saw the commit of a sync whose result the
+//     others lost with the master, and their state is the newest accepted one (a report further
+//     ahead cannot come from the old master and does not count);
 //   - each reporter's step counts as its last step report.
 //
 // Peers that report after the window are newcomers: they wait as registered peers and are wired in at
@@ -135,8 +139,8 @@ func majorityRing(ids []PeerID, reports map[PeerID]*wire.Resume) ([]PeerID, uint
 	return best.ring, best.epoch
 }
 
-// rebuild wires group g again from the reports of ids and takes the majority's shared state as the
-// last accepted one.
+// rebuild wires group g again from the reports of ids and remembers the last accepted shared state
+// they show (resumedState).
 func (m *Machine) rebuild(g *group, ids []PeerID) {
 	reports := m.resume.reports
 	held, _ := majorityRing(ids, reports)
@@ -151,7 +155,7 @@ func (m *Machine) rebuild(g *group, ids []PeerID) {
 			ring = append(ring, id)
 		}
 	}
-	if prior, votes, ok := majorityState(ids, reports); ok {
+	if prior, votes, ok := resumedState(ids, reports); ok {
 		g.prior = prior
 		m.gnote(g, "resume", 0, "shared state revision %d held by %d of %d reporters", prior.Revision, votes, len(ids))
 	}
@@ -164,9 +168,11 @@ func (m *Machine) rebuild(g *group, ids []PeerID) {
 	m.restartRound(g)
 }
 
-// majorityState returns the shared state most reporters hold (ties: the highest revision), as a
-// Prior, and how many hold it; ok is false when no reporter has synced yet.
-func majorityState(ids []PeerID, reports map[PeerID]*wire.Resume) (prior *sharedstate.Prior, votes int, ok bool) {
+// resumedState returns the last accepted shared state that the reports of ids show, as a Prior, and
+// how many reporters hold it; ok is false when no reporter has synced yet. It is the state most
+// reporters hold (ties: the highest revision), unless some hold the next revision: the old master
+// committed that one, and its state is the one most of them hold.
+func resumedState(ids []PeerID, reports map[PeerID]*wire.Resume) (prior *sharedstate.Prior, votes int, ok bool) {
 	type cand struct {
 		prior sharedstate.Prior
 		votes int
@@ -199,8 +205,18 @@ func majorityState(ids []PeerID, reports map[PeerID]*wire.Resume) (prior *shared
 	if len(cands) == 0 {
 		return nil, 0, false
 	}
-	best := slices.MaxFunc(cands, func(a, b *cand) int {
+	byVotes := func(a, b *cand) int {
 		return cmp.Or(cmp.Compare(a.votes, b.votes), cmp.Compare(a.prior.Revision, b.prior.Revision))
-	})
+	}
+	best := slices.MaxFunc(cands, byVotes)
+	var next []*cand
+	for _, c := range cands {
+		if r := best.prior.Revision; r+1 > r && c.prior.Revision == r+1 {
+			next = append(next, c)
+		}
+	}
+	if len(next) > 0 {
+		best = slices.MaxFunc(next, byVotes)
+	}
 	return &best.prior, best.votes, true
 }
