@@ -132,9 +132,11 @@ func (n *Network) Run() {
 func (n *Network) RunUntil(t time.Duration) {
 	for n.step(t) {
 	}
+	n.mu.Lock()
 	if n.now < t {
 		n.now = t
 	}
+	n.mu.Unlock()
 }
 
 // RunWhile executes events while cond returns true and events are left. It reports whether cond still
@@ -156,10 +158,10 @@ func (n *Network) step(limit time.Duration) bool {
 		return false
 	}
 	ev := heap.Pop(&n.queue).(*item)
-	n.mu.Unlock()
 	if ev.at > n.now {
-		n.now = ev.at
+		n.now = ev.at // under mu: Post reads it from other goroutines
 	}
+	n.mu.Unlock()
 	if ev.cancelled {
 		return true
 	}
