@@ -80,6 +80,10 @@ type Config struct {
 	// Gossip tunes this peer's gossip member when GossipJoin is set. Default: the LAN preset on a free
 	// loopback port.
 	Gossip GossipConfig
+
+	// siteProvider, set by tests, opens the intra-site fabric instead of rdma/tcp on NICs (which then
+	// only count the NICs).
+	siteProvider siteProvider
 }
 
 // LAN returns the preset for peers on one network (fill in Master).

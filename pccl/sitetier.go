@@ -53,11 +53,59 @@ var siteRepair = rdma.RepairConfig{
 	StallTimeout:  time.Second,
 }
 
+// siteProvider opens the endpoint and the rdma node of each generation of a peer's fabric. Outside
+// tests it is tcpSite, the peer's NICs on rdma/tcp.
+type siteProvider interface {
+	// addrs returns what the peer announces: each NIC's listen address, ip:port, in NIC order.
+	addrs() []string
+	// open starts node on the site ring, whose other nodes listen on peers; the node connects to its
+	// neighbours in the background.
+	open(node rdma.NodeID, ring []rdma.NodeID, peers map[rdma.NodeID][]netip.AddrPort, cfg rdma.Config) (*rdma.Node, fabricEndpoint, error)
+}
+
+// fabricEndpoint is what the tier needs of an open endpoint besides its node.
+type fabricEndpoint interface {
+	// Post runs a function in the endpoint's event context.
+	Post(func())
+	// Close closes the endpoint; once it returns no event of the endpoint runs, so nothing of a
+	// collective touches the caller's buffers.
+	Close() error
+	// ReceivedBytes counts the chunk data received so far.
+	ReceivedBytes() int64
+}
+
+// tcpSite is the provider of the peer's NICs: rdma/tcp, one socket per NIC pair and connection class.
+type tcpSite struct {
+	nics  []tcp.NICConfig // Port reserved at openSiteTier
+	netns string
+}
+
+func (p *tcpSite) addrs() []string {
+	var out []string
+	for _, n := range p.nics {
+		out = append(out, netip.AddrPortFrom(n.Addr, n.Port).String())
+	}
+	return out
+}
+
+func (p *tcpSite) open(node rdma.NodeID, ring []rdma.NodeID, peers map[rdma.NodeID][]netip.AddrPort, cfg rdma.Config) (*rdma.Node, fabricEndpoint, error) {
+	ep, err := tcp.Listen(tcp.Config{Node: node, NICs: p.nics, Peers: peers, NetNS: p.netns})
+	if err != nil {
+		return nil, nil, fmt.Errorf("pccl: open the intra-site fabric: %w", err)
+	}
+	n, err := rdma.NewNode(ep, ring, cfg)
+	if err != nil {
+		ep.Close()
+		return nil, nil, fmt.Errorf("pccl: start the intra-site node: %w", err)
+	}
+	return n, ep, nil
+}
+
 // siteTier is one peer's intra-site tier: its NICs, and the fabric of the current generation.
 type siteTier struct {
-	nics  []tcp.NICConfig // Port reserved at open
-	netns string
-	addrs []string // announced: each NIC's listen address, ip:port, in NIC order
+	prov  siteProvider
+	nnics int
+	addrs []string // announced, in NIC order
 	log   *slog.Logger
 
 	mu     sync.Mutex // held by the collective that uses the fabric, for its whole run
@@ -78,7 +126,7 @@ type fabricGen struct{ epoch, seq uint64 }
 type siteFabric struct {
 	gen  fabricGen
 	site []uint64 // the site ring, peer ids
-	ep   *tcp.Endpoint
+	ep   fabricEndpoint
 	node *rdma.Node
 	rank int
 	// Scratch for counts that the site's peers do not divide: rdma blocks are equal, so the buffer is
@@ -89,6 +137,9 @@ type siteFabric struct {
 
 // openSiteTier resolves cfg.NICs (names or addresses, in cfg.NICNetNS) and reserves a port on each.
 func openSiteTier(cfg Config, log *slog.Logger) (*siteTier, error) {
+	if p := cfg.siteProvider; p != nil {
+		return &siteTier{prov: p, nnics: len(cfg.NICs), addrs: p.addrs(), log: log}, nil
+	}
 	var nics []tcp.NICConfig
 	err := tcp.InNetNS(cfg.NICNetNS, func() error {
 		var err error
@@ -104,11 +155,8 @@ func openSiteTier(cfg Config, log *slog.Logger) (*siteTier, error) {
 	if err := tcp.ReservePorts(cfg.NICNetNS, nics); err != nil {
 		return nil, fmt.Errorf("pccl: intra-site NICs: %w", err)
 	}
-	t := &siteTier{nics: nics, netns: cfg.NICNetNS, log: log}
-	for _, n := range nics {
-		t.addrs = append(t.addrs, netip.AddrPortFrom(n.Addr, n.Port).String())
-	}
-	return t, nil
+	p := &tcpSite{nics: nics, netns: cfg.NICNetNS}
+	return &siteTier{prov: p, nnics: len(nics), addrs: p.addrs(), log: log}, nil
 }
 
 // usable reports whether the site's peers can run on the fabric: each announced as many NICs as this
@@ -116,7 +164,7 @@ func openSiteTier(cfg Config, log *slog.Logger) (*siteTier, error) {
 func (t *siteTier) usable(site []uint64, nics map[uint64][]string) bool {
 	for _, id := range site {
 		addrs := nics[id]
-		if len(addrs) != len(t.nics) {
+		if len(addrs) != t.nnics {
 			return false
 		}
 		for _, a := range addrs {
@@ -238,16 +286,11 @@ func (t *siteTier) open(gen fabricGen, site []uint64, nics map[uint64][]string, 
 		}
 	}
 	rank := slices.Index(site, me)
-	ep, err := tcp.Listen(tcp.Config{Node: ring[rank], NICs: t.nics, Peers: peers, NetNS: t.netns})
+	node, ep, err := t.prov.open(ring[rank], ring, peers, rdma.Config{Direct: true, Repair: siteRepair})
 	if err != nil {
-		return nil, fmt.Errorf("pccl: open the intra-site fabric: %w", err)
+		return nil, err
 	}
-	node, err := rdma.NewNode(ep, ring, rdma.Config{Direct: true, Repair: siteRepair})
-	if err != nil {
-		ep.Close()
-		return nil, fmt.Errorf("pccl: start the intra-site node: %w", err)
-	}
-	t.log.Debug("intra-site fabric open", "epoch", gen.epoch, "gen", gen.seq, "site", site, "nics", len(t.nics))
+	t.log.Debug("intra-site fabric open", "epoch", gen.epoch, "gen", gen.seq, "site", site, "nics", t.nnics)
 	return &siteFabric{gen: gen, site: slices.Clone(site), ep: ep, node: node, rank: rank}, nil
 }
 
