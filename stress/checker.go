@@ -9,7 +9,7 @@ import (
 // Violation kinds, one per invariant of the soak.
 const (
 	vTwoHashes    = "two_hashes"    // one revision accepted with two different state hashes
-	vRevisionStep = "revision_step" // a session's revisions did not advance by exactly one
+	vRevisionStep = "revision_step" // a session's revisions did not advance by exactly one (see synced)
 	vRevisionGap  = "revision_gap"  // the group skipped a revision
 	vDiverged     = "diverged"      // a synced peer's state lost the election: it had to fetch
 	vWrongElement = "wrong_element" // an AllReduce element differs from the exact expected value
@@ -49,7 +49,12 @@ type checker struct {
 
 	revs    map[uint64]acceptedRev // every accepted revision and its hash
 	lastRev map[string]uint64      // session key -> last revision it synced
+	restart map[string]int         // session key -> restarts when it last synced
 	maxRev  uint64
+	// restarts counts the master's restarts: a sync whose result the master sent to some peers
+	// only, as it died, is the last accepted revision for the new master (the peers that got it
+	// report it), so the others' next sync takes them one revision further.
+	restarts int
 
 	lastProgress time.Time // last completed collective, or when enough peers became alive
 	enough       bool      // at least minPeers healthy peers at the last tick
@@ -61,7 +66,8 @@ type checker struct {
 // newChecker returns a checker that reports a stall after stallLimit without a completed collective
 // while at least minPeers healthy peers are in the group.
 func newChecker(stallLimit time.Duration, minPeers int) *checker {
-	return &checker{stallLimit: stallLimit, minPeers: minPeers, revs: map[uint64]acceptedRev{}, lastRev: map[string]uint64{}}
+	return &checker{stallLimit: stallLimit, minPeers: minPeers, revs: map[uint64]acceptedRev{}, lastRev: map[string]uint64{},
+		restart: map[string]int{}}
 }
 
 func (c *checker) fail(now time.Time, kind string, rev uint64, peer, format string, args ...any) {
@@ -81,16 +87,27 @@ func (c *checker) synced(now time.Time, sess string, rev, hash uint64, fetched i
 	}
 	c.maxRev = max(c.maxRev, rev)
 	if last, ok := c.lastRev[sess]; ok && rev != last+1 {
-		c.fail(now, vRevisionStep, rev, sess, "synced revision %d after %d", rev, last)
+		_, missedByRestart := c.revs[last+1]
+		missedByRestart = missedByRestart && rev == last+2 && c.restarts > c.restart[sess]
+		if !missedByRestart {
+			c.fail(now, vRevisionStep, rev, sess, "synced revision %d after %d", rev, last)
+		}
 	}
 	c.lastRev[sess] = rev
+	c.restart[sess] = c.restarts
 	if !fresh && fetched > 0 {
 		c.fail(now, vDiverged, rev, sess, "a peer that held the state fetched %d entries: its content lost the election", fetched)
 	}
 }
 
 // sessionEnded forgets a session: a peer that comes back is a new one.
-func (c *checker) sessionEnded(sess string) { delete(c.lastRev, sess) }
+func (c *checker) sessionEnded(sess string) {
+	delete(c.lastRev, sess)
+	delete(c.restart, sess)
+}
+
+// masterRestarted records that the master was restarted.
+func (c *checker) masterRestarted() { c.restarts++ }
 
 // completed records a collective completed with every element checked.
 func (c *checker) completed(now time.Time) {

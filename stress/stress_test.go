@@ -50,6 +50,22 @@ func TestCheckerAcceptsGoodLog(t *testing.T) {
 	}
 }
 
+// TestCheckerAllowsCommitLostWithMaster: the master dies after sending revision 6's commit to b only;
+// the new master takes 6 as accepted (b reports it), so a's next sync is revision 7.
+func TestCheckerAllowsCommitLostWithMaster(t *testing.T) {
+	c := newChecker(10*time.Second, 2)
+	c.synced(t0, "a/1", 5, 0xaa, 0, false)
+	c.synced(t0, "b/2", 5, 0xaa, 0, false)
+	c.synced(t0, "b/2", 6, 0xaa, 0, false)
+	c.masterRestarted()
+	c.synced(t0, "b/2", 7, 0xaa, 0, false)
+	c.synced(t0, "a/1", 7, 0xaa, 0, false)
+	c.finish(t0)
+	if len(c.violations) != 0 {
+		t.Fatalf("violations: %v", c.violations)
+	}
+}
+
 // TestCheckerCatchesEveryInvariant feeds one broken log per invariant: the checker cannot pass
 // silently.
 func TestCheckerCatchesEveryInvariant(t *testing.T) {
@@ -65,6 +81,17 @@ func TestCheckerCatchesEveryInvariant(t *testing.T) {
 		}, vTwoHashes, 5},
 		{"skipped revision in a session", func(c *checker) {
 			c.synced(t0, "a/1", 5, 0xaa, 0, false)
+			c.synced(t0, "a/1", 7, 0xac, 0, false)
+		}, vRevisionStep, 7},
+		{"revision skipped across a master restart that nobody accepted", func(c *checker) {
+			c.synced(t0, "a/1", 5, 0xaa, 0, false)
+			c.masterRestarted()
+			c.synced(t0, "a/1", 7, 0xac, 0, false)
+		}, vRevisionStep, 7},
+		{"revision accepted elsewhere skipped without a master restart", func(c *checker) {
+			c.synced(t0, "a/1", 5, 0xaa, 0, false)
+			c.synced(t0, "b/2", 5, 0xaa, 0, false)
+			c.synced(t0, "b/2", 6, 0xab, 0, false)
 			c.synced(t0, "a/1", 7, 0xac, 0, false)
 		}, vRevisionStep, 7},
 		{"repeated revision in a session", func(c *checker) {
