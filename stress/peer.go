@@ -130,7 +130,14 @@ func peerMain() int {
 	for ctx.Err() == nil {
 		baseline := runtime.NumGoroutine()
 		tr := &linkDialer{Transport: pccl.NewTCP(pccl.TCPConfig{}), relay: p.LinkRelay, master: p.Master}
-		comm, err := pccl.Connect(ctx, pccl.Config{Master: p.Master, Logger: cluster.Logger(), Transport: tr,
+		var trans pccl.Transport = tr
+		if q, err := peerTransport(); err != nil {
+			emitEvent(peerEvent{Event: "error", Detail: fmt.Sprintf("transport: %v", err)})
+			return 1
+		} else if q != nil {
+			trans = q // straight to the other peers: no link relay over QUIC
+		}
+		comm, err := pccl.Connect(ctx, pccl.Config{Master: p.Master, Logger: cluster.Logger(), Transport: trans,
 			ProgressTimeout: p.Progress})
 		if err != nil {
 			if ctx.Err() == nil {

@@ -92,6 +92,9 @@ func (r *relay) setDelay(d time.Duration) {
 
 // close stops accepting, closes every connection and waits for every goroutine. It is idempotent.
 func (r *relay) close() {
+	if r == nil {
+		return // no link relay: the soak runs over QUIC
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

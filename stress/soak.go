@@ -60,10 +60,16 @@ type options struct {
 	OptimizeEvery uint64
 	Verbose       bool
 	Break         string // passed to every peer as envBreak
+	// Transport is what the master and the peers talk: "tcp", or "quic" (with a run secret drawn
+	// for the run). Over QUIC the ring-link faults are not dealt (they need the TCP link relays), nor
+	// master restarts: a killed master sends no reset over UDP, so its peers learn of it only from
+	// silence, and give up after MasterTimeout instead of reconnecting.
+	Transport string
 }
 
 func defaultOptions() options {
-	return options{Duration: 3 * time.Minute, Peers: 4, FaultMin: 500 * time.Millisecond, FaultMax: time.Second, OptimizeEvery: 64}
+	return options{Duration: 3 * time.Minute, Peers: 4, FaultMin: 500 * time.Millisecond, FaultMax: time.Second, OptimizeEvery: 64,
+		Transport: "tcp"}
 }
 
 func (o options) validate() error {
@@ -76,6 +82,8 @@ func (o options) validate() error {
 		return fmt.Errorf("--fault-min %v and --fault-max %v: need 0 < min <= max", o.FaultMin, o.FaultMax)
 	case o.Break != "" && o.Break != "stale-update":
 		return fmt.Errorf("--break %q: the only mode is stale-update", o.Break)
+	case o.Transport != "tcp" && o.Transport != "quic":
+		return fmt.Errorf("--transport %q: want tcp or quic", o.Transport)
 	}
 	return nil
 }
@@ -92,6 +100,7 @@ type Stats struct {
 // Summary is the JSON line the soak prints last.
 type Summary struct {
 	Seed           uint64  `json:"seed"`
+	Transport      string  `json:"transport"`
 	DurationS      float64 `json:"duration_s"`
 	Peers          int     `json:"peers"`
 	Iterations     int     `json:"iterations"`
@@ -132,8 +141,8 @@ func percentile(xs []float64, p float64) float64 {
 type peerProc struct {
 	name   string
 	proc   *cluster.Proc
-	relay  *relay        // its connections to the master
-	links  *relay        // its connections to other peers
+	relay  route         // its connections to the master
+	links  *relay        // its connections to other peers; nil over QUIC
 	addr   string        // where its session's neighbours dial it
 	output chan struct{} // closed once every stdout line of the process is on the merged feed
 
@@ -155,6 +164,14 @@ func (p *peerProc) gone() bool { return p.exited || p.killed || !p.leaveAt.IsZer
 // healthy reports whether the process is in the group and neither frozen nor cut off.
 func (p *peerProc) healthy() bool {
 	return !p.gone() && p.sess != 0 && p.stoppedUntil.IsZero() && p.holedUntil.IsZero()
+}
+
+// route is a peer's relay to the master: TCP (relay) or UDP for QUIC (udpRelay).
+type route interface {
+	addr() string
+	blackhole(until time.Time)
+	setDelay(d time.Duration)
+	close()
 }
 
 // linkFault is a black hole or slow-down on one ring link, from a peer to its successor.
@@ -253,6 +270,7 @@ type soak struct {
 	reported   int      // violations already printed
 	lastStatus time.Time
 	isTerm     bool
+	secret     []byte // the run secret over QUIC
 }
 
 // run runs the soak for o.Duration (or until ctx ends or an invariant breaks) and returns the summary.
@@ -264,14 +282,15 @@ func run(ctx context.Context, o options, log io.Writer) (Summary, error) {
 	}
 	s := &soak{
 		o: o, log: log, watch: watch,
-		c:          cluster.New(cluster.Config{Stderr: watch}),
+		secret:     newSecret(),
 		rng:        rand.New(rand.NewPCG(o.Seed, 0x57e55)),
 		check:      newChecker(stallLimit, minPeers),
 		procs:      map[*cluster.Proc]*peerProc{},
 		recovery:   map[string][]float64{},
 		iterations: map[uint64]bool{},
-		sum:        Summary{Seed: o.Seed, Peers: o.Peers, Faults: map[string]int{}, Recovery: map[string]Stats{}},
+		sum:        Summary{Seed: o.Seed, Transport: o.Transport, Peers: o.Peers, Faults: map[string]int{}, Recovery: map[string]Stats{}},
 	}
+	s.c = cluster.New(cluster.Config{Stderr: watch, Env: transportEnv(o.Transport, s.secret)})
 	if f, ok := log.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			s.isTerm = true
@@ -311,16 +330,28 @@ func (s *soak) event(format string, args ...any) {
 func (s *soak) spawn(why string) (*peerProc, error) {
 	name := fmt.Sprintf("peer-%d", s.spawned)
 	s.spawned++
-	r, err := newRelay(s.master)
+	var (
+		r        route
+		lr       *relay
+		linkAddr string
+		err      error
+	)
+	if s.o.Transport == "quic" {
+		r, err = newUDPRelay(s.master)
+	} else {
+		r, err = newRelay(s.master)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("relay for %s: %w", name, err)
 	}
-	lr, err := newRelay("")
-	if err != nil {
-		r.close()
-		return nil, fmt.Errorf("link relay for %s: %w", name, err)
+	if s.o.Transport != "quic" {
+		if lr, err = newRelay(""); err != nil {
+			r.close()
+			return nil, fmt.Errorf("link relay for %s: %w", name, err)
+		}
+		linkAddr = lr.addr()
 	}
-	js, _ := json.Marshal(peerParams{Master: r.addr(), LinkRelay: lr.addr(), Progress: soakProgress,
+	js, _ := json.Marshal(peerParams{Master: r.addr(), LinkRelay: linkAddr, Progress: soakProgress,
 		Lifetime: s.o.Duration + 5*time.Minute, OptimizeEvery: s.o.OptimizeEvery})
 	env := []string{envPeer + "=" + string(js)}
 	if s.o.Break != "" {
@@ -673,7 +704,7 @@ func (s *soak) inject(now time.Time) {
 		case "master-stall":
 			ok = !frozen && now.Sub(s.lastMasterStall) > masterStallEvery
 		case "master-restart":
-			ok = !frozen && now.Sub(s.lastMasterRestart) > masterRestartEvery
+			ok = !frozen && now.Sub(s.lastMasterRestart) > masterRestartEvery && s.o.Transport != "quic"
 		case "junk":
 			ok = true
 		case "kill":
@@ -690,9 +721,9 @@ func (s *soak) inject(now time.Time) {
 			ok = len(slowable) > 0
 		case "link-blackhole":
 			// Four healthy peers in the ring: a ring without the link exists.
-			ok = len(links) > 0 && !frozen && inRing >= 4
+			ok = len(links) > 0 && !frozen && inRing >= 4 && s.o.Transport != "quic"
 		case "link-slow":
-			ok = len(links) > 0
+			ok = len(links) > 0 && s.o.Transport != "quic"
 		}
 		if ok {
 			possible = append(possible, c)
@@ -788,6 +819,7 @@ func (s *soak) restartMaster() error {
 		return err
 	}
 	s.mproc = p
+	s.check.masterRestarted()
 	s.event("master restarted on %s", s.master)
 	return nil
 }
@@ -798,6 +830,10 @@ func (s *soak) restartMaster() error {
 // the master answered or after a short wait; none may disturb the run.
 func (s *soak) junk(seed uint64) {
 	addr := s.master
+	if s.o.Transport == "quic" {
+		s.junkQUIC(seed)
+		return
+	}
 	s.junkWG.Add(1)
 	go func() {
 		defer s.junkWG.Done()

@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/concord-ccl/concord/internal/auth"
+	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/pccl/master"
 )
 
@@ -56,6 +57,20 @@ func (c *Cluster) StartMasterAt(ctx context.Context, cfg master.Config, addr str
 	return p, ev.Addr, nil
 }
 
+// masterTransport returns the transport CONCORD_TRANSPORT names (tcp when unset) with the run secret
+// of CONCORD_SECRET, the environment twins of the master command's flags.
+func masterTransport() (transport.Transport, error) {
+	name := os.Getenv("CONCORD_TRANSPORT")
+	if name == "" || name == "tcp" {
+		return transport.NewTCP(transport.TCPConfig{}), nil
+	}
+	secret, err := auth.LoadSecret(os.Getenv("CONCORD_SECRET"), "")
+	if err != nil {
+		return nil, fmt.Errorf("CONCORD_SECRET: %w", err)
+	}
+	return transport.Select(name, transport.AuthConfig{Secret: secret})
+}
+
 // masterMain is the master role: it serves on the address StartMasterAt gave (127.0.0.1:0 by
 // default) until SIGTERM, SIGINT or the end of stdin.
 func masterMain() int {
@@ -72,7 +87,12 @@ func masterMain() int {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	ln, err := net.Listen("tcp", addr)
+	tr, err := masterTransport()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "master role: %v\n", err)
+		return 1
+	}
+	ln, err := tr.Listen(addr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "master role: listen: %v\n", err)
 		return 1
