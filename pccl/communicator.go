@@ -451,8 +451,11 @@ func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
 			c.log.Warn("master connection broke; reconnecting")
 			c.masterConn().Close()
 		case redialAct:
+			if a.probe {
+				c.log.Info("the master is silent; probing its address for a restarted one")
+			}
 			c.wg.Add(1)
-			go c.redial(a.resume)
+			go c.redial(a.resume, a.probe)
 		case adoptAct:
 			c.masterMu.Lock()
 			c.master = a.conn
@@ -519,14 +522,14 @@ type heldState struct {
 
 // redial dials the master once and sends a Hello reporting resume, and the shared state held, then
 // posts the result to run. A connection that run no longer takes is closed.
-func (c *Communicator) redial(resume *wire.Resume) {
+func (c *Communicator) redial(resume *wire.Resume, probe bool) {
 	defer c.wg.Done()
 	if h := c.held.Load(); h != nil {
 		resume.Revision, resume.Digest = h.revision, h.digest
 	}
 	ctx, cancel := context.WithTimeout(c.life, c.cfg.DialTimeout)
 	defer cancel()
-	res := redialedIn{}
+	res := redialedIn{probe: probe}
 	conn, err := c.cfg.Transport.Dial(ctx, c.cfg.Master)
 	if err == nil {
 		res.welcome, err = c.hello(ctx, conn, resume)

@@ -280,7 +280,11 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 	case masterLost:
 		m.lose(now, in.err, emit)
 	case redialedIn:
-		m.redialed(now, in, emit) // a dial that is no longer wanted
+		if in.probe {
+			m.probed(now, in, emit)
+		} else {
+			m.redialed(now, in, emit) // a dial that is no longer wanted
+		}
 	case writeFailed:
 		if m.writeErr == nil {
 			m.writeErr, m.writeDue = in.err, now.Add(writeGrace)
@@ -440,6 +444,7 @@ func (m *machine) tick(now time.Time, emit func(any)) {
 		m.nextBeat = now.Add(m.hbEvery)
 		emit(sendAct{&wire.Heartbeat{Seq: m.beatSeq}})
 	}
+	m.probeTick(now, emit)
 }
 
 func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {

@@ -36,6 +36,7 @@ import (
 //	redialed [fail | kick] [inc=I]                              a dial of the master ended: a
 //	                                                            Welcome of incarnation I, an error,
 //	                                                            or a Kick
+//	probed [fail | kick] [inc=I]                                the same, of a probe
 //	wired epoch=E [fail=P]                                      the links of a Connect round
 //	measured round=R to=P bw=B                                  a bandwidth test ended
 //	advance DURATION                                            move the clock (no input)
@@ -194,8 +195,8 @@ func runPeerScenario(t *testing.T, file string) string {
 			in = masterLost{errors.New("EOF")}
 		case "writefail":
 			in = writeFailed{errors.New("broken pipe")}
-		case "redialed":
-			r := redialedIn{}
+		case "redialed", "probed":
+			r := redialedIn{probe: arg(0) == "probed"}
 			switch {
 			case strings.Contains(line, "kick"):
 				r.err, r.kicked = fmt.Errorf("%w: run token mismatch", ErrKicked), true
@@ -335,6 +336,9 @@ func formatPeerAction(a any) string {
 	case dieAct:
 		return "die " + errorKinds(a.err)
 	case redialAct:
+		if a.probe {
+			return fmt.Sprintf("probe Resume%+v", *a.resume)
+		}
 		return fmt.Sprintf("redial Resume%+v", *a.resume)
 	case adoptAct:
 		return "adopt the new master connection"
@@ -472,11 +476,13 @@ func FuzzPeerMachine(f *testing.F) {
 					in = closeCall{}
 				}
 			case 17:
-				switch arg % 4 {
+				switch arg % 5 {
 				case 0:
 					in = redialedIn{welcome: &wire.Welcome{Incarnation: uint64(arg)}}
 				case 1:
 					in = redialedIn{err: errors.New("refused")}
+				case 2:
+					in = redialedIn{welcome: &wire.Welcome{Incarnation: uint64(arg % 3)}, probe: true}
 				default:
 					in = masterIn{&wire.HeartbeatAck{}}
 				}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
 	"github.com/concord-ccl/concord/rings"
@@ -46,8 +47,15 @@ type procGroup struct {
 
 func newProcGroup(ctx context.Context, t *testing.T, cfg master.Config) *procGroup {
 	t.Helper()
+	return newProcGroupEnv(ctx, t, cfg, nil)
+}
+
+// newProcGroupEnv is newProcGroup with env added to the master's environment (CONCORD_TRANSPORT and
+// CONCORD_SECRET choose its transport).
+func newProcGroupEnv(ctx context.Context, t *testing.T, cfg master.Config, env []string) *procGroup {
+	t.Helper()
 	g := &procGroup{t: t, logs: &lockedBuffer{}}
-	g.c = cluster.New(cluster.Config{Stderr: g.logs})
+	g.c = cluster.New(cluster.Config{Stderr: g.logs, Env: env})
 	t.Cleanup(func() {
 		if err := g.c.Close(); err != nil {
 			t.Errorf("cluster: %v", err)
@@ -206,14 +214,29 @@ func TestMasterStallCostsNothing(t *testing.T) {
 // same address: the peers reconnect, the new master rebuilds the ring from their reports, and the loop
 // carries on to its last revision with every result right and the state identical on every peer.
 func TestMasterRestartResumes(t *testing.T) {
+	masterRestartResumes(t, nil, nil)
+}
+
+// TestMasterRestartResumesQUIC is TestMasterRestartResumes over QUIC, where a killed master sends no
+// reset: the peers learn of the restart by probing its address once it has been silent.
+func TestMasterRestartResumesQUIC(t *testing.T) {
+	secret := "a run secret of the restart test, long enough"
+	// No linger: a closed connection ends at once, so nothing is left for the package's leak check.
+	tr := transport.NewQUIC(transport.QUICConfig{Auth: transport.AuthConfig{Secret: []byte(secret)}, Linger: -1})
+	masterRestartResumes(t, []string{"CONCORD_TRANSPORT=quic", "CONCORD_SECRET=" + secret}, tr)
+}
+
+// masterRestartResumes runs the restart test with env for the master process and tr for the peers
+// (nil: TCP).
+func masterRestartResumes(t *testing.T, env []string, tr pccl.Transport) {
 	if testing.Short() {
 		t.Skip("restarts a master process")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := master.LAN()
-	g := newProcGroup(ctx, t, cfg)
-	comms := g.connect(ctx, 4, pccl.Config{MasterTimeout: 20 * time.Second})
+	g := newProcGroupEnv(ctx, t, cfg, env)
+	comms := g.connect(ctx, 4, pccl.Config{MasterTimeout: 20 * time.Second, Transport: tr})
 	ring := comms[0].Ring()
 	const restartAt, last = 8, 20
 	restarted := false

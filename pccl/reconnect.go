@@ -22,6 +22,15 @@ import (
 // master has removed the peer), the peer dies with ErrMasterLost, as it did before reconnection
 // existed: its ring and operations are gone, and it must join again as a new peer.
 //
+// A master can also vanish without breaking the connection: its machine dies, or, over QUIC, its
+// process does (no reset comes over UDP, and ICMP errors are ignored after the handshake). So while
+// the connection is open but the master has been silent for probeAfter, the peer probes: it dials
+// the master's address with the same Hello and report, once per probeAfter. A master of another
+// incarnation answering means the old one is gone: the peer gives up the silent connection as if it
+// had broken and adopts the probe's. Anything else (no answer, or the same master refusing this
+// peer's id because it is live there: a master that is merely paused) drops the probe and changes
+// nothing, so a paused master costs nothing but the pause.
+//
 // What was in flight when the connection broke fails retryably (ErrAborted): collectives (their
 // buffers restored), ArePeersPending, OptimizeTopology and a sync. While the peer reconnects, and
 // after it until the new master has wired it into a ring (its Topology), new collectives, syncs,
@@ -39,6 +48,9 @@ type reconnect struct {
 	attempt   int
 	cause     error
 	rng       *rand.Rand // jitter; seeded by the peer id, so scenarios are deterministic
+
+	probing   bool      // a probe dial is in flight (the connection is open, the master silent)
+	nextProbe time.Time // when the next probe may go
 }
 
 // Backoff of the dials: the first within redialFirst, then doubling up to redialMax, each drawn in
@@ -49,19 +61,24 @@ const (
 )
 
 // redialedIn: a dial of the master ended. On success conn is the new connection, after its Welcome;
-// kicked says the master refused the Hello with a Kick (err holds its reason).
+// kicked says the master refused the Hello with a Kick (err holds its reason); probe says the dial
+// was a probe (redialAct.probe).
 type redialedIn struct {
 	conn    net.Conn
 	welcome *wire.Welcome
 	err     error
 	kicked  bool
+	probe   bool
 }
 
 // Actions of reconnection.
 type (
 	// redialAct: dial the master and send a Hello with this report (the runtime adds the shared-state
-	// revision and digest), then input redialedIn.
-	redialAct struct{ resume *wire.Resume }
+	// revision and digest), then input redialedIn, marked probe if this is a probe.
+	redialAct struct {
+		resume *wire.Resume
+		probe  bool
+	}
 	// adoptAct: conn is the master connection from now on; start reading it.
 	adoptAct struct{ conn net.Conn }
 	// dropConnAct: close conn, a dialled connection nobody needs any more.
@@ -158,7 +175,11 @@ func (m *machine) reconnecting(now time.Time, in any, emit func(any)) bool {
 		}
 		return true
 	case redialedIn:
-		m.redialed(now, in, emit)
+		if in.probe {
+			m.probed(now, in, emit)
+		} else {
+			m.redialed(now, in, emit)
+		}
 		return true
 	}
 	if !m.rc.lost {
@@ -185,11 +206,46 @@ func (m *machine) redialTick(now time.Time, emit func(any)) {
 	}
 	m.rc.dialing = true
 	m.rc.attempt++
+	emit(redialAct{resume: m.resumeReport()})
+}
+
+// resumeReport is the Resume report of a Hello to a master that may have restarted.
+func (m *machine) resumeReport() *wire.Resume {
 	r := &wire.Resume{Incarnation: m.incarnation, Epoch: m.epoch, Ring: slices.Clone(m.ring)}
 	if s := m.lastStep; s != nil {
 		r.Step, r.HasStep, r.InOptimizer = s.Step, true, s.InOptimizer
 	}
-	emit(redialAct{r})
+	return r
+}
+
+// probeAfter is how long the master may be silent on an open connection before the peer probes
+// whether another master answers on its address: four heartbeats, at least a second.
+func (m *machine) probeAfter() time.Duration { return max(4*m.hbEvery, time.Second) }
+
+// probeTick starts a probe when the master has been silent for probeAfter on an open connection.
+func (m *machine) probeTick(now time.Time, emit func(any)) {
+	if !m.joined || m.rc.lost || m.rc.probing || now.Sub(m.lastHeard) <= m.probeAfter() || now.Before(m.rc.nextProbe) {
+		return
+	}
+	m.rc.probing = true
+	emit(redialAct{resume: m.resumeReport(), probe: true})
+}
+
+// probed takes the result of a probe: only a master of another incarnation counts (see the comment
+// at the top of this file).
+func (m *machine) probed(now time.Time, in redialedIn, emit func(any)) {
+	m.rc.probing = false
+	m.rc.nextProbe = now.Add(m.probeAfter())
+	if in.err != nil || in.welcome == nil || in.welcome.Incarnation == m.incarnation || m.rc.lost {
+		if in.conn != nil {
+			emit(dropConnAct{in.conn})
+		}
+		return
+	}
+	m.lose(now, fmt.Errorf("the master was silent for %v and a restarted one (incarnation %d) answers on its address",
+		now.Sub(m.lastHeard).Round(time.Millisecond), in.welcome.Incarnation), emit)
+	m.rc.dialing = true
+	m.redialed(now, redialedIn{conn: in.conn, welcome: in.welcome}, emit)
 }
 
 // redialed takes the result of a dial.
