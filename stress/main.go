@@ -44,8 +44,7 @@
 //
 // With --transport quic the master and every peer talk QUIC, with a run secret drawn for the run; each
 // peer reaches the master through a UDP relay (for black hole and slow), its ring links go straight,
-// and junk is UDP and QUIC. The ring-link classes and master-restart are not dealt over QUIC (see
-// quic.go).
+// and junk is UDP and QUIC. The ring-link classes are not dealt over QUIC.
 //
 // While the master is paused the stall check is suspended (nobody can make progress). Faults that
 // remove a peer that holds the state are only dealt while at least three such peers are
@@ -103,7 +102,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.FaultMin, "fault-min", o.FaultMin, "shortest time between two faults")
 	fs.DurationVar(&o.FaultMax, "fault-max", o.FaultMax, "longest time between two faults")
 	fs.BoolVar(&o.Verbose, "v", false, "copy every peer's stderr and every event to stderr")
-	fs.StringVar(&o.Transport, "transport", o.Transport, "what the master and the peers talk: tcp or quic (no ring-link faults or master restarts over quic)")
+	fs.StringVar(&o.Transport, "transport", o.Transport, "what the master and the peers talk: tcp or quic (no ring-link faults over quic)")
 	fs.StringVar(&o.Break, "break", "", "make every peer misbehave the way a bug would (stale-update), to show the soak fails")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -18,10 +18,9 @@ import (
 // The soak over QUIC (--transport quic). The master and every peer run QUIC with a run secret drawn
 // for the run, which the children get in CONCORD_TRANSPORT and CONCORD_SECRET as the commands do.
 // Each peer reaches the master through a UDP relay (black hole and slow faults); ring links go
-// straight, so the ring-link faults are not dealt. Nor are master restarts: a killed master sends no
-// reset over UDP (and QUIC ignores ICMP errors after the handshake), so the peers hear only silence
-// and end with ErrMasterLost after MasterTimeout instead of reconnecting to the new master. Junk
-// faults speak UDP and QUIC to the master.
+// straight, so the ring-link faults are not dealt. A killed master sends no reset over UDP (and QUIC
+// ignores ICMP errors after the handshake): its peers find the restarted one by probing its address
+// once it has been silent (pccl/reconnect.go). Junk faults speak UDP and QUIC to the master.
 
 // transportEnv returns the environment that makes every child talk transport name with secret.
 func transportEnv(name string, secret []byte) []string {

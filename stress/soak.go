@@ -47,6 +47,7 @@ const (
 
 	masterStallEvery   = 20 * time.Second // master-stall faults are at least this far apart
 	masterRestartEvery = 60 * time.Second // master-restart faults are at least this far apart
+	restartSettle      = 5 * time.Second  // no freeze this soon after a master restart
 	junkPerFault       = 40               // connections one junk fault opens to the master
 )
 
@@ -61,9 +62,7 @@ type options struct {
 	Verbose       bool
 	Break         string // passed to every peer as envBreak
 	// Transport is what the master and the peers talk: "tcp", or "quic" (with a run secret drawn
-	// for the run). Over QUIC the ring-link faults are not dealt (they need the TCP link relays), nor
-	// master restarts: a killed master sends no reset over UDP, so its peers learn of it only from
-	// silence, and give up after MasterTimeout instead of reconnecting.
+	// for the run). Over QUIC the ring-link faults are not dealt: they need the TCP link relays.
 	Transport string
 }
 
@@ -691,6 +690,12 @@ func (s *soak) inject(now time.Time) {
 	if !s.masterStoppedUntil.IsZero() {
 		frozen = true
 	}
+	// Nor while the peers find a restarted master and it rebuilds the ring from their reports: a
+	// peer cut off then reports after the rebuild window and comes back as a newcomer that fetches
+	// the state, which the revision invariants read as a divergence.
+	if now.Sub(s.lastMasterRestart) < restartSettle {
+		frozen = true
+	}
 	for _, f := range s.linkFaults {
 		if f.class == "link-blackhole" && !f.over {
 			frozen = true
@@ -704,7 +709,7 @@ func (s *soak) inject(now time.Time) {
 		case "master-stall":
 			ok = !frozen && now.Sub(s.lastMasterStall) > masterStallEvery
 		case "master-restart":
-			ok = !frozen && now.Sub(s.lastMasterRestart) > masterRestartEvery && s.o.Transport != "quic"
+			ok = !frozen && now.Sub(s.lastMasterRestart) > masterRestartEvery
 		case "junk":
 			ok = true
 		case "kill":
