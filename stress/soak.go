@@ -47,7 +47,7 @@ const (
 
 	masterStallEvery   = 20 * time.Second // master-stall faults are at least this far apart
 	masterRestartEvery = 60 * time.Second // master-restart faults are at least this far apart
-	restartSettle      = 5 * time.Second  // no freeze this soon after a master restart
+	restartSettle      = 5 * time.Second  // no peer frozen, removed or added this soon after a master restart
 	junkPerFault       = 40               // connections one junk fault opens to the master
 )
 
@@ -454,7 +454,7 @@ func (s *soak) handle(l cluster.Line) {
 			s.event("%s synced revision %d hash %s (fresh %v, fetched %d)", key, ev.Rev, ev.Hash, ev.Fresh, ev.Fetched)
 		}
 	case "started":
-		if s.joinArmed && p.established {
+		if s.joinArmed && p.established && now.Sub(s.lastMasterRestart) >= restartSettle {
 			s.joinArmed = false
 			if np, err := s.spawn("join while " + p.name + " runs revision " + strconv.FormatUint(ev.Rev, 10)); err == nil {
 				s.faulted("join", now, np)
@@ -690,10 +690,13 @@ func (s *soak) inject(now time.Time) {
 	if !s.masterStoppedUntil.IsZero() {
 		frozen = true
 	}
-	// Nor while the peers find a restarted master and it rebuilds the ring from their reports: a
-	// peer cut off then reports after the rebuild window and comes back as a newcomer that fetches
-	// the state, which the revision invariants read as a divergence.
-	if now.Sub(s.lastMasterRestart) < restartSettle {
+	// While the peers find a restarted master and it rebuilds the ring from their reports, no peer
+	// is frozen, removed or added: a peer cut off then reports after the rebuild window and comes
+	// back as a newcomer that fetches the state, and a newcomer that reaches the new master before
+	// the others report is wired alone and fetches the state once they join; the revision
+	// invariants read both as a divergence.
+	settling := now.Sub(s.lastMasterRestart) < restartSettle
+	if settling {
 		frozen = true
 	}
 	for _, f := range s.linkFaults {
@@ -713,15 +716,15 @@ func (s *soak) inject(now time.Time) {
 		case "junk":
 			ok = true
 		case "kill":
-			ok = len(all) > 0
+			ok = len(all) > 0 && !settling
 		case "stop":
 			ok = len(all) > 0 && !frozen
 		case "blackhole":
 			ok = len(withSess) > 0 && !frozen
 		case "leave":
-			ok = len(withSess) > 0
+			ok = len(withSess) > 0 && !settling
 		case "spawn", "join":
-			ok = running < s.o.Peers+maxExtraPeers && !s.joinArmed
+			ok = running < s.o.Peers+maxExtraPeers && !s.joinArmed && !settling
 		case "slow":
 			ok = len(slowable) > 0
 		case "link-blackhole":
