@@ -1,9 +1,7 @@
 package pccl_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -92,29 +90,5 @@ func TestSiteSimPeerDies(t *testing.T) {
 	sumOnEvery(ctx, t, comms, 1, 1000, 1)
 	requireFabric(t, comms)
 
-	const count, victim = 4 << 20, 2
-	bufs, _ := inputs(len(comms), count, 7)
-	orig := make([][]byte, len(comms))
-	for i := range bufs {
-		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
-	}
-	done := sumWhileMoving(ctx, t, comms, bufs, nil, victim, 1<<20)
-	s.DownAll(victim)
-	g.net.Crash(hosts[victim])
-	errs := <-done
-	comms[victim].Close()
-	survivors, sbufs, want := survivorsAborted(t, comms, errs, bufs, orig, victim)
-	errs = each(survivors, func(i int, c *pccl.Communicator) error {
-		if err := c.UpdateTopology(ctx); err != nil {
-			return err
-		}
-		b := pccl.Bytes(sbufs[i])
-		return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 2, Count: count, DType: pccl.F32, Op: pccl.Sum})
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("survivor %d retry: %v", i, err)
-		}
-		checkSum(t, fmt.Sprintf("survivor %d", i), sbufs[i], want)
-	}
+	killMidCollective(ctx, t, g, comms, hosts, 2, s.DownAll)
 }

@@ -221,18 +221,29 @@ func TestSiteFabricPeerDies(t *testing.T) {
 	sumOnEvery(ctx, t, comms, 1, 1000, 1)
 	requireFabric(t, comms)
 
-	const count, victim = 4 << 20, 3
+	killMidCollective(ctx, t, g, comms, hosts, 3, func(victim int) {
+		for r := range nics {
+			if err := lab.SetNIC(victim, r, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// killMidCollective starts an f32 Sum AllReduce of 4Mi elements on every peer and, once the victim
+// has received 1 MiB on its fabric, takes its NICs down (downNICs) and crashes its host. Every
+// survivor must get ErrPeerLeft with its buffer untouched, and the retry after UpdateTopology must be
+// right.
+func killMidCollective(ctx context.Context, t *testing.T, g *group, comms []*pccl.Communicator, hosts []string, victim int, downNICs func(victim int)) {
+	t.Helper()
+	const count = 4 << 20
 	bufs, _ := inputs(len(comms), count, 7)
 	orig := make([][]byte, len(comms))
 	for i := range bufs {
 		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
 	}
 	done := sumWhileMoving(ctx, t, comms, bufs, nil, victim, 1<<20)
-	for r := range nics {
-		if err := lab.SetNIC(victim, r, false); err != nil {
-			t.Fatal(err)
-		}
-	}
+	downNICs(victim)
 	g.net.Crash(hosts[victim])
 	errs := <-done
 	comms[victim].Close()
