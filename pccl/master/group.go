@@ -38,6 +38,9 @@ type group struct {
 
 	sync  *syncRound         // the shared-state sync in progress, or nil
 	prior *sharedstate.Prior // the last accepted shared state; kept when every peer leaves
+	// reported is a later shared state than prior that a peer of an earlier incarnation reported after
+	// this incarnation had wired the group (lateReport); the next election starts from it.
+	reported *sharedstate.Prior
 
 	opt      *optRound // OptimizeTopology in progress, or nil
 	proposal []PeerID  // better ring found in the background, applied at the next OptimizeTopology

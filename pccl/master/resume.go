@@ -53,7 +53,8 @@ func (m *Machine) resumeReport(p *peer) {
 	}
 	g := p.group
 	if !m.resume.open && (len(g.ring) > 0 || g.wiring != nil) {
-		return // this group runs already: the report is a newcomer's
+		m.lateReport(g, p.id, r) // this group runs already: the report is a newcomer's
+		return
 	}
 	if !m.resume.open {
 		m.resume = resumeState{open: true, opened: m.now, reports: map[PeerID]*wire.Resume{}}
@@ -63,6 +64,27 @@ func (m *Machine) resumeReport(p *peer) {
 	p.step, p.hasStep = sharedstate.StepTag{Step: r.Step, InOptimizer: r.InOptimizer}, r.HasStep
 	m.gnote(g, "resume", p.id, "reports epoch %d, ring %v, revision %d", r.Epoch, r.Ring, r.Revision)
 	m.checkResume()
+}
+
+// lateReport takes the report r of peer id, which came after this incarnation had wired group g: a
+// newcomer reached the restarted master before the peers of the old one, which then join as
+// newcomers. Their shared state is still the run's: if it is later than what g has accepted, the
+// group's next election starts from it (group.reported), so the peers that joined meanwhile fetch it
+// rather than the run's peers being refused for their revisions.
+func (m *Machine) lateReport(g *group, id PeerID, r *wire.Resume) {
+	prior, _, ok := resumedState([]PeerID{id}, map[PeerID]*wire.Resume{id: r})
+	if !ok {
+		return
+	}
+	held := g.reported
+	if held == nil {
+		held = g.prior
+	}
+	if held != nil && prior.Revision <= held.Revision {
+		return
+	}
+	g.reported = prior
+	m.gnote(g, "resume", id, "reports shared state revision %d after the group was wired; the next election starts from it", prior.Revision)
 }
 
 // holding reports whether wiring rounds wait for the rebuild window to close.

@@ -67,6 +67,16 @@ func (m *Machine) checkSync(g *group) {
 		p.voteSync = nil
 	}
 	g.syncVotes = 0
+	if rp := g.reported; rp != nil {
+		// A state reported late (lateReport) counts once a voter holds it or the one after it; until
+		// then the group syncs from its own.
+		for _, c := range cands {
+			if c.Digest.Revision == rp.Revision || c.Digest.Revision == rp.Revision+1 {
+				g.prior, g.reported = rp, nil
+				break
+			}
+		}
+	}
 	plan, err := sharedstate.Elect(cands, g.prior)
 	if err != nil {
 		m.gnote(g, "sync", 0, "election failed: %v", err)
