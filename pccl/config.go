@@ -63,7 +63,9 @@ type Config struct {
 	// while both ends stay in the run. Default 10s.
 	ProgressTimeout time.Duration
 	// MasterTimeout is how long the master may stay silent (no answer, no heartbeat ack) before calls
-	// fail with ErrMasterLost. Default 10s.
+	// fail with ErrMasterLost, and how long a peer whose master connection broke keeps dialling its
+	// address. Meanwhile a silent master's address is probed for a restarted one (see reconnect.go).
+	// Default 10s.
 	MasterTimeout time.Duration
 	// ContributionStats makes every AllReduce of F32 or F64 data compute the norm and the finiteness
 	// of this peer's contribution (one pass over the send buffer) and send them in its vote, for a
