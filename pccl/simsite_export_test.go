@@ -51,7 +51,7 @@ func NewSimSite(t testing.TB, nics int, mbit float64) *SimSite {
 // or a loaded test machine would see acknowledgements late enough to look like failures.
 func (s *SimSite) loop() {
 	defer close(s.done)
-	tick := time.NewTicker(100 * time.Microsecond)
+	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	var busy time.Duration
 	for {

@@ -44,12 +44,13 @@ import (
 )
 
 // siteRepair are the hot-repair deadlines of the intra-site tier. A peer shares its cores with the
-// training and with the WAN tier, so a late acknowledgement must not look like a failure: a NIC that
-// goes down is seen at once through its link state, and a silent one within about a second.
+// training and with the WAN tier, so a late acknowledgement or probe answer must not look like a
+// failure (two busy cores under the race detector delay one by a few hundred milliseconds): a NIC that
+// goes down is seen at once through its link state, and a silent one within about two seconds.
 var siteRepair = rdma.RepairConfig{
-	MinAckTimeout: 200 * time.Millisecond,
+	MinAckTimeout: 500 * time.Millisecond,
 	MaxAckTimeout: 2 * time.Second,
-	ProbeTimeout:  200 * time.Millisecond,
+	ProbeTimeout:  500 * time.Millisecond,
 	StallTimeout:  time.Second,
 }
 
