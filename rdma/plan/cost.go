@@ -108,6 +108,16 @@ type Estimate struct {
 	// Owners gives, for the weighted rings, the fraction of the message each position of each ring
 	// of Rings owns in its reduce-scatter; nil means equal blocks.
 	Owners [][]float64
+	// LinkRails gives, for the weighted rings on a degraded topology, how the bytes of each ring's
+	// link from position p to p+1 spread over the rails both ends have healthy: LinkRails[k][p] for
+	// ring k of Rings. Nil means the runtime's routes decide.
+	LinkRails [][][]RailShare
+}
+
+// RailShare is the fraction of a link's bytes that one rail carries.
+type RailShare struct {
+	Rail  int
+	Share float64
 }
 
 // volume returns a = 2(N−1)/N, the bytes per byte of message a node of a flat ring over N ranks sends

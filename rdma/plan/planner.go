@@ -29,6 +29,7 @@ type Planner struct {
 	topo    Topology
 	version uint64
 	cache   map[int64]Plan
+	costs   map[int64][]Estimate // Estimates of the current version, by size
 }
 
 // NewPlanner returns a planner for a copy of t.
@@ -45,7 +46,7 @@ func NewPlanner(t Topology, cfg Config) (*Planner, error) {
 	if cfg.Align < 1 {
 		cfg.Align = 1
 	}
-	return &Planner{cfg: cfg, topo: t.Clone(), cache: map[int64]Plan{}}, nil
+	return &Planner{cfg: cfg, topo: t.Clone(), cache: map[int64]Plan{}, costs: map[int64][]Estimate{}}, nil
 }
 
 // Topology returns a copy of the planner's current topology.
@@ -67,13 +68,26 @@ func (p *Planner) SetNICDown(node, nic int, down bool) (bool, error) {
 	p.topo.Nodes[node].NICs[nic].Down = down
 	p.version++
 	clear(p.cache)
+	clear(p.costs)
 	return true, nil
 }
 
 // Estimates returns the model's estimate for every configured strategy, in configuration order;
-// strategies that do not apply have Seconds = +Inf.
+// strategies that do not apply have Seconds = +Inf. They are kept until the topology changes (the
+// weighted rings' linear program is not free); the caller must not modify them.
 func (p *Planner) Estimates(bytes int64) ([]Estimate, error) {
-	return Estimates(p.topo, bytes, p.cfg)
+	if es, ok := p.costs[bytes]; ok {
+		return slices.Clone(es), nil
+	}
+	es, err := Estimates(p.topo, bytes, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.costs) >= maxCached {
+		clear(p.costs)
+	}
+	p.costs[bytes] = es
+	return slices.Clone(es), nil
 }
 
 // Plan returns the cheapest schedule for an AllReduce of bytes bytes on the current topology (the
@@ -82,7 +96,11 @@ func (p *Planner) Plan(bytes int64) (Plan, error) {
 	if pl, ok := p.cache[bytes]; ok {
 		return pl, nil
 	}
-	pl, err := Choose(p.topo, bytes, p.cfg)
+	es, err := p.Estimates(bytes)
+	if err != nil {
+		return Plan{}, err
+	}
+	pl, err := choose(p.topo, es, bytes, p.cfg)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -117,6 +135,11 @@ func Choose(t Topology, bytes int64, cfg Config) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	return choose(t, es, bytes, cfg)
+}
+
+// choose returns the plan of the cheapest of estimates es for bytes on t.
+func choose(t Topology, es []Estimate, bytes int64, cfg Config) (Plan, error) {
 	best := slices.IndexFunc(es, func(e Estimate) bool { return !math.IsInf(e.Seconds, 1) })
 	if best < 0 {
 		return Plan{}, fmt.Errorf("plan: no configured strategy applies: %w", ErrNoPath)

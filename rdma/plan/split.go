@@ -65,6 +65,9 @@ type Part struct {
 	// their ring neighbour first. It is in dependency order: faster nodes first (they forward to the
 	// slower ones), ties by node index.
 	BroadcastTo []int
+	// LinkRails gives, in Ring order, how the bytes of the link from each ring node to the next spread
+	// over rails (Estimate.LinkRails); nil means by the routes.
+	LinkRails [][]RailShare
 }
 
 // Plan is a chosen schedule with everything an executor needs: the parts, their rings and owners,
@@ -108,6 +111,9 @@ func Build(t Topology, e Estimate, bytes int64, align int64, m Model) (Plan, err
 			part.Owners = Apportion(sizes[k], e.Owners[k], align)
 		} else {
 			part.Owners = Apportion(sizes[k], equal(len(ring)), align)
+		}
+		if k < len(e.LinkRails) {
+			part.LinkRails = e.LinkRails[k]
 		}
 		if k > 0 {
 			outside := without(e.Rings[0], ring)
