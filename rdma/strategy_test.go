@@ -341,8 +341,8 @@ func TestOptCCLevelsNICLoads(t *testing.T) {
 // whole message (Y = 1: the leaf then stays out of the ring, whose hops next to it would have lost a
 // rail), at a price no lower than the model's; the run is correct and its busiest NIC sends less than
 // with the model's share. With two nodes degraded on different rails, OptCC's leaves crowd the rails
-// the core nodes have left: without the weighted rings the planner picks Balance, where the pooled
-// model alone picks OptCC (with them, both pick the weighted rings, whose program knows the rails).
+// the core nodes have left: among R²CCL's strategies and OptCC the planner picks Balance, where the
+// pooled model alone picks OptCC.
 func TestPlannedPricesOptCCOnNICs(t *testing.T) {
 	const bytes = 4 * stCount
 	cfg := plan.Config{Align: 4}
@@ -412,27 +412,20 @@ func TestPlannedPricesOptCCOnNICs(t *testing.T) {
 	}
 
 	down = [][2]int{{1, 0}, {3, 1}}
-	for _, ss := range [][]plan.Strategy{nil, plan.R2CCLStrategies} {
-		cfg.Strategies = ss
-		want := [2]plan.Strategy{plan.Weighted, plan.Weighted}
-		if ss != nil {
-			cfg.Strategies = append(slices.Clone(ss), plan.OptCC)
-			want = [2]plan.Strategy{plan.Balance, plan.OptCC}
-		}
-		c, p = planned(down)
-		chosen, err := p.Plan(bytes, 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pooled, err := plan.Choose(stTopology(down), bytes, plan.Config{Align: 4, Strategies: cfg.Strategies, Model: plan.Model{GatherFirst: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if chosen.Strategy != want[0] || pooled.Strategy != want[1] {
-			t.Fatalf("two nodes down, strategies %v: the runtime picks %v and the model %v, want %v and %v", cfg.Strategies, chosen.Strategy, pooled.Strategy, want[0], want[1])
-		}
-		busiest(c, chosen, down)
+	cfg.Strategies = append(slices.Clone(plan.R2CCLStrategies), plan.OptCC)
+	c, p = planned(down)
+	chosen, err := p.Plan(bytes, 4)
+	if err != nil {
+		t.Fatal(err)
 	}
+	pooled, err := plan.Choose(stTopology(down), bytes, plan.Config{Align: 4, Strategies: cfg.Strategies, Model: plan.Model{GatherFirst: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chosen.Strategy != plan.Balance || pooled.Strategy != plan.OptCC {
+		t.Fatalf("two nodes down: the runtime picks %v and the pooled model %v, want Balance and OptCC", chosen.Strategy, pooled.Strategy)
+	}
+	busiest(c, chosen, down)
 }
 
 // pricedCluster is a simulated cluster of stNodes nodes with stNICs NICs of bandwidth bw each, the
