@@ -238,7 +238,6 @@ type inConn struct {
 	from  uint64
 	index int
 	last  atomic.Int64 // UnixNano of the last frame header read or payload handed over
-	stage []byte       // the buffer of a staged frame, owned by the reader; kept for the next one
 }
 
 // maxPoolIndex bounds the pool index a LinkHello may name: the flat ring's pool, then the sub-rings'.
@@ -713,19 +712,52 @@ type recvReq struct {
 // inbox is where readers hand a collective its frames: a receive posts its request under the frame's
 // id, and the reader that holds the frame with that (step, part) takes it, whatever its connection.
 // A connection carries its frames in the order they were sent, and a collective receives its frames
-// in the order its predecessor sends them, so a reader waiting for the receive of its frame gets it.
+// in the order its predecessor sends them, so within one collective a reader waiting for the receive
+// of its frame gets it. But collectives of other tags share the connection, and a reader that waits
+// holds their frames back: a hierarchical AllReduce whose all-gather frames reach a peer still in its
+// WAN phase would hold back another tag's site frames, which that WAN phase may wait for at another
+// peer. So a reader that finds its frame's receive not posted within earlyWait reads the frame into
+// a buffer of its own (early) and goes on; the receive takes it from there when it is posted. At
+// most earlyMax bytes per collective wait so; past that the reader waits for the receive.
 type inbox struct {
 	s       *stream
 	base, n int // the collective's connections are pool indices [base, base+n)
 
-	mu     sync.Mutex
-	posted map[rings.ChunkID]*recvReq
-	wake   chan struct{} // closed and replaced when a request is posted
+	mu         sync.Mutex
+	posted     map[rings.ChunkID]*recvReq
+	wake       chan struct{}              // closed and replaced when a request is posted
+	early      map[rings.ChunkID][][]byte // frames read before their receive, in arrival order
+	earlyBytes int
 }
 
-// post offers req to the readers.
+// earlyWait is how long a reader waits for the receive of its frame before reading the frame into a
+// buffer of its own; earlyMax bounds the bytes so buffered per collective.
+const (
+	earlyWait = 2 * time.Millisecond
+	earlyMax  = 256 << 20
+)
+
+// post offers req to the readers, or answers it at once with a frame that arrived before it.
 func (ib *inbox) post(req *recvReq) {
 	ib.mu.Lock()
+	if q := ib.early[req.id]; len(q) > 0 {
+		buf := q[0]
+		if len(q) == 1 {
+			delete(ib.early, req.id)
+		} else {
+			ib.early[req.id] = q[1:]
+		}
+		ib.earlyBytes -= len(buf)
+		ib.mu.Unlock()
+		var err error
+		if len(buf) != len(req.dst) {
+			err = fmt.Errorf("frame step %d part %d of %d bytes, expected %d bytes", req.id.Step, req.id.Part, len(buf), len(req.dst))
+		} else {
+			copy(req.dst, buf)
+		}
+		req.done <- err
+		return
+	}
 	defer ib.mu.Unlock()
 	ib.posted[req.id] = req
 	close(ib.wake)
@@ -747,6 +779,12 @@ func (ib *inbox) withdraw(req *recvReq) bool {
 // take waits until the receive of id is posted and returns it, or returns nil once the collective is
 // aborted.
 func (ib *inbox) take(ic *inConn, id rings.ChunkID) *recvReq {
+	req, _ := ib.takeWithin(ic, id, nil)
+	return req
+}
+
+// takeWithin is take that also gives up when expired fires (nil: never), reporting timeout.
+func (ib *inbox) takeWithin(ic *inConn, id rings.ChunkID, expired <-chan time.Time) (req *recvReq, timeout bool) {
 	for {
 		ib.mu.Lock()
 		req, wake := ib.posted[id], ib.wake
@@ -756,12 +794,14 @@ func (ib *inbox) take(ic *inConn, id rings.ChunkID) *recvReq {
 		}
 		ib.mu.Unlock()
 		if req != nil {
-			return req
+			return req, false
 		}
 		select {
 		case <-wake:
 		case <-ib.s.aborted:
-			return nil
+			return nil, false
+		case <-expired:
+			return nil, true
 		}
 	}
 }
@@ -773,11 +813,22 @@ func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
 		return fmt.Errorf("frame on pool connection %d, the collective uses %d from %d", ic.index, ib.n, ib.base)
 	}
 	id := rings.ChunkID{Step: h.Step, Part: h.Part}
-	if ib.n > 1 && h.Epoch == ib.s.epoch && !ib.posting(id) {
-		return ib.stage(ic, h, id)
+	var req *recvReq
+	if h.Epoch == ib.s.epoch && !ib.posting(id) {
+		if ib.n > 1 {
+			return ib.stage(ic, h, id)
+		}
+		t := time.NewTimer(earlyWait)
+		var timeout bool
+		req, timeout = ib.takeWithin(ic, id, t.C)
+		t.Stop()
+		if timeout {
+			return ib.stage(ic, h, id)
+		}
+	} else {
+		req = ib.take(ic, id)
 	}
-	req := ib.take(ic, id)
-	if req == nil {
+	if req == nil { // the collective is over
 		_, err := io.CopyN(io.Discard, ic.conn, int64(h.Len))
 		return err
 	}
@@ -812,23 +863,35 @@ func (ib *inbox) posting(id rings.ChunkID) bool {
 	return ib.posted[id] != nil
 }
 
-// stage reads the payload of a frame whose receive is not posted yet into a buffer of its own, and
-// copies it over once the receive comes. A collective receives its frames one after the other, so
-// without this a connection whose next frame is not the one awaited would leave its data in the
-// kernel, whose receive window would close and hold the sender to a fraction of the path. Each
-// connection stages at most the one frame its reader holds.
+// stage reads the payload of a frame whose receive is not posted yet into a buffer of its own, so
+// that the kernel's receive window stays open and the connection's frames of other collectives go
+// on (see inbox), and hands it to the receive: at once if it was posted meanwhile, else when it is
+// posted. Past earlyMax bytes waiting in the collective, the reader waits for the receive instead.
 func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID) error {
-	if cap(ic.stage) < int(h.Len) {
-		ic.stage = make([]byte, h.Len)
-	}
-	buf := ic.stage[:h.Len]
+	buf := make([]byte, h.Len)
 	if _, err := io.ReadFull(ic.conn, buf); err != nil {
 		return err
 	}
 	ic.last.Store(time.Now().UnixNano())
-	req := ib.take(ic, id)
+	ib.mu.Lock()
+	req := ib.posted[id]
+	if req != nil {
+		delete(ib.posted, id)
+		req.from = ic
+	} else if ib.earlyBytes+len(buf) <= earlyMax {
+		if ib.early == nil {
+			ib.early = map[rings.ChunkID][][]byte{}
+		}
+		ib.early[id] = append(ib.early[id], buf)
+		ib.earlyBytes += len(buf)
+		ib.mu.Unlock()
+		return nil
+	}
+	ib.mu.Unlock()
 	if req == nil {
-		return nil // the collective is over; the frame was read whole
+		if req = ib.take(ic, id); req == nil {
+			return nil // the collective is over; the frame was read whole
+		}
 	}
 	if err := ib.check(h, req); err != nil {
 		return err
@@ -1019,7 +1082,9 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 			s.breakIdle(limit)
 			return fmt.Errorf("%w: receive %v: %w for %v", ErrPeerLeft, id, errSilentLink, limit)
 		}
-		s.l.broken(req.from.conn)
+		if req.from != nil { // nil: answered at its post by a frame that came early
+			s.l.broken(req.from.conn)
+		}
 		<-req.done
 		err = fmt.Errorf("%w for %v", errSilentLink, limit)
 	case <-s.aborted:
@@ -1032,7 +1097,9 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 		select {
 		case err = <-req.done:
 		case <-grace.C:
-			s.l.broken(req.from.conn)
+			if req.from != nil {
+				s.l.broken(req.from.conn)
+			}
 			err = <-req.done
 		}
 		grace.Stop()
