@@ -17,7 +17,8 @@
 //	one_nic_x25          NIC 1 of node 1 down (X = 0.25): hot repair only, Balance, R²CCL-AllReduce,
 //	                     OptCC's schedule (the degraded node as a leaf, its share priced by the runtime
 //	                     on these NICs, rdma.Planned.PlanStrategy), the weighted rings (blocks sized
-//	                     by a linear program, plan.Weighted; also priced by the runtime);
+//	                     and every link split over rails by a linear program, plan.Weighted; also
+//	                     priced by the runtime);
 //	two_nics_x50         NICs 1 and 2 of node 1 down (X = 0.5): the same five;
 //	two_nodes_two_rails  NIC 1 of node 1 and NIC 2 of node 2 down: hot repair, Balance,
 //	                     R²CCL-AllReduce, recursive (with bridge re-ranking where the model finds it

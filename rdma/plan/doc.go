@@ -23,6 +23,10 @@
 //   - [Recursive]: recursive R²CCL-AllReduce over the levels of node bandwidth.
 //   - [OptCC]: a schedule that attains OptCC's O(1/p) overhead bound in this model; its derivation
 //     is this package's own (see [OptCCSplit]).
+//   - [Weighted]: the standard ring with reduce-scatter blocks sized by a linear program, alone or
+//     beside a second ring (the reverse, or one with a degraded node swapped with a neighbour). On a
+//     degraded topology the program also routes each link's bytes over the rails both ends have
+//     ([Estimate].LinkRails), bounding every NIC rather than every node.
 //
 // Rings are re-ranked with the paper's bridge-based Algorithm 1 ([Rerank]) when neighbours' rail sets
 // barely overlap. [FaultFree] and [Ideal] give the references every degraded case is compared with.
@@ -30,6 +34,7 @@
 // # Data split
 //
 // [Build] turns the chosen estimate into a [Plan]: the message's byte ranges per ring ([Part]), each
-// ring node's reduce-scatter ownership, and each node's channel-to-NIC routes. All shares are exact
+// ring node's reduce-scatter ownership, each node's channel-to-NIC routes and, for the weighted
+// rings, each link's split over rails. All shares are exact
 // integers that sum to the message (largest remainder, [Apportion]) and are deterministic.
 package plan
