@@ -716,10 +716,10 @@ type recvReq struct {
 // of its frame gets it. But collectives of other tags share the connection, and a reader that waits
 // holds their frames back: a hierarchical AllReduce whose all-gather frames reach a peer still in its
 // WAN phase would hold back another tag's site frames, which that WAN phase may wait for at another
-// peer. So a reader that finds its frame's receive not posted within earlyWait (at once when frames
-// of the collective already wait, or when it stripes over several connections) reads the frame into
-// a buffer of its own (early) and goes on; the receive takes it from there when it is posted. At
-// most earlyMax bytes per collective wait so; past that the reader waits for the receive.
+// peer. So a reader that finds its frame's receive not posted within earlyWait (at once on a pool
+// of several connections) reads the frame into a buffer of its own (early) and goes on; the receive
+// takes it from there when it is posted. At most earlyMax bytes per collective wait so; past that
+// the reader waits for the receive.
 type inbox struct {
 	s       *stream
 	base, n int // the collective's connections are pool indices [base, base+n)
@@ -734,7 +734,10 @@ type inbox struct {
 // earlyWait is how long a reader waits for the receive of its frame before reading the frame into a
 // buffer of its own; earlyMax bounds the bytes so buffered per collective. A receive usually comes
 // soon, and the frame then lands in place without a copy: with 8 peers on 2 cores
-// (bench/allreduce), waiting 2 ms instead of 50 made the AllReduce about 5% slower.
+// (bench/allreduce), waiting 2 ms instead of 50 made the AllReduce about 5% slower. Every frame
+// waits (not only the first of a collective that fell behind): buffering every frame once one had
+// to be made the survivors' first 256 MiB AllReduce after a kill (bench/recovery) about 120 ms
+// slower, the sender no longer held back by the receiver's window.
 const (
 	earlyWait = 50 * time.Millisecond
 	earlyMax  = 256 << 20
@@ -818,7 +821,7 @@ func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
 	id := rings.ChunkID{Step: h.Step, Part: h.Part}
 	var req *recvReq
 	if h.Epoch == ib.s.epoch && !ib.posting(id) {
-		if ib.n > 1 || ib.behind() {
+		if ib.n > 1 {
 			return ib.stage(ic, h, id)
 		}
 		t := time.NewTimer(earlyWait)
@@ -857,14 +860,6 @@ func (ib *inbox) check(h wire.DataHeader, req *recvReq) error {
 		req.done <- err
 	}
 	return err
-}
-
-// behind reports whether frames of the collective wait for their receives: then the next one will
-// too, and waiting earlyWait for it would only slow the connection's other collectives.
-func (ib *inbox) behind() bool {
-	ib.mu.Lock()
-	defer ib.mu.Unlock()
-	return ib.earlyBytes > 0
 }
 
 // posting reports whether the receive of id is posted.
