@@ -238,6 +238,7 @@ type inConn struct {
 	from  uint64
 	index int
 	last  atomic.Int64 // UnixNano of the last frame header read or payload handed over
+	stage []byte       // the buffer of a staged frame, owned by the reader; kept for the next one
 }
 
 // maxPoolIndex bounds the pool index a LinkHello may name: the flat ring's pool, then the sub-rings'.
@@ -716,10 +717,10 @@ type recvReq struct {
 // of its frame gets it. But collectives of other tags share the connection, and a reader that waits
 // holds their frames back: a hierarchical AllReduce whose all-gather frames reach a peer still in its
 // WAN phase would hold back another tag's site frames, which that WAN phase may wait for at another
-// peer. So a reader that finds its frame's receive not posted within earlyWait (at once on a pool
-// of several connections) reads the frame into a buffer of its own (early) and goes on; the receive
-// takes it from there when it is posted. At most earlyMax bytes per collective wait so; past that
-// the reader waits for the receive.
+// peer. So a reader that finds its frame's receive not posted within earlyWait (on a pool of several
+// connections: not posted when the frame is read, then not within stripedWait) leaves the frame in a
+// buffer of its own (early) and goes on; the receive takes it from there when it is posted. At most
+// earlyMax bytes per collective wait so; past that the reader waits for the receive.
 type inbox struct {
 	s       *stream
 	base, n int // the collective's connections are pool indices [base, base+n)
@@ -738,9 +739,16 @@ type inbox struct {
 // waits (not only the first of a collective that fell behind): buffering every frame once one had
 // to be made the survivors' first 256 MiB AllReduce after a kill (bench/recovery) about 120 ms
 // slower, the sender no longer held back by the receiver's window.
+//
+// A striped pool's frames come out of order across its connections, and a receive may lag a frame
+// for much longer: its reader waits stripedWait, holding its connection's window closed, so that
+// the sender's striping, which balances on how fast each connection's frames are taken, moves work
+// off that connection. Waiting only earlyWait there cost bench/wan about a quarter of its TCP
+// throughput at K = 16 over a 100 ms path.
 const (
-	earlyWait = 50 * time.Millisecond
-	earlyMax  = 256 << 20
+	stripedWait = time.Second
+	earlyWait   = 50 * time.Millisecond
+	earlyMax    = 256 << 20
 )
 
 // post offers req to the readers, or answers it at once with a frame that arrived before it.
@@ -822,14 +830,14 @@ func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
 	var req *recvReq
 	if h.Epoch == ib.s.epoch && !ib.posting(id) {
 		if ib.n > 1 {
-			return ib.stage(ic, h, id)
+			return ib.stage(ic, h, id, stripedWait)
 		}
 		t := time.NewTimer(earlyWait)
 		var timeout bool
 		req, timeout = ib.takeWithin(ic, id, t.C)
 		t.Stop()
 		if timeout {
-			return ib.stage(ic, h, id)
+			return ib.stage(ic, h, id, 0)
 		}
 	} else {
 		req = ib.take(ic, id)
@@ -870,30 +878,48 @@ func (ib *inbox) posting(id rings.ChunkID) bool {
 }
 
 // stage reads the payload of a frame whose receive is not posted yet into a buffer of its own, so
-// that the kernel's receive window stays open and the connection's frames of other collectives go
-// on (see inbox), and hands it to the receive: at once if it was posted meanwhile, else when it is
-// posted. Past earlyMax bytes waiting in the collective, the reader waits for the receive instead.
-func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID) error {
-	buf := make([]byte, h.Len)
+// that the kernel's receive window stays open, and hands it to the receive once it is posted,
+// waiting up to wait for it. A receive that has not come by then takes the frame from the inbox
+// when it does (see inbox), and the reader goes on with the connection's other collectives; past
+// earlyMax bytes waiting in the collective, the reader waits for the receive instead. While the
+// reader waits, the connection's window closes as it did before frames could wait in the inbox, so
+// that the sender's striping still sees a connection whose frames are not taken as a slow one.
+func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID, wait time.Duration) error {
+	if cap(ic.stage) < int(h.Len) {
+		ic.stage = make([]byte, h.Len)
+	}
+	buf := ic.stage[:h.Len]
 	if _, err := io.ReadFull(ic.conn, buf); err != nil {
 		return err
 	}
 	ic.last.Store(time.Now().UnixNano())
-	ib.mu.Lock()
-	req := ib.posted[id]
-	if req != nil {
-		delete(ib.posted, id)
-		req.from = ic
-	} else if ib.earlyBytes+len(buf) <= earlyMax {
-		if ib.early == nil {
-			ib.early = map[rings.ChunkID][][]byte{}
+	var req *recvReq
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		var timeout bool
+		req, timeout = ib.takeWithin(ic, id, t.C)
+		t.Stop()
+		if req == nil && !timeout {
+			return nil // the collective is over; the frame was read whole
 		}
-		ib.early[id] = append(ib.early[id], buf)
-		ib.earlyBytes += len(buf)
-		ib.mu.Unlock()
-		return nil
 	}
-	ib.mu.Unlock()
+	if req == nil {
+		ib.mu.Lock()
+		if req = ib.posted[id]; req != nil {
+			delete(ib.posted, id)
+			req.from = ic
+		} else if ib.earlyBytes+len(buf) <= earlyMax {
+			if ib.early == nil {
+				ib.early = map[rings.ChunkID][][]byte{}
+			}
+			ib.early[id] = append(ib.early[id], buf)
+			ib.earlyBytes += len(buf)
+			ic.stage = nil // the inbox owns buf now
+			ib.mu.Unlock()
+			return nil
+		}
+		ib.mu.Unlock()
+	}
 	if req == nil {
 		if req = ib.take(ic, id); req == nil {
 			return nil // the collective is over; the frame was read whole
