@@ -793,12 +793,18 @@ func (ib *inbox) withdraw(req *recvReq) bool {
 // take waits until the receive of id is posted and returns it, or returns nil once the collective is
 // aborted.
 func (ib *inbox) take(ic *inConn, id rings.ChunkID) *recvReq {
-	req, _ := ib.takeWithin(ic, id, nil)
+	req, _ := ib.takeWithin(ic, id, 0)
 	return req
 }
 
-// takeWithin is take that also gives up when expired fires (nil: never), reporting timeout.
-func (ib *inbox) takeWithin(ic *inConn, id rings.ChunkID, expired <-chan time.Time) (req *recvReq, timeout bool) {
+// takeWithin is take that also gives up after wait (0: never), reporting timeout.
+func (ib *inbox) takeWithin(ic *inConn, id rings.ChunkID, wait time.Duration) (req *recvReq, timeout bool) {
+	var expired <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		expired = t.C
+	}
 	for {
 		ib.mu.Lock()
 		req, wake := ib.posted[id], ib.wake
@@ -832,11 +838,8 @@ func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
 		if ib.n > 1 {
 			return ib.stage(ic, h, id, stripedWait)
 		}
-		t := time.NewTimer(earlyWait)
 		var timeout bool
-		req, timeout = ib.takeWithin(ic, id, t.C)
-		t.Stop()
-		if timeout {
+		if req, timeout = ib.takeWithin(ic, id, earlyWait); timeout {
 			return ib.stage(ic, h, id, 0)
 		}
 	} else {
@@ -895,10 +898,8 @@ func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID, wait tim
 	ic.last.Store(time.Now().UnixNano())
 	var req *recvReq
 	if wait > 0 {
-		t := time.NewTimer(wait)
 		var timeout bool
-		req, timeout = ib.takeWithin(ic, id, t.C)
-		t.Stop()
+		req, timeout = ib.takeWithin(ic, id, wait)
 		if req == nil && !timeout {
 			return nil // the collective is over; the frame was read whole
 		}
