@@ -12,9 +12,9 @@ package pccl
 // ring's when the master wires an epoch. The hierarchy is derived from the master's Connect (the ring
 // of the epoch and the site each peer announced), so every peer of an epoch computes the same one, and
 // a peer's death leaves its site ring and its WAN ring in the one membership change that removes it
-// from the ring. When the peers of the site run the intra-site tier (Config.NICs) and the master
+// from the ring. When the peers of every site run the intra-site tier (Config.NICs) and the master
 // commenced the collective alone, the two site phases run on the rdma fabric instead of the site
-// ring's links (sitetier.go), and the WAN ring reduces the fabric's block of this peer.
+// rings' links (sitetier.go), and the WAN ring reduces the fabric's block of this peer.
 
 import (
 	"context"
@@ -61,6 +61,10 @@ type hierarchy struct {
 	siteRank  int      // position in site
 	wanRank   int      // position in wan
 	world     int      // total peer count
+	// everySite says every site's peers announced NICs the fabric can run on (fabricReady). The WAN
+	// rings pair shards that each site's phases define, and the fabric's blocks are not the site
+	// ring's, so the site phases run on the fabric in every site or in none.
+	everySite bool
 }
 
 // deriveHierarchy computes the hierarchy of peer me in ring, given each peer's site. Sites are ordered
@@ -278,7 +282,19 @@ func (l *links) hierarchyFor(ring []uint64) (hierarchy, bool) {
 		return hierarchy{}, false
 	}
 	sites := l.hier.sites
-	return deriveHierarchy(ring, func(id uint64) string { return sites[id] }, l.c.id)
+	h, ok := deriveHierarchy(ring, func(id uint64) string { return sites[id] }, l.c.id)
+	if !ok {
+		return h, false
+	}
+	members := map[string][]uint64{}
+	for _, id := range ring {
+		members[sites[id]] = append(members[sites[id]], id)
+	}
+	h.everySite = true
+	for _, site := range members {
+		h.everySite = h.everySite && fabricReady(site, l.hier.nics)
+	}
+	return h, true
 }
 
 // siteNICs returns the announced NICs of the peers of site.
@@ -313,9 +329,9 @@ func (r subRing) String() string {
 
 // siteFabricFor returns the intra-site fabric the site phases of collective st run on, with the tier
 // locked for it, or nil when they run on the site ring's links: the tier is off, the collective does
-// not run alone, the epoch aborted too many, or a peer of the site lacks the NICs (sitetier.go).
+// not run alone, the epoch aborted too many, or a peer of some site lacks the NICs (sitetier.go).
 func (c *Communicator) siteFabricFor(st *opStart, hv hierarchy) (*siteFabric, error) {
-	if c.site == nil || !st.alone || st.siteOff {
+	if c.site == nil || !st.alone || st.siteOff || !hv.everySite {
 		return nil, nil
 	}
 	nics := c.links.siteNICs(hv.site)

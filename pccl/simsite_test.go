@@ -92,3 +92,31 @@ func TestSiteSimPeerDies(t *testing.T) {
 
 	killMidCollective(ctx, t, g, comms, hosts, 2, s.DownAll)
 }
+
+// TestSiteSimOneSiteOnFabric runs a hierarchical AllReduce where only one site's peers have the
+// intra-site tier: the other site's peers announce no NICs. Both sites must shard the buffer alike for
+// the WAN rings, so neither runs its site phases on the fabric, and every result is right.
+func TestSiteSimOneSiteOnFabric(t *testing.T) {
+	const sites, per, nics = 2, 3, 2
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	s := pccl.NewSimSite(t, nics, 1000)
+	g := newGroup(t, master.Config{})
+	onSim := pccl.OnSimSite(s)
+	comms, _ := g.startSitesWith(ctx, sites, per, func(i int, cfg *pccl.Config) {
+		if i%sites == 0 {
+			onSim(i, cfg)
+		}
+	})
+	defer closeAll(comms)
+	requireHierarchical(t, comms, sites, per)
+	for k, count := range []int{1, 5, 1000, 33331} {
+		sumOnEvery(ctx, t, comms, 1, count, k)
+	}
+	avgAndIntegerOps(ctx, t, comms)
+	for i, c := range comms {
+		if _, _, _, received, _ := pccl.SiteFabricForTest(c); received != 0 {
+			t.Fatalf("peer %d: %d bytes received on the fabric while the other site has none", i, received)
+		}
+	}
+}

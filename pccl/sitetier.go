@@ -163,9 +163,18 @@ func openSiteTier(cfg Config, log *slog.Logger) (*siteTier, error) {
 // usable reports whether the site's peers can run on the fabric: each announced as many NICs as this
 // peer, every one an ip:port. Every peer decides alike from the same Connect.
 func (t *siteTier) usable(site []uint64, nics map[uint64][]string) bool {
+	return len(site) > 0 && len(nics[site[0]]) == t.nnics && fabricReady(site, nics)
+}
+
+// fabricReady reports whether the peers of site announced the same number of NICs, at least one, every
+// one an ip:port: what a peer of the site needs of the others to run the site's phases on the fabric.
+func fabricReady(site []uint64, nics map[uint64][]string) bool {
+	if len(site) == 0 || len(nics[site[0]]) == 0 {
+		return false
+	}
 	for _, id := range site {
 		addrs := nics[id]
-		if len(addrs) != t.nnics {
+		if len(addrs) != len(nics[site[0]]) {
 			return false
 		}
 		for _, a := range addrs {
