@@ -62,7 +62,8 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv []byte, d 
 // AllReduce reduces send element-wise over every peer of the ring with d.Op and writes the result to
 // recv (which may be send itself). All peers must call it with the same d. The result is identical bit
 // for bit on every peer. On any error send and recv are unchanged. When the ring holds several sites
-// of equal size (Config.Site), the reduction is hierarchical: inside each site, then across sites.
+// of two or more peers (Config.Site), the reduction is hierarchical: inside each site, then across
+// sites.
 //
 // Errors: ErrPeerLeft, ErrAborted (retry after UpdateTopology), ErrTooFewPeers,
 // ErrDescriptorMismatch, ErrInvalid, ErrKicked, ErrMasterLost, ErrClosed. If ctx ends before the
@@ -137,7 +138,10 @@ func (c *Communicator) report(call uint64, ch chan reply, tag uint64, done *wire
 func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h *opHandle, st *opStart, send, recv []byte, d Desc) error {
 	what := fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, st.seq)
 	if hv, ok := c.links.hierarchyFor(st.ring); ok {
-		return c.runHierarchical(ctx, call, ch, h, st, hv, send, recv, d)
+		// A buffer too small for the WAN rings the links were wired for runs on the flat ring.
+		if pieces, ok := hv.myPieces(d.Count, fabricWanted(st, hv)); ok {
+			return c.runHierarchical(ctx, call, ch, h, st, hv, pieces, send, recv, d)
+		}
 	}
 	rank, world := slices.Index(st.ring, c.id), len(st.ring)
 	var s rings.Stream = nopStream{}

@@ -22,16 +22,17 @@ type Config struct {
 	// AdvertiseAddr is the address neighbours dial. Default: the listener's address.
 	AdvertiseAddr string
 	// Site names the datacenter or region this peer runs in, for the status page and topology. When
-	// the ring holds several sites of the same size (at least two peers each), AllReduce runs
-	// hierarchically: inside each site, then across sites on one WAN ring per site rank.
+	// the ring holds several sites of at least two peers each, AllReduce runs hierarchically: inside
+	// each site, then across sites on WAN rings of one peer per site.
 	Site string
 	// NICs lists the local network interfaces (names such as "eth2", or their IPv4 addresses) this
 	// peer uses for traffic inside its site, in rail order: NIC i of one peer talks to NIC i of the
 	// others. Entries must be non-empty and distinct. With a Site, Connect opens a port on each and
-	// announces the listen addresses; when every peer of the site lists as many NICs, the reduce-scatter
-	// and all-gather inside the site run on the intra-site tier (rdma, with hot repair: a NIC that fails
-	// mid-operation costs bandwidth, not the operation) whenever the master runs the AllReduce alone,
-	// and over this peer's links from ListenAddr otherwise. Without a Site they are only announced.
+	// announces the listen addresses; when every peer of every site lists as many NICs as the others of
+	// its site, the reduce-scatter and all-gather inside the sites run on the intra-site tier (rdma,
+	// with hot repair: a NIC that fails mid-operation costs bandwidth, not the operation) whenever the
+	// master runs the AllReduce alone, and over the peers' links from ListenAddr otherwise. Without a
+	// Site they are only announced.
 	// Default: none.
 	NICs []string
 	// NICNetNS is the network namespace the NICs are in (a path such as /var/run/netns/site0-a), for

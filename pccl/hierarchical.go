@@ -53,25 +53,39 @@ const (
 	markSiteReduce = uint64(1) << 63
 	markWAN        = uint64(1) << 62
 	markSiteGather = uint64(3) << 62
+	// A WAN piece's index (wanPiece.index) is flipped in from this bit up, under the markers.
+	pieceShift = 40
 )
 
 // hierarchy is one peer's place in the hierarchical AllReduce of a ring.
 type hierarchy struct {
-	site, wan []uint64 // the site ring and the WAN ring, each in order
-	siteRank  int      // position in site
-	wanRank   int      // position in wan
-	world     int      // total peer count
-	// everySite says every site's peers announced NICs the fabric can run on (fabricReady). The WAN
-	// rings pair shards that each site's phases define, and the fabric's blocks are not the site
-	// ring's, so the site phases run on the fabric in every site or in none.
+	site     []uint64   // the site ring, in order
+	siteRank int        // position in site
+	sites    [][]uint64 // every site's ring, sites in the order of their first peer in the ring
+	mySite   int        // this peer's site: sites[mySite] is site
+	world    int        // total peer count
+	// wan is the WAN ring of this peer's site rank (one peer per site, in site order; this peer is
+	// wan[mySite]) when the sites are of one size, nil otherwise.
+	wan []uint64
+	// wanNext and wanPrev are the peers of the next and the previous site that this peer may meet in a
+	// WAN ring (wanPartner): the successors it keeps links to, the predecessors whose links it keeps.
+	wanNext, wanPrev []uint64
+	// everySite says the peers of every site announced NICs the fabric can run on (fabricReady). The
+	// WAN rings pair blocks that each site's phases define, and the fabric cuts them differently from
+	// the site ring, so the site phases run on the fabric in every site or in none.
 	everySite bool
 }
 
 // deriveHierarchy computes the hierarchy of peer me in ring, given each peer's site. Sites are ordered
 // by their first peer in ring order and the peers of a site keep their ring order, so every peer
 // derives the same hierarchy from the same view. It returns false, meaning the flat ring, when there
-// are fewer than two sites, when every site is a single peer, or when sites differ in size (the WAN
-// rings pair peers by site rank).
+// are fewer than two sites or when some site is a single peer.
+//
+// Sites may differ in size. After the reduce-scatter inside each site, each peer of a site owns one
+// block of the buffer; the blocks of two sites of different sizes do not line up, so the WAN phase
+// all-reduces pieces, the spans on which every site's owner is the same peer (wanPieces), each on the
+// ring of its owners. With sites of one size the pieces are the blocks and the rings are the peers of
+// one site rank.
 func deriveHierarchy(ring []uint64, site func(uint64) string, me uint64) (hierarchy, bool) {
 	var names []string
 	members := map[string][]uint64{}
@@ -85,85 +99,178 @@ func deriveHierarchy(ring []uint64, site func(uint64) string, me uint64) (hierar
 	if len(names) < 2 || !slices.Contains(ring, me) {
 		return hierarchy{}, false
 	}
-	per := len(members[names[0]])
-	if per < 2 {
-		return hierarchy{}, false
-	}
-	for _, s := range names {
-		if len(members[s]) != per {
+	h := hierarchy{world: len(ring)}
+	equal := true
+	for i, s := range names {
+		if len(members[s]) < 2 {
 			return hierarchy{}, false
 		}
-	}
-	h := hierarchy{world: len(ring)}
-	h.site = members[site(me)]
-	h.siteRank = slices.Index(h.site, me)
-	for i, s := range names {
-		h.wan = append(h.wan, members[s][h.siteRank])
+		equal = equal && len(members[s]) == len(members[names[0]])
+		h.sites = append(h.sites, members[s])
 		if s == site(me) {
-			h.wanRank = i
+			h.mySite = i
+		}
+	}
+	h.site = h.sites[h.mySite]
+	h.siteRank = slices.Index(h.site, me)
+	if equal {
+		for _, m := range h.sites {
+			h.wan = append(h.wan, m[h.siteRank])
+		}
+	}
+	nextSite := h.sites[(h.mySite+1)%len(h.sites)]
+	prevSite := h.sites[(h.mySite+len(h.sites)-1)%len(h.sites)]
+	for r, id := range nextSite {
+		if h.wanPartner(h.mySite, h.siteRank, r) {
+			h.wanNext = append(h.wanNext, id)
+		}
+	}
+	for r, id := range prevSite {
+		if h.wanPartner((h.mySite+len(h.sites)-1)%len(h.sites), r, h.siteRank) {
+			h.wanPrev = append(h.wanPrev, id)
 		}
 	}
 	return h, true
 }
 
-// next and prev return the successor and predecessor of this peer in sub-ring r.
-func (h hierarchy) next(r subRing) uint64 {
-	ring, i := h.ring(r)
-	return ring[(i+1)%len(ring)]
-}
-
-func (h hierarchy) prev(r subRing) uint64 {
-	ring, i := h.ring(r)
-	return ring[(i+len(ring)-1)%len(ring)]
-}
-
-func (h hierarchy) ring(r subRing) ([]uint64, int) {
-	if r == siteRing {
-		return h.site, h.siteRank
+// wanPartner reports whether the peer of site rank r in site s may pass data to the peer of rank q
+// in the next site in a WAN ring: with sites of one size, when r = q; otherwise when the blocks they
+// own after their sites' reduce-scatter overlap, or touch, as fractions of the buffer, in the site
+// ring's blocks (rings.Shard) or the fabric's (siteShard). Rounding moves a block's ends by less than
+// its site's size in elements, so in a buffer of at least the cube of the largest site's size, two
+// blocks that share elements overlap or touch as fractions; myPieces checks it for the buffer at hand.
+func (h hierarchy) wanPartner(s, r, q int) bool {
+	if h.wan != nil {
+		return r == q
 	}
-	return h.wan, h.wanRank
+	a, b := len(h.sites[s]), len(h.sites[(s+1)%len(h.sites)])
+	touch := func(i, j int) bool { return i*b <= (j+1)*a && j*a <= (i+1)*b } // [i/a, (i+1)/a] ∩ [j/b, (j+1)/b]
+	return touch(rings.OwnedChunk(r, a), rings.OwnedChunk(q, b)) || touch(r, q)
 }
 
-// fabricPlan builds the three phases over count elements of d.DType with the site phases on the
-// intra-site fabric f: the WAN ring reduces this peer's block of the fabric's equal blocks.
-func (h hierarchy) fabricPlan(count int, d Desc, partBytes int, t *siteTier, f *siteFabric, wan rings.Stream) rings.Plan {
+// wanPiece is a span of the buffer whose owner after the site phase is one peer in every site: the
+// WAN phase all-reduces it on the ring of those owners, in site order.
+type wanPiece struct {
+	index int        // position among all the pieces, in buffer order: tells their frames apart
+	span  rings.Span // in elements
+	ring  []uint64   // the owner in each site
+}
+
+// siteBlocks returns the block each site rank of a site of n peers owns after the site's
+// reduce-scatter of count elements, on the fabric or on the site ring.
+func siteBlocks(count, n int, fabric bool) []rings.Span {
+	b := make([]rings.Span, n)
+	for r := range b {
+		if fabric {
+			b[r] = siteShard(count, r, n)
+		} else {
+			b[r] = rings.Shard(count, r, n)
+		}
+	}
+	return b
+}
+
+// wanPieces returns every WAN piece of a collective of count elements, in buffer order: the spans
+// between consecutive block ends of all sites. Empty blocks (count smaller than a site) own nothing.
+func (h hierarchy) wanPieces(count int, fabric bool) []wanPiece {
+	blocks := make([][]rings.Span, len(h.sites))
+	cuts := []int{0, count}
+	for s, m := range h.sites {
+		blocks[s] = siteBlocks(count, len(m), fabric)
+		for _, b := range blocks[s] {
+			cuts = append(cuts, b.Off, b.Off+b.Len)
+		}
+	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	var out []wanPiece
+	for i := 0; i+1 < len(cuts); i++ {
+		p := wanPiece{index: len(out), span: rings.Span{Off: cuts[i], Len: cuts[i+1] - cuts[i]}}
+		for s, bs := range blocks {
+			r := slices.IndexFunc(bs, func(b rings.Span) bool { return b.Off <= p.span.Off && p.span.Off < b.Off+b.Len })
+			p.ring = append(p.ring, h.sites[s][r])
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// myPieces returns the pieces this peer owns, in buffer order, and whether every one of all pieces
+// passes only between WAN partners (wanPartner), whose links the peers keep. When not, the collective
+// runs on the flat ring: every peer decides alike, from the same pieces.
+func (h hierarchy) myPieces(count int, fabric bool) ([]wanPiece, bool) {
+	me := h.site[h.siteRank]
+	rank := map[uint64]int{}
+	for _, m := range h.sites {
+		for r, id := range m {
+			rank[id] = r
+		}
+	}
+	var mine []wanPiece
+	for _, p := range h.wanPieces(count, fabric) {
+		for s := range p.ring {
+			if !h.wanPartner(s, rank[p.ring[s]], rank[p.ring[(s+1)%len(p.ring)]]) {
+				return nil, false
+			}
+		}
+		if p.ring[h.mySite] == me {
+			mine = append(mine, p)
+		}
+	}
+	return mine, true
+}
+
+// siteNext and sitePrev return the successor and predecessor of this peer in its site ring.
+func (h hierarchy) siteNext() uint64 { return h.site[(h.siteRank+1)%len(h.site)] }
+func (h hierarchy) sitePrev() uint64 { return h.site[(h.siteRank+len(h.site)-1)%len(h.site)] }
+
+// next and prev return this peer's successor and predecessor in the WAN ring of piece p.
+func (h hierarchy) next(p wanPiece) uint64 { return p.ring[(h.mySite+1)%len(p.ring)] }
+func (h hierarchy) prev(p wanPiece) uint64 {
+	return p.ring[(h.mySite+len(p.ring)-1)%len(p.ring)]
+}
+
+// fabricPlan builds the phases over count elements of d.DType with the site phases on the
+// intra-site fabric f: the WAN phases reduce the pieces of this peer's block of the fabric's equal
+// blocks, one after the other, each on its stream of wan.
+func (h hierarchy) fabricPlan(count int, d Desc, partBytes int, t *siteTier, f *siteFabric, pieces []wanPiece, wan []rings.Stream) rings.Plan {
 	size := d.DType.Size()
-	shard := siteShard(count, h.siteRank, len(h.site))
 	op := d.Op
 	if op == rings.Avg {
 		op = rings.Sum // unfinalized inside the site: the WAN ring divides by the total peer count
 	}
-	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: []rings.Phase{
-		{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, dt: d.DType, op: op, count: count},
-			Rank: h.siteRank, World: len(h.site), Len: count * size},
-		h.wanPhase(wan, shard, d),
-		{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, gather: true, dt: d.DType, op: op, count: count},
-			Rank: h.siteRank, World: len(h.site), Len: count * size},
-	}}
+	phases := []rings.Phase{{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, dt: d.DType, op: op, count: count},
+		Rank: h.siteRank, World: len(h.site), Len: count * size}}
+	for i, p := range pieces {
+		phases = append(phases, h.wanPhase(wan[i], p.span, d))
+	}
+	phases = append(phases, rings.Phase{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, gather: true, dt: d.DType, op: op, count: count},
+		Rank: h.siteRank, World: len(h.site), Len: count * size})
+	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: phases}
 }
 
-// plan builds the three phases over count elements of d.DType.
-func (h hierarchy) plan(count int, d Desc, partBytes int, site1, wan, site2 rings.Stream) rings.Plan {
+// plan builds the phases over count elements of d.DType with the site phases on the site ring.
+func (h hierarchy) plan(count int, d Desc, partBytes int, site1 rings.Stream, pieces []wanPiece, wan []rings.Stream, site2 rings.Stream) rings.Plan {
 	size := d.DType.Size()
-	shard := rings.Shard(count, h.siteRank, len(h.site))
-	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: []rings.Phase{
-		{Kind: rings.KindReduceScatter, Stream: site1, Rank: h.siteRank, World: len(h.site),
-			Len: count * size, Divisor: rings.NoFinalize},
-		h.wanPhase(wan, shard, d),
-		{Kind: rings.KindAllGather, Stream: site2, Rank: h.siteRank, World: len(h.site),
-			Len: count * size, Divisor: rings.DivideByWorld},
-	}}
+	phases := []rings.Phase{{Kind: rings.KindReduceScatter, Stream: site1, Rank: h.siteRank, World: len(h.site),
+		Len: count * size, Divisor: rings.NoFinalize}}
+	for i, p := range pieces {
+		phases = append(phases, h.wanPhase(wan[i], p.span, d))
+	}
+	phases = append(phases, rings.Phase{Kind: rings.KindAllGather, Stream: site2, Rank: h.siteRank, World: len(h.site),
+		Len: count * size, Divisor: rings.DivideByWorld})
+	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: phases}
 }
 
-// wanPhase is the all-reduce of shard (in elements) across sites on the WAN ring, finalized once by the
+// wanPhase is the all-reduce of piece (in elements) across sites on a WAN ring, finalized once by the
 // total peer count.
-func (h hierarchy) wanPhase(wan rings.Stream, shard rings.Span, d Desc) rings.Phase {
+func (h hierarchy) wanPhase(wan rings.Stream, piece rings.Span, d Desc) rings.Phase {
 	size := d.DType.Size()
-	return rings.Phase{Kind: rings.KindAllReduce, Stream: wan, Rank: h.wanRank, World: len(h.wan),
-		Off: shard.Off * size, Len: shard.Len * size, Divisor: rings.Divisor(h.world), Quant: d.Quant}
+	return rings.Phase{Kind: rings.KindAllReduce, Stream: wan, Rank: h.mySite, World: len(h.sites),
+		Off: piece.Off * size, Len: piece.Len * size, Divisor: rings.Divisor(h.world), Quant: d.Quant}
 }
 
-// subPool is the pool of connections to this peer's successor in one sub-ring.
+// subPool is the pool of connections to this peer's successor in a sub-ring.
 type subPool struct {
 	next uint64
 	out  []*outConn
@@ -175,23 +282,24 @@ type hierLinks struct {
 	nics  map[uint64][]string // every peer's announced NICs, likewise
 	cur   hierarchy           // the hierarchy of the last wired ring
 	ok    bool                // cur is hierarchical
-	pools [numSubRings]subPool
+	site  subPool             // to the successor in the site ring
+	wan   []subPool           // to each WAN partner in the next site (hierarchy.wanNext)
 }
 
 // expects reports whether from is a predecessor of this peer in a sub-ring of the wired ring, whose
 // incoming connections are kept.
 func (hl *hierLinks) expects(from uint64) bool {
-	return hl.ok && (hl.cur.prev(siteRing) == from || hl.cur.prev(wanRing) == from)
+	return hl.ok && (hl.cur.sitePrev() == from || slices.Contains(hl.cur.wanPrev, from))
 }
 
 // closeAll closes every sub-ring connection (links.mu held).
 func (hl *hierLinks) closeAll() {
-	for r := range hl.pools {
-		for _, oc := range hl.pools[r].out {
+	for _, p := range append([]subPool{hl.site}, hl.wan...) {
+		for _, oc := range p.out {
 			oc.close()
 		}
-		hl.pools[r] = subPool{}
 	}
+	hl.site, hl.wan = subPool{}, nil
 }
 
 // hierPoolSize is the number of connections per sub-ring successor.
@@ -217,19 +325,32 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 	h, ok := deriveHierarchy(ring, func(id uint64) string { return sites[id] }, l.c.id)
 	l.hier.cur, l.hier.ok = h, ok
 	redial := l.isDirty
-	var stale []*outConn
-	var want [numSubRings]uint64
-	for r := range numSubRings {
-		if ok {
-			want[r] = h.next(r)
-		}
-		p := &l.hier.pools[r]
-		if p.next != want[r] || redial || len(p.out) != l.hierPoolSize() {
-			stale = append(stale, p.out...)
-			*p = subPool{}
-		}
+	// The pools to keep: one to the site ring's successor, one to each WAN partner.
+	var want []uint64
+	if ok {
+		want = append([]uint64{h.siteNext()}, h.wanNext...)
 	}
-	pools := l.hier.pools
+	current := append([]subPool{l.hier.site}, l.hier.wan...)
+	kept := make([]subPool, len(want))
+	var stale []*outConn
+	for j, p := range current {
+		i := -1
+		if p.next != 0 && !redial && len(p.out) == l.hierPoolSize() {
+			// current[0] and want[0] are the site ring's pool, dialled on its own pool indices.
+			if i = slices.Index(want, p.next); i >= 0 && (kept[i].next != 0 || (i == 0) != (j == 0)) {
+				i = -1
+			}
+		}
+		if i < 0 {
+			stale = append(stale, p.out...)
+			continue
+		}
+		kept[i] = p
+	}
+	l.hier.site, l.hier.wan = subPool{}, nil
+	if len(kept) > 0 {
+		l.hier.site, l.hier.wan = kept[0], slices.Clone(kept[1:])
+	}
 	l.mu.Unlock()
 	for _, oc := range stale {
 		oc.close()
@@ -244,11 +365,15 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 	for _, p := range m.Ring {
 		addr[p.ID] = p
 	}
-	for r := range numSubRings {
-		if pools[r].next != 0 {
+	for i, next := range want {
+		if kept[i].next != 0 {
 			continue
 		}
-		to := addr[want[r]]
+		r := wanRing
+		if i == 0 {
+			r = siteRing
+		}
+		to := addr[next]
 		pool := make([]*outConn, 0, l.hierPoolSize())
 		for k := range l.hierPoolSize() {
 			conn, err := l.dial(to, r.base()+k)
@@ -256,7 +381,7 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 				for _, oc := range pool {
 					oc.close()
 				}
-				return []uint64{to.ID}, fmt.Errorf("sub-ring link %d to peer %d at %s: %w", k, to.ID, to.Addr, err)
+				return []uint64{to.ID}, fmt.Errorf("%s ring link %d to peer %d at %s: %w", r, k, to.ID, to.Addr, err)
 			}
 			pool = append(pool, l.newOutConn(conn))
 		}
@@ -268,7 +393,11 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 			}
 			return nil, ErrClosed
 		}
-		l.hier.pools[r] = subPool{next: to.ID, out: pool}
+		if i == 0 {
+			l.hier.site = subPool{next: to.ID, out: pool}
+		} else {
+			l.hier.wan = append(l.hier.wan, subPool{next: to.ID, out: pool})
+		}
 		l.mu.Unlock()
 	}
 	return nil, nil
@@ -308,16 +437,21 @@ func (l *links) siteNICs(site []uint64) map[uint64][]string {
 	return out
 }
 
-// subStream opens the stream of one phase of collective (tag, seq) on sub-ring r of hierarchy h.
-func (l *links) subStream(tag, seq, epoch uint64, h hierarchy, r subRing, h2 *opHandle) (*stream, error) {
+// subStream opens the stream of one phase of collective (tag, seq) on sub-ring r, to successor next
+// and from predecessor prev.
+func (l *links) subStream(tag, seq, epoch uint64, r subRing, next, prev uint64, h2 *opHandle) (*stream, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	p := l.hier.pools[r]
-	if len(p.out) == 0 || p.next != h.next(r) {
-		l.isDirty = true
-		return nil, fmt.Errorf("%w: no link to the successor in the %s ring", ErrPeerLeft, r)
+	pools := l.hier.wan
+	if r == siteRing {
+		pools = []subPool{l.hier.site}
 	}
-	return l.openStream(inboxKey{tag, seq}, epoch, p.out, h.prev(r), r.base(), l.hierPoolSize(), h2), nil
+	i := slices.IndexFunc(pools, func(p subPool) bool { return p.next == next && len(p.out) > 0 })
+	if i < 0 {
+		l.isDirty = true
+		return nil, fmt.Errorf("%w: no link to peer %d in the %s ring", ErrPeerLeft, next, r)
+	}
+	return l.openStream(inboxKey{tag, seq}, epoch, pools[i].out, prev, r.base(), l.hierPoolSize(), h2), nil
 }
 
 func (r subRing) String() string {
@@ -327,46 +461,61 @@ func (r subRing) String() string {
 	return "WAN"
 }
 
+// fabricWanted reports whether the site phases of collective st run on the intra-site fabric: the
+// master commenced it alone, the epoch has not aborted too many on the fabric, and the peers of every
+// site announced NICs the fabric can run on. Every peer of the epoch decides alike.
+func fabricWanted(st *opStart, hv hierarchy) bool { return st.alone && !st.siteOff && hv.everySite }
+
 // siteFabricFor returns the intra-site fabric the site phases of collective st run on, with the tier
-// locked for it, or nil when they run on the site ring's links: the tier is off, the collective does
-// not run alone, the epoch aborted too many, or a peer of some site lacks the NICs (sitetier.go).
+// locked for it, or nil when they run on the site ring's links (fabricWanted, sitetier.go).
 func (c *Communicator) siteFabricFor(st *opStart, hv hierarchy) (*siteFabric, error) {
-	if c.site == nil || !st.alone || st.siteOff || !hv.everySite {
+	if !fabricWanted(st, hv) {
 		return nil, nil
 	}
 	nics := c.links.siteNICs(hv.site)
-	if !c.site.usable(hv.site, nics) {
-		return nil, nil
+	if c.site == nil || !c.site.usable(hv.site, nics) {
+		// Cannot be: this peer announced its tier's NICs, and the site's peers as many.
+		return nil, fmt.Errorf("%w: the NICs the master lists for site %v do not match this peer's intra-site tier", ErrInvalid, hv.site)
 	}
 	return c.site.acquire(fabricGen{st.epoch, st.siteGen}, hv.site, nics, c.id)
 }
 
 // runHierarchical moves the data of a commenced collective over hierarchy hv and reports it to the
-// master, as runOp does for the flat ring.
-func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan reply, h *opHandle, st *opStart, hv hierarchy, send, recv []byte, d Desc) error {
+// master, as runOp does for the flat ring. pieces are this peer's WAN pieces (hierarchy.myPieces).
+func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan reply, h *opHandle, st *opStart, hv hierarchy, pieces []wanPiece, send, recv []byte, d Desc) error {
 	what := fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, st.seq)
-	type mark struct {
-		mark uint64
-		ring subRing
+	// One stream per phase on the links: its tag (the collective's with marker bits flipped), its
+	// sub-ring and its neighbours there.
+	type phaseLink struct {
+		tag        uint64
+		ring       subRing
+		next, prev uint64
 	}
-	marks := []mark{{markSiteReduce, siteRing}, {markWAN, wanRing}, {markSiteGather, siteRing}}
 	fab, err := c.siteFabricFor(st, hv)
 	if err != nil {
 		return c.report(call, ch, d.Tag, &wire.Done{Code: codeOf(err), Detail: err.Error()}, what)
 	}
+	var links []phaseLink
 	if fab != nil {
-		// The site phases run on the intra-site fabric; only the WAN ring needs a stream.
+		// The site phases run on the intra-site fabric; only the WAN rings need streams.
 		defer c.site.release()
-		marks = []mark{{markWAN, wanRing}}
+	} else {
+		links = append(links, phaseLink{d.Tag ^ markSiteReduce, siteRing, hv.siteNext(), hv.sitePrev()})
 	}
-	streams := make([]*stream, 0, len(marks))
+	for _, p := range pieces {
+		links = append(links, phaseLink{d.Tag ^ markWAN ^ uint64(p.index)<<pieceShift, wanRing, hv.next(p), hv.prev(p)})
+	}
+	if fab == nil {
+		links = append(links, phaseLink{d.Tag ^ markSiteGather, siteRing, hv.siteNext(), hv.sitePrev()})
+	}
+	streams := make([]*stream, 0, len(links))
 	defer func() {
 		for _, s := range streams {
 			c.links.release(s)
 		}
 	}()
-	for _, m := range marks {
-		s, err := c.links.subStream(d.Tag^m.mark, st.seq, st.epoch, hv, m.ring, h)
+	for _, l := range links {
+		s, err := c.links.subStream(l.tag, st.seq, st.epoch, l.ring, l.next, l.prev, h)
 		if err != nil {
 			return c.report(call, ch, d.Tag, &wire.Done{Code: wire.CodePeerLeft, Detail: err.Error()}, what)
 		}
@@ -395,10 +544,17 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 		return verdict
 	}
 	var p rings.Plan
+	wan := make([]rings.Stream, len(pieces))
 	if fab != nil {
-		p = hv.fabricPlan(d.Count, d, c.cfg.PartBytes, c.site, fab, streams[0])
+		for i := range pieces {
+			wan[i] = streams[i]
+		}
+		p = hv.fabricPlan(d.Count, d, c.cfg.PartBytes, c.site, fab, pieces, wan)
 	} else {
-		p = hv.plan(d.Count, d, c.cfg.PartBytes, streams[0], streams[1], streams[2])
+		for i := range pieces {
+			wan[i] = streams[1+i]
+		}
+		p = hv.plan(d.Count, d, c.cfg.PartBytes, streams[0], pieces, wan, streams[len(streams)-1])
 	}
 	err = p.Execute(rctx, send, recv, commit)
 	if fab != nil {
@@ -423,7 +579,7 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 	}
 	done := &wire.Done{Code: code, Detail: err.Error()}
 	for i, s := range streams {
-		if l := s.silentLink(hv.prev(marks[i].ring), hv.next(marks[i].ring)); l.Peer != 0 {
+		if l := s.silentLink(links[i].prev, links[i].next); l.Peer != 0 {
 			done.Silent = l
 			break
 		}

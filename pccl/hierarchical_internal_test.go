@@ -24,12 +24,32 @@ func TestDeriveHierarchy(t *testing.T) {
 		if !ok {
 			t.Fatalf("peer %d: flat, want hierarchical", tc.me)
 		}
-		if !slices.Equal(h.site, tc.site) || !slices.Equal(h.wan, tc.wan) || h.siteRank != tc.sr || h.wanRank != tc.wr || h.world != 6 {
+		if !slices.Equal(h.site, tc.site) || !slices.Equal(h.wan, tc.wan) || h.siteRank != tc.sr || h.mySite != tc.wr || h.world != 6 {
 			t.Fatalf("peer %d: %+v", tc.me, h)
 		}
-		for r := range numSubRings {
-			if h.next(r) != tc.next[r] || h.prev(r) != tc.prev[r] {
-				t.Fatalf("peer %d %v ring: next %d prev %d, want %d %d", tc.me, r, h.next(r), h.prev(r), tc.next[r], tc.prev[r])
+		if h.siteNext() != tc.next[siteRing] || h.sitePrev() != tc.prev[siteRing] {
+			t.Fatalf("peer %d site ring: next %d prev %d, want %d %d", tc.me, h.siteNext(), h.sitePrev(), tc.next[siteRing], tc.prev[siteRing])
+		}
+		if !slices.Equal(h.wanNext, []uint64{tc.next[wanRing]}) || !slices.Equal(h.wanPrev, []uint64{tc.prev[wanRing]}) {
+			t.Fatalf("peer %d WAN partners: next %v prev %v, want %d %d", tc.me, h.wanNext, h.wanPrev, tc.next[wanRing], tc.prev[wanRing])
+		}
+		// With sites of one size the WAN pieces are the site blocks, each on the ring of one site rank.
+		for _, fabric := range []bool{false, true} {
+			for _, count := range []int{1, 2, 3, 7, 1000} {
+				mine, ok := h.myPieces(count, fabric)
+				if !ok {
+					t.Fatalf("peer %d: %d elements not covered by the WAN partners", tc.me, count)
+				}
+				want := siteBlocks(count, 3, fabric)[tc.sr]
+				if want.Len == 0 {
+					if len(mine) != 0 {
+						t.Fatalf("peer %d, %d elements: pieces %+v of an empty block", tc.me, count, mine)
+					}
+					continue
+				}
+				if len(mine) != 1 || mine[0].span != want || !slices.Equal(mine[0].ring, tc.wan) {
+					t.Fatalf("peer %d, %d elements, fabric %v: pieces %+v, want %v on %v", tc.me, count, fabric, mine, want, tc.wan)
+				}
 			}
 		}
 	}
@@ -40,7 +60,7 @@ func TestDeriveHierarchy(t *testing.T) {
 	}{
 		{"one site", []uint64{1, 2, 3}, map[uint64]string{1: "a", 2: "a", 3: "a"}},
 		{"singletons", []uint64{1, 2, 3}, map[uint64]string{1: "a", 2: "b", 3: "c"}},
-		{"unequal sites", []uint64{1, 2, 3, 4, 5}, map[uint64]string{1: "a", 2: "b", 3: "a", 4: "b", 5: "a"}},
+		{"a single peer in a site", []uint64{1, 2, 3}, map[uint64]string{1: "a", 2: "b", 3: "a"}},
 		{"not a member", []uint64{2, 3, 4, 5}, map[uint64]string{2: "a", 3: "a", 4: "b", 5: "b"}},
 	}
 	for _, tc := range flat {
@@ -63,6 +83,80 @@ func TestValidateNICs(t *testing.T) {
 		err := Config{Master: "m:1", NICs: tc.nics}.Validate()
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
 			t.Errorf("NICs %q: %v", tc.nics, err)
+		}
+	}
+}
+
+// TestWANPiecesUnequalSites checks the WAN pieces of sites of different sizes: they tile the buffer,
+// each piece lies in the block of its owner in every site, every peer's pieces tile its block, and
+// the links every piece's ring passes over are among the partners its peers keep links to, for every
+// buffer of at least the cube of the largest site's size in elements.
+func TestWANPiecesUnequalSites(t *testing.T) {
+	for _, sizes := range [][]int{{3, 2}, {2, 3}, {4, 3}, {5, 2}, {4, 2}, {3, 2, 4}, {6, 4, 5}} {
+		var ring []uint64
+		sites := map[uint64]string{}
+		id := uint64(1)
+		for s, n := range sizes {
+			for range n {
+				ring = append(ring, id)
+				sites[id] = string(rune('a' + s))
+				id++
+			}
+		}
+		site := func(id uint64) string { return sites[id] }
+		hs := map[uint64]hierarchy{}
+		for _, me := range ring {
+			h, ok := deriveHierarchy(ring, site, me)
+			if !ok || h.wan != nil {
+				t.Fatalf("sites %v: peer %d: hierarchical %v, one-size WAN ring %v", sizes, me, ok, h.wan)
+			}
+			hs[me] = h
+		}
+		maxSite := slices.Max(sizes)
+		for _, fabric := range []bool{false, true} {
+			for count := 1; count <= 400; count++ {
+				pieces := hs[1].wanPieces(count, fabric)
+				end := 0
+				for _, p := range pieces {
+					if p.span.Off != end || p.span.Len <= 0 || len(p.ring) != len(sizes) {
+						t.Fatalf("sites %v, %d elements: piece %+v after %d", sizes, count, p, end)
+					}
+					end += p.span.Len
+				}
+				if end != count {
+					t.Fatalf("sites %v, %d elements: pieces end at %d", sizes, count, end)
+				}
+				covered := true
+				for _, me := range ring {
+					h := hs[me]
+					mine, ok := h.myPieces(count, fabric)
+					covered = covered && ok
+					if !ok {
+						continue
+					}
+					block := siteBlocks(count, len(h.site), fabric)[h.siteRank]
+					off := block.Off
+					for _, p := range mine {
+						if p.span.Off != off {
+							t.Fatalf("sites %v, %d elements: peer %d's pieces %+v do not tile its block %+v", sizes, count, me, mine, block)
+						}
+						off += p.span.Len
+						if !slices.Contains(h.wanNext, h.next(p)) || !slices.Contains(h.wanPrev, h.prev(p)) {
+							t.Fatalf("sites %v, %d elements: peer %d piece %+v: next %d, prev %d not among its partners %v, %v",
+								sizes, count, me, p, h.next(p), h.prev(p), h.wanNext, h.wanPrev)
+						}
+						if !slices.Contains(hs[h.next(p)].wanPrev, me) {
+							t.Fatalf("sites %v, %d elements: peer %d does not expect peer %d", sizes, count, h.next(p), me)
+						}
+					}
+					if off != block.Off+block.Len {
+						t.Fatalf("sites %v, %d elements: peer %d's pieces %+v do not tile its block %+v", sizes, count, me, mine, block)
+					}
+				}
+				if !covered && count >= maxSite*maxSite*maxSite {
+					t.Errorf("sites %v, %d elements, fabric %v: not covered by the WAN partners", sizes, count, fabric)
+				}
+			}
 		}
 	}
 }

@@ -125,8 +125,8 @@ func TestHierarchicalAllReduce(t *testing.T) {
 }
 
 // TestHierarchicalPeerDies kills a peer in the middle of a hierarchical AllReduce: every survivor gets
-// ErrPeerLeft with its buffer untouched, and the retry after UpdateTopology (on unequal sites, so on
-// the flat ring) is correct.
+// ErrPeerLeft with its buffer untouched, and the retry after UpdateTopology, hierarchical on sites of
+// three and two peers, is correct.
 func TestHierarchicalPeerDies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -175,8 +175,12 @@ func TestHierarchicalPeerDies(t *testing.T) {
 		if err := c.UpdateTopology(ctx); err != nil {
 			return err
 		}
-		if _, _, ok := pccl.HierarchyForTest(c); ok {
-			return errors.New("sites of 3 and 2 peers run hierarchically")
+		orig := i // the survivor's index in comms
+		if i >= victim {
+			orig++
+		}
+		if site, _, ok := pccl.HierarchyForTest(c); !ok || len(site) != 2+orig%2 {
+			return fmt.Errorf("hierarchical %v with site ring %v after the crash, want sites of 3 and 2 peers", ok, site)
 		}
 		b := pccl.Bytes(sbufs[i])
 		return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
@@ -194,6 +198,42 @@ func TestHierarchicalPeerDies(t *testing.T) {
 			}
 		}
 	}
+}
+
+// requireSites checks that every peer runs its next AllReduce hierarchically, peer i in site
+// site(i), whose size is sizes[site(i)].
+func requireSites(t *testing.T, comms []*pccl.Communicator, site func(i int) int, sizes []int) {
+	t.Helper()
+	for i, c := range comms {
+		ring, _, ok := pccl.HierarchyForTest(c)
+		if !ok || len(ring) != sizes[site(i)] || !slices.Contains(ring, c.ID()) {
+			t.Fatalf("peer %d: hierarchical %v, site ring %v, want %d peers", i, ok, ring, sizes[site(i)])
+		}
+	}
+}
+
+// TestHierarchicalUnequalSites runs sites of four and two peers: the WAN phase all-reduces the pieces
+// the two sites' blocks cut the buffer into, each on the ring of its owners, and every result is
+// right and bit-identical, for every op and for buffers smaller than a site (on the flat ring).
+func TestHierarchicalUnequalSites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	// Peer i is in site i%2, but for peer 5, in site0: site0 has peers 0, 2, 4, 5.
+	site := func(i int) int {
+		if i == 5 {
+			return 0
+		}
+		return i % 2
+	}
+	comms, _ := g.startSitesWith(ctx, 2, 3, func(i int, cfg *pccl.Config) { cfg.Site = fmt.Sprintf("site%d", site(i)) })
+	defer closeAll(comms)
+	requireSites(t, comms, site, []int{4, 2})
+	for k, count := range []int{1, 3, 64, 1000, 33331, 1 << 18} {
+		sumOnEvery(ctx, t, comms, 1, count, k)
+	}
+	avgAndIntegerOps(ctx, t, comms)
+	t.Run("f32 quantized bit-identical", func(t *testing.T) { quantizedSum(ctx, t, comms) })
 }
 
 // TestHierarchicalQuantized runs three sites of two peers with an all-gather encoding, which the WAN

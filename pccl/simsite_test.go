@@ -2,6 +2,7 @@ package pccl_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -119,4 +120,27 @@ func TestSiteSimOneSiteOnFabric(t *testing.T) {
 			t.Fatalf("peer %d: %d bytes received on the fabric while the other site has none", i, received)
 		}
 	}
+}
+
+// TestSiteSimUnequalSites runs the site phases of sites of three and two peers on the simulated
+// fabric: the WAN pieces follow the fabric's blocks, and every result is right.
+func TestSiteSimUnequalSites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	s := pccl.NewSimSite(t, 2, 1000)
+	g := newGroup(t, master.Config{})
+	onSim := pccl.OnSimSite(s)
+	// Five peers, peer i in site i%2.
+	site := func(i int) int { return i % 2 }
+	comms, _ := g.startSitesWith(ctx, 5, 1, func(i int, cfg *pccl.Config) {
+		onSim(i, cfg)
+		cfg.Site = fmt.Sprintf("site%d", site(i))
+	})
+	defer closeAll(comms)
+	requireSites(t, comms, site, []int{3, 2})
+	for k, count := range []int{1, 5, 1000, 33331} {
+		sumOnEvery(ctx, t, comms, 1, count, k)
+	}
+	requireFabric(t, comms)
+	avgAndIntegerOps(ctx, t, comms)
 }

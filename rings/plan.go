@@ -73,7 +73,8 @@ type Phase struct {
 
 // Plan is a collective operation built from ring phases, run by Execute on one staging buffer under one
 // commit. The flat AllReduce is the plan of one KindAllReduce phase over the whole buffer. A
-// hierarchical AllReduce over sites of equal size is three phases:
+// hierarchical AllReduce over sites of equal size is three phases (over sites of different sizes, the
+// middle one is a KindAllReduce per piece of this peer's Shard that one peer in every site owns):
 //
 //	KindReduceScatter in the site, whole buffer, NoFinalize
 //	KindAllReduce across sites (one peer per site with the same site rank), on this peer's
