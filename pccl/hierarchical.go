@@ -231,8 +231,8 @@ func (h hierarchy) prev(p wanPiece) uint64 {
 }
 
 // fabricPlan builds the phases over count elements of d.DType with the site phases on the
-// intra-site fabric f: the WAN phases reduce the pieces of this peer's block of the fabric's equal
-// blocks, one after the other, each on its stream of wan.
+// intra-site fabric f: the WAN phase reduces the pieces of this peer's block of the fabric's equal
+// blocks, each on its stream of wan.
 func (h hierarchy) fabricPlan(count int, d Desc, partBytes int, t *siteTier, f *siteFabric, pieces []wanPiece, wan []rings.Stream) rings.Plan {
 	size := d.DType.Size()
 	op := d.Op
@@ -241,9 +241,7 @@ func (h hierarchy) fabricPlan(count int, d Desc, partBytes int, t *siteTier, f *
 	}
 	phases := []rings.Phase{{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, dt: d.DType, op: op, count: count},
 		Rank: h.siteRank, World: len(h.site), Len: count * size}}
-	for i, p := range pieces {
-		phases = append(phases, h.wanPhase(wan[i], p.span, d))
-	}
+	phases = append(phases, h.wanPhases(count, d, partBytes, pieces, wan)...)
 	phases = append(phases, rings.Phase{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, gather: true, dt: d.DType, op: op, count: count},
 		Rank: h.siteRank, World: len(h.site), Len: count * size})
 	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: phases}
@@ -254,12 +252,27 @@ func (h hierarchy) plan(count int, d Desc, partBytes int, site1 rings.Stream, pi
 	size := d.DType.Size()
 	phases := []rings.Phase{{Kind: rings.KindReduceScatter, Stream: site1, Rank: h.siteRank, World: len(h.site),
 		Len: count * size, Divisor: rings.NoFinalize}}
-	for i, p := range pieces {
-		phases = append(phases, h.wanPhase(wan[i], p.span, d))
-	}
+	phases = append(phases, h.wanPhases(count, d, partBytes, pieces, wan)...)
 	phases = append(phases, rings.Phase{Kind: rings.KindAllGather, Stream: site2, Rank: h.siteRank, World: len(h.site),
 		Len: count * size, Divisor: rings.DivideByWorld})
 	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: phases}
+}
+
+// wanPhases is the WAN phase of this peer's pieces, each on its stream of wan: the piece's phase
+// when it is the only one, else one phase that runs them at once (one after the other, the pieces of
+// all peers would form a chain, each waiting for the one before); none when this peer owns nothing.
+func (h hierarchy) wanPhases(count int, d Desc, partBytes int, pieces []wanPiece, wan []rings.Stream) []rings.Phase {
+	switch len(pieces) {
+	case 0:
+		return nil
+	case 1:
+		return []rings.Phase{h.wanPhase(wan[0], pieces[0].span, d)}
+	}
+	c := &rings.Concurrent{DType: d.DType, Op: d.Op, PartBytes: partBytes}
+	for i, p := range pieces {
+		c.Phases = append(c.Phases, h.wanPhase(wan[i], p.span, d))
+	}
+	return []rings.Phase{{Kind: rings.KindExternal, Runner: c, Rank: h.mySite, World: len(h.sites), Len: count * d.DType.Size()}}
 }
 
 // wanPhase is the all-reduce of piece (in elements) across sites on a WAN ring, finalized once by the

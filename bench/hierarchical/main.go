@@ -21,7 +21,9 @@
 // AllReduce completes with no error and a correct result (nic_fault_correct), and kills one peer (its
 // links and its NICs) while an AllReduce moves data and checks that every survivor gets ErrPeerLeft
 // with its buffer unchanged and that the retry after UpdateTopology is correct (peer_kill_aborted).
-// The last line of output is JSON.
+// Then it times the survivors' AllReduce, hierarchical over sites of --per-site and --per-site − 1
+// peers (after_kill_seconds, after_kill_wan_bytes, after_kill_correct). The last line of output is
+// JSON.
 package main
 
 import (
@@ -203,9 +205,12 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 		}
 		out["nic_fault_correct"], out["nic_fault_failovers"] = ok, failovers
 	}
-	killed, err := b.kill(ctx, hier)
+	killed, after, err := b.kill(ctx, hier)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "peer kill: %v\n", err)
+	}
+	if killed {
+		out["after_kill_seconds"], out["after_kill_wan_bytes"], out["after_kill_correct"] = after.sec, after.wan, after.ok
 	}
 	out["flat_rank_order_seconds"], out["flat_rank_order_wan_bytes"] = jsec, jwan
 	out["flat_seconds"], out["hier_seconds"] = fsec, hsec
@@ -409,9 +414,18 @@ func (b *bench) timed(ctx context.Context, g *group) (float64, int64, bool, erro
 	return secs[len(secs)/2], wan, ok, nil
 }
 
-// kill crashes one peer of g while an AllReduce moves data and reports whether every survivor got
-// ErrPeerLeft with its buffer unchanged and the retry after UpdateTopology was correct.
-func (b *bench) kill(ctx context.Context, g *group) (bool, error) {
+// timing is what timed measured: the median seconds and the WAN bytes of an AllReduce, and whether
+// every result was right.
+type timing struct {
+	sec float64
+	wan int64
+	ok  bool
+}
+
+// kill crashes the last peer of g while an AllReduce moves data and reports whether every survivor
+// got ErrPeerLeft with its buffer unchanged and the retry after UpdateTopology was correct; then it
+// times the survivors' AllReduce, whose last site has lost a peer.
+func (b *bench) kill(ctx context.Context, g *group) (bool, timing, error) {
 	n := len(g.comms)
 	victim := n - 1
 	bufs := make([][]float32, n)
@@ -438,7 +452,7 @@ func (b *bench) kill(ctx context.Context, g *group) (bool, error) {
 		// A machine that dies takes its NICs with it.
 		for r := range b.nics {
 			if err := b.lab.SetNIC(victim, r, false); err != nil {
-				return false, err
+				return false, timing{}, err
 			}
 		}
 	}
@@ -448,10 +462,10 @@ func (b *bench) kill(ctx context.Context, g *group) (bool, error) {
 	survivors := g.comms[:victim]
 	for i := range survivors {
 		if !errors.Is(errs[i], pccl.ErrPeerLeft) {
-			return false, fmt.Errorf("survivor %d: %v, want ErrPeerLeft", i, errs[i])
+			return false, timing{}, fmt.Errorf("survivor %d: %v, want ErrPeerLeft", i, errs[i])
 		}
 		if !bytes.Equal(pccl.Bytes(bufs[i]), orig[i]) {
-			return false, fmt.Errorf("survivor %d: buffer changed by the aborted AllReduce", i)
+			return false, timing{}, fmt.Errorf("survivor %d: buffer changed by the aborted AllReduce", i)
 		}
 	}
 	want := make([]float32, b.size/4)
@@ -468,14 +482,20 @@ func (b *bench) kill(ctx context.Context, g *group) (bool, error) {
 		return c.AllReduce(ctx, buf, buf, pccl.Desc{Tag: 2, Count: b.size / 4, DType: pccl.F32, Op: pccl.Sum})
 	})
 	if err != nil {
-		return false, fmt.Errorf("retry: %w", err)
+		return false, timing{}, fmt.Errorf("retry: %w", err)
 	}
 	for i := range survivors {
 		if !slices.Equal(bufs[i], want) {
-			return false, fmt.Errorf("survivor %d: retry result is wrong", i)
+			return false, timing{}, fmt.Errorf("survivor %d: retry result is wrong", i)
 		}
 	}
-	return true, nil
+	fmt.Fprintf(os.Stderr, "after the kill (%d peers):\n", len(survivors))
+	var after timing
+	after.sec, after.wan, after.ok, err = b.timed(ctx, &group{net: g.net, srv: g.srv, hosts: g.hosts[:victim], comms: survivors})
+	if err != nil {
+		return true, after, fmt.Errorf("after the kill: %w", err)
+	}
+	return true, after, nil
 }
 
 // all runs f for every communicator at once and joins the errors.
