@@ -124,79 +124,91 @@ func TestHierarchicalAllReduce(t *testing.T) {
 	}
 }
 
-// TestHierarchicalPeerDies kills a peer in the middle of a hierarchical AllReduce: every survivor gets
-// ErrPeerLeft with its buffer untouched, and the retry after UpdateTopology, hierarchical on sites of
-// three and two peers, is correct.
+// TestHierarchicalPeerDies kills a peer in the middle of a hierarchical AllReduce, on two sites of
+// three peers and on sites of three and two (the WAN phase on pieces): every survivor gets
+// ErrPeerLeft with its buffer untouched, and the retry after UpdateTopology, hierarchical on the
+// sites that remain (three and two; three and one), is correct.
 func TestHierarchicalPeerDies(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	g := newGroup(t, master.Config{})
-	const sites, per = 2, 3
-	comms, hosts := g.startSites(ctx, sites, per)
-	defer closeAll(comms)
-	requireHierarchical(t, comms, sites, per)
-	const count = 1 << 18
-	const victim = 4
-	bufs := make([][]float32, len(comms))
-	orig := make([][]byte, len(comms))
-	for i := range comms {
-		bufs[i] = fill(count, uint64(i+11))
-		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(comms))
-	for i, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b := pccl.Bytes(bufs[i])
-			errs[i] = c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
-		}()
-	}
-	sent := func() (n int64) {
-		for i, h := range hosts {
-			if i != victim {
-				n += g.net.Stats(hosts[victim], h)
+	for _, tc := range []struct {
+		name          string
+		peers, victim int   // peer i is in site i%2
+		after         []int // the sites' sizes after the death
+	}{
+		{"two sites of three", 6, 4, []int{2, 3}},
+		{"sites of three and two", 5, 3, []int{3, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			g := newGroup(t, master.Config{})
+			site := func(i int) int { return i % 2 }
+			comms, hosts := g.startSitesWith(ctx, tc.peers, 1, func(i int, cfg *pccl.Config) { cfg.Site = fmt.Sprintf("site%d", site(i)) })
+			defer closeAll(comms)
+			requireSites(t, comms, site, []int{(tc.peers + 1) / 2, tc.peers / 2})
+			const count = 1 << 18
+			victim := tc.victim
+			bufs := make([][]float32, len(comms))
+			orig := make([][]byte, len(comms))
+			for i := range comms {
+				bufs[i] = fill(count, uint64(i+11))
+				orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
 			}
-		}
-		return n
-	}
-	for deadline := time.Now().Add(20 * time.Second); sent() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the collective never started moving data")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	g.net.Crash(hosts[victim])
-	wg.Wait()
-	comms[victim].Close()
-	survivors, sbufs, want := survivorsAborted(t, comms, errs, bufs, orig, victim)
-	errs = each(survivors, func(i int, c *pccl.Communicator) error {
-		if err := c.UpdateTopology(ctx); err != nil {
-			return err
-		}
-		orig := i // the survivor's index in comms
-		if i >= victim {
-			orig++
-		}
-		if site, _, ok := pccl.HierarchyForTest(c); !ok || len(site) != 2+orig%2 {
-			return fmt.Errorf("hierarchical %v with site ring %v after the crash, want sites of 3 and 2 peers", ok, site)
-		}
-		b := pccl.Bytes(sbufs[i])
-		return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
-	})
-	for i, c := range survivors {
-		if errs[i] != nil {
-			t.Fatalf("survivor %d retry: %v", i, errs[i])
-		}
-		if c.WorldSize() != len(survivors) {
-			t.Fatalf("world size %d after the crash, want %d", c.WorldSize(), len(survivors))
-		}
-		for j := range want {
-			if sbufs[i][j] != want[j] {
-				t.Fatalf("survivor %d element %d: %v, want %v", i, j, sbufs[i][j], want[j])
+			var wg sync.WaitGroup
+			errs := make([]error, len(comms))
+			for i, c := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					b := pccl.Bytes(bufs[i])
+					errs[i] = c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
+				}()
 			}
-		}
+			sent := func() (n int64) {
+				for i, h := range hosts {
+					if i != victim {
+						n += g.net.Stats(hosts[victim], h)
+					}
+				}
+				return n
+			}
+			for deadline := time.Now().Add(20 * time.Second); sent() == 0; {
+				if time.Now().After(deadline) {
+					t.Fatal("the collective never started moving data")
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			g.net.Crash(hosts[victim])
+			wg.Wait()
+			comms[victim].Close()
+			survivors, sbufs, want := survivorsAborted(t, comms, errs, bufs, orig, victim)
+			errs = each(survivors, func(i int, c *pccl.Communicator) error {
+				if err := c.UpdateTopology(ctx); err != nil {
+					return err
+				}
+				orig := i // the survivor's index in comms
+				if i >= victim {
+					orig++
+				}
+				if ring, _, ok := pccl.HierarchyForTest(c); !ok || len(ring) != tc.after[site(orig)] {
+					return fmt.Errorf("hierarchical %v with site ring %v after the crash, want sites of %v peers", ok, ring, tc.after)
+				}
+				b := pccl.Bytes(sbufs[i])
+				return c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
+			})
+			for i, c := range survivors {
+				if errs[i] != nil {
+					t.Fatalf("survivor %d retry: %v", i, errs[i])
+				}
+				if c.WorldSize() != len(survivors) {
+					t.Fatalf("world size %d after the crash, want %d", c.WorldSize(), len(survivors))
+				}
+				for j := range want {
+					if sbufs[i][j] != want[j] {
+						t.Fatalf("survivor %d element %d: %v, want %v", i, j, sbufs[i][j], want[j])
+					}
+				}
+			}
+		})
 	}
 }
 
