@@ -62,7 +62,7 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv []byte, d 
 // AllReduce reduces send element-wise over every peer of the ring with d.Op and writes the result to
 // recv (which may be send itself). All peers must call it with the same d. The result is identical bit
 // for bit on every peer. On any error send and recv are unchanged. When the ring holds several sites
-// (Config.Site), not all of one peer, the reduction is hierarchical: inside each site, then across
+// of two or more peers (Config.Site), the reduction is hierarchical: inside each site, then across
 // sites.
 //
 // Errors: ErrPeerLeft, ErrAborted (retry after UpdateTopology), ErrTooFewPeers,

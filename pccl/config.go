@@ -22,8 +22,8 @@ type Config struct {
 	// AdvertiseAddr is the address neighbours dial. Default: the listener's address.
 	AdvertiseAddr string
 	// Site names the datacenter or region this peer runs in, for the status page and topology. When
-	// the ring holds several sites, not all of one peer, AllReduce runs hierarchically: inside each
-	// site, then across sites on WAN rings of one peer per site.
+	// the ring holds several sites of at least two peers each, AllReduce runs hierarchically: inside
+	// each site, then across sites on WAN rings of one peer per site.
 	Site string
 	// NICs lists the local network interfaces (names such as "eth2", or their IPv4 addresses) this
 	// peer uses for traffic inside its site, in rail order: NIC i of one peer talks to NIC i of the

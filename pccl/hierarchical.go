@@ -70,18 +70,16 @@ type hierarchy struct {
 	// wanNext and wanPrev are the peers of the next and the previous site that this peer may meet in a
 	// WAN ring (wanPartner): the successors it keeps links to, the predecessors whose links it keeps.
 	wanNext, wanPrev []uint64
-	// everySite says the peers of every site of two or more announced NICs the fabric can run on
-	// (fabricReady). The WAN rings pair blocks that each site's phases define, and the fabric cuts
-	// them differently from the site ring, so the site phases run on the fabric in every site or in
-	// none (a single peer's block is the whole buffer either way).
+	// everySite says the peers of every site announced NICs the fabric can run on (fabricReady). The
+	// WAN rings pair blocks that each site's phases define, and the fabric cuts them differently from
+	// the site ring, so the site phases run on the fabric in every site or in none.
 	everySite bool
 }
 
 // deriveHierarchy computes the hierarchy of peer me in ring, given each peer's site. Sites are ordered
 // by their first peer in ring order and the peers of a site keep their ring order, so every peer
 // derives the same hierarchy from the same view. It returns false, meaning the flat ring, when there
-// are fewer than two sites or when every site is a single peer. A site of one peer has no site phases:
-// its peer owns the whole buffer and meets every peer of the next site in the WAN phase.
+// are fewer than two sites or when some site is a single peer.
 //
 // Sites may differ in size. After the reduce-scatter inside each site, each peer of a site owns one
 // block of the buffer; the blocks of two sites of different sizes do not line up, so the WAN phase
@@ -101,12 +99,12 @@ func deriveHierarchy(ring []uint64, site func(uint64) string, me uint64) (hierar
 	if len(names) < 2 || !slices.Contains(ring, me) {
 		return hierarchy{}, false
 	}
-	if len(names) == len(ring) {
-		return hierarchy{}, false
-	}
 	h := hierarchy{world: len(ring)}
 	equal := true
 	for i, s := range names {
+		if len(members[s]) < 2 {
+			return hierarchy{}, false
+		}
 		equal = equal && len(members[s]) == len(members[names[0]])
 		h.sites = append(h.sites, members[s])
 		if s == site(me) {
@@ -343,10 +341,7 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 	// The pools to keep: one to the site ring's successor, one to each WAN partner.
 	var want []uint64
 	if ok {
-		want = append([]uint64{0}, h.wanNext...)
-		if len(h.site) > 1 {
-			want[0] = h.siteNext()
-		}
+		want = append([]uint64{h.siteNext()}, h.wanNext...)
 	}
 	current := append([]subPool{l.hier.site}, l.hier.wan...)
 	kept := make([]subPool, len(want))
@@ -384,7 +379,7 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 		addr[p.ID] = p
 	}
 	for i, next := range want {
-		if kept[i].next != 0 || next == 0 {
+		if kept[i].next != 0 {
 			continue
 		}
 		r := wanRing
@@ -439,7 +434,7 @@ func (l *links) hierarchyFor(ring []uint64) (hierarchy, bool) {
 	}
 	h.everySite = true
 	for _, site := range members {
-		h.everySite = h.everySite && (len(site) == 1 || fabricReady(site, l.hier.nics))
+		h.everySite = h.everySite && fabricReady(site, l.hier.nics)
 	}
 	return h, true
 }
@@ -487,7 +482,7 @@ func fabricWanted(st *opStart, hv hierarchy) bool { return st.alone && !st.siteO
 // siteFabricFor returns the intra-site fabric the site phases of collective st run on, with the tier
 // locked for it, or nil when they run on the site ring's links (fabricWanted, sitetier.go).
 func (c *Communicator) siteFabricFor(st *opStart, hv hierarchy) (*siteFabric, error) {
-	if !fabricWanted(st, hv) || len(hv.site) == 1 {
+	if !fabricWanted(st, hv) {
 		return nil, nil
 	}
 	nics := c.links.siteNICs(hv.site)
@@ -514,17 +509,16 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 		return c.report(call, ch, d.Tag, &wire.Done{Code: codeOf(err), Detail: err.Error()}, what)
 	}
 	var links []phaseLink
-	single := len(hv.site) == 1 // no site phases
 	if fab != nil {
 		// The site phases run on the intra-site fabric; only the WAN rings need streams.
 		defer c.site.release()
-	} else if !single {
+	} else {
 		links = append(links, phaseLink{d.Tag ^ markSiteReduce, siteRing, hv.siteNext(), hv.sitePrev()})
 	}
 	for _, p := range pieces {
 		links = append(links, phaseLink{d.Tag ^ markWAN ^ uint64(p.index)<<pieceShift, wanRing, hv.next(p), hv.prev(p)})
 	}
-	if fab == nil && !single {
+	if fab == nil {
 		links = append(links, phaseLink{d.Tag ^ markSiteGather, siteRing, hv.siteNext(), hv.sitePrev()})
 	}
 	streams := make([]*stream, 0, len(links))
@@ -564,18 +558,12 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 	}
 	var p rings.Plan
 	wan := make([]rings.Stream, len(pieces))
-	switch {
-	case single:
-		for i := range pieces {
-			wan[i] = streams[i]
-		}
-		p = rings.Plan{DType: d.DType, Op: d.Op, PartBytes: c.cfg.PartBytes, Phases: hv.wanPhases(d.Count, d, c.cfg.PartBytes, pieces, wan)}
-	case fab != nil:
+	if fab != nil {
 		for i := range pieces {
 			wan[i] = streams[i]
 		}
 		p = hv.fabricPlan(d.Count, d, c.cfg.PartBytes, c.site, fab, pieces, wan)
-	default:
+	} else {
 		for i := range pieces {
 			wan[i] = streams[1+i]
 		}

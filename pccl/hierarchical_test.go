@@ -261,9 +261,8 @@ func TestHierarchicalQuantized(t *testing.T) {
 	quantizedSum(ctx, t, comms)
 }
 
-// TestHierarchicalAfterReplacement loses a peer of two sites of two, runs the retry hierarchically on
-// sites of two peers and one, then admits a replacement in the same site: the next AllReduce runs on
-// two sites of two again, and every result is right.
+// TestHierarchicalAfterReplacement loses a peer of two sites of two, runs the retry on the flat ring,
+// then admits a replacement in the same site: the next AllReduce is hierarchical again and correct.
 func TestHierarchicalAfterReplacement(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -313,8 +312,6 @@ func TestHierarchicalAfterReplacement(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// Sites of two peers and one: hierarchical, the single peer's block the whole buffer.
-	requireSites(t, survivors, func(i int) int { return i % 2 }, []int{2, 1})
 	if err := sum(survivors); err != nil {
 		t.Fatal(err)
 	}
