@@ -20,7 +20,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"sync"
 
 	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/rings"
@@ -369,15 +371,27 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 		oc.close()
 	}
 	// A fabric of an earlier epoch serves no collective of this one: close its sockets now rather than
-	// at the next hierarchical collective, which may never come.
+	// at the next hierarchical collective, which may never come. When this epoch's collectives may
+	// run their site phases on the fabric, open its first generation now (sitetier.go).
 	l.c.site.retireBefore(m.Epoch)
 	if !ok {
 		return nil, nil
+	}
+	if everySiteReady(h.sites, l.siteNICs(ring)) {
+		l.c.site.prepare(fabricGen{m.Epoch, 0}, h.site, l.siteNICs(h.site), l.c.id)
 	}
 	addr := map[uint64]wire.PeerInfo{}
 	for _, p := range m.Ring {
 		addr[p.ID] = p
 	}
+	// Every missing pool at once, each of its links at once (dialPool).
+	type dialed struct {
+		conns []net.Conn
+		k     int
+		err   error
+	}
+	results := make([]dialed, len(want))
+	var wg sync.WaitGroup
 	for i, next := range want {
 		if kept[i].next != 0 {
 			continue
@@ -386,32 +400,47 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 		if i == 0 {
 			r = siteRing
 		}
-		to := addr[next]
-		pool := make([]*outConn, 0, l.hierPoolSize())
-		for k := range l.hierPoolSize() {
-			conn, err := l.dial(to, r.base()+k)
-			if err != nil {
-				for _, oc := range pool {
-					oc.close()
-				}
-				return []uint64{to.ID}, fmt.Errorf("%s ring link %d to peer %d at %s: %w", r, k, to.ID, to.Addr, err)
+		wg.Go(func() {
+			conns, k, err := l.dialPool(addr[next], r.base(), l.hierPoolSize())
+			results[i] = dialed{conns, k, err}
+		})
+	}
+	wg.Wait()
+	var failed []uint64
+	var errs []error
+	for i, d := range results {
+		if d.err != nil {
+			to := addr[want[i]]
+			failed = append(failed, to.ID)
+			errs = append(errs, fmt.Errorf("sub-ring link %d to peer %d at %s: %w", d.k, to.ID, to.Addr, d.err))
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.isClosed || len(failed) > 0 {
+		for _, d := range results {
+			for _, c := range d.conns {
+				c.Close()
 			}
+		}
+		if len(failed) > 0 {
+			return failed, errors.Join(errs...)
+		}
+		return nil, ErrClosed
+	}
+	for i, d := range results {
+		if d.conns == nil {
+			continue
+		}
+		pool := make([]*outConn, 0, len(d.conns))
+		for _, conn := range d.conns {
 			pool = append(pool, l.newOutConn(conn))
 		}
-		l.mu.Lock()
-		if l.isClosed {
-			l.mu.Unlock()
-			for _, oc := range pool {
-				oc.close()
-			}
-			return nil, ErrClosed
-		}
 		if i == 0 {
-			l.hier.site = subPool{next: to.ID, out: pool}
+			l.hier.site = subPool{next: want[i], out: pool}
 		} else {
-			l.hier.wan = append(l.hier.wan, subPool{next: to.ID, out: pool})
+			l.hier.wan = append(l.hier.wan, subPool{next: want[i], out: pool})
 		}
-		l.mu.Unlock()
 	}
 	return nil, nil
 }
@@ -428,15 +457,19 @@ func (l *links) hierarchyFor(ring []uint64) (hierarchy, bool) {
 	if !ok {
 		return h, false
 	}
-	members := map[string][]uint64{}
-	for _, id := range ring {
-		members[sites[id]] = append(members[sites[id]], id)
-	}
-	h.everySite = true
-	for _, site := range members {
-		h.everySite = h.everySite && fabricReady(site, l.hier.nics)
-	}
+	h.everySite = everySiteReady(h.sites, l.hier.nics)
 	return h, true
+}
+
+// everySiteReady reports whether the peers of every site announced NICs the fabric can run on
+// (hierarchy.everySite).
+func everySiteReady(sites [][]uint64, nics map[uint64][]string) bool {
+	for _, site := range sites {
+		if !fabricReady(site, nics) {
+			return false
+		}
+	}
+	return true
 }
 
 // siteNICs returns the announced NICs of the peers of site.

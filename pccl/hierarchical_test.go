@@ -125,9 +125,9 @@ func TestHierarchicalAllReduce(t *testing.T) {
 }
 
 // TestHierarchicalPeerDies kills a peer in the middle of a hierarchical AllReduce, on two sites of
-// three peers and on sites of three and two (the WAN phase on pieces): every survivor gets
+// three peers and on sites of four and three (the WAN phase on pieces): every survivor gets
 // ErrPeerLeft with its buffer untouched, and the retry after UpdateTopology, hierarchical on the
-// sites that remain (three and two; three and one), is correct.
+// sites that remain (two and three; four and two), is correct.
 func TestHierarchicalPeerDies(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -135,7 +135,7 @@ func TestHierarchicalPeerDies(t *testing.T) {
 		after         []int // the sites' sizes after the death
 	}{
 		{"two sites of three", 6, 4, []int{2, 3}},
-		{"sites of three and two", 5, 3, []int{3, 1}},
+		{"sites of four and three", 7, 5, []int{4, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

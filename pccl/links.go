@@ -326,15 +326,12 @@ func (l *links) wire(m *wire.Connect) ([]uint64, error) {
 		l.mu.Unlock()
 		return nil, nil
 	}
-	pool := make([]*outConn, 0, l.c.cfg.PoolSize)
-	for k := 0; k < l.c.cfg.PoolSize; k++ {
-		conn, err := l.dial(next, k)
-		if err != nil {
-			for _, oc := range pool {
-				oc.close()
-			}
-			return []uint64{next.ID}, fmt.Errorf("link %d to peer %d at %s: %w", k, next.ID, next.Addr, err)
-		}
+	conns, k, err := l.dialPool(next, 0, l.c.cfg.PoolSize)
+	if err != nil {
+		return []uint64{next.ID}, fmt.Errorf("link %d to peer %d at %s: %w", k, next.ID, next.Addr, err)
+	}
+	pool := make([]*outConn, 0, len(conns))
+	for _, conn := range conns {
 		pool = append(pool, l.newOutConn(conn))
 	}
 	l.mu.Lock()
@@ -347,6 +344,31 @@ func (l *links) wire(m *wire.Connect) ([]uint64, error) {
 	}
 	l.out, l.next, l.isDirty, l.outBroke = pool, next.ID, false, false
 	return nil, nil
+}
+
+// dialPool opens n links to peer to at once, with pool indices base to base+n−1, and returns them in
+// index order: each dial takes a round trip or more (a handshake over TLS or QUIC), and across a WAN
+// one after the other they would add up to the re-wiring after every membership change. On failure it
+// closes the links it opened and returns the index of the first that failed, with its error.
+func (l *links) dialPool(to wire.PeerInfo, base, n int) ([]net.Conn, int, error) {
+	conns := make([]net.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() { conns[k], errs[k] = l.dial(to, base+k) })
+	}
+	wg.Wait()
+	for k, err := range errs {
+		if err != nil {
+			for _, c := range conns {
+				if c != nil {
+					c.Close()
+				}
+			}
+			return nil, k, err
+		}
+	}
+	return conns, 0, nil
 }
 
 func (l *links) dial(to wire.PeerInfo, index int) (net.Conn, error) {

@@ -200,9 +200,31 @@ func siteNodeID(peer uint64, gen fabricGen) rdma.NodeID {
 // caller calls release when the collective is over, after retire if it failed.
 func (t *siteTier) acquire(gen fabricGen, site []uint64, nics map[uint64][]string, me uint64) (*siteFabric, error) {
 	t.mu.Lock()
-	if t.closed {
+	if err := t.ensure(gen, site, nics, me); err != nil {
 		t.mu.Unlock()
-		return nil, ErrClosed
+		return nil, err
+	}
+	return t.fab, nil
+}
+
+// prepare opens the fabric of generation gen for the site ring site ahead of the collective that
+// uses it, when an epoch is wired: its listeners are up and its connections on their way before the
+// first collective of the epoch, which would otherwise wait for them, as the survivors' first
+// collective after a death would. It does nothing while a collective holds the tier.
+func (t *siteTier) prepare(gen fabricGen, site []uint64, nics map[uint64][]string, me uint64) {
+	if t == nil || !t.mu.TryLock() {
+		return
+	}
+	defer t.mu.Unlock()
+	if err := t.ensure(gen, site, nics, me); err != nil {
+		t.log.Debug("intra-site fabric not opened ahead", "epoch", gen.epoch, "err", err)
+	}
+}
+
+// ensure makes the fabric of generation gen for site the open one (the tier is locked by the caller).
+func (t *siteTier) ensure(gen fabricGen, site []uint64, nics map[uint64][]string, me uint64) error {
+	if t.closed {
+		return ErrClosed
 	}
 	if t.fab != nil && (t.fab.gen != gen || !slices.Equal(t.fab.site, site)) {
 		t.retire()
@@ -210,14 +232,13 @@ func (t *siteTier) acquire(gen fabricGen, site []uint64, nics map[uint64][]strin
 	if t.fab == nil {
 		f, err := t.open(gen, site, nics, me)
 		if err != nil {
-			t.mu.Unlock()
-			return nil, err
+			return err
 		}
 		t.fab = f
 		t.cur.Store(f)
 		t.generations.Add(1)
 	}
-	return t.fab, nil
+	return nil
 }
 
 // release unlocks the tier after a collective.
