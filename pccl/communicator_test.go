@@ -246,22 +246,7 @@ func TestPeerDiesMidCollective(t *testing.T) {
 			errs[i] = c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
 		}(i, c)
 	}
-	// Let the collective start moving data, then crash the victim's host.
-	sent := func() (n int64) {
-		for i, h := range hosts {
-			if i != victim {
-				n += g.net.Stats(hosts[victim], h)
-			}
-		}
-		return n
-	}
-	for deadline := time.Now().Add(20 * time.Second); sent() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the collective never started moving data")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	g.net.Crash(hosts[victim])
+	crashOnceMoving(t, g, hosts, victim)
 	wg.Wait()
 	comms[victim].Close()
 	survivors, sbufs, want := survivorsAborted(t, comms, errs, bufs, orig, victim)
@@ -408,6 +393,27 @@ func TestKickedForWrongToken(t *testing.T) {
 	if !errors.Is(err, pccl.ErrKicked) {
 		t.Fatalf("err = %v, want ErrKicked", err)
 	}
+}
+
+// crashOnceMoving waits until the victim's host has sent data to another host, a collective having
+// started, and crashes it.
+func crashOnceMoving(t *testing.T, g *group, hosts []string, victim int) {
+	t.Helper()
+	sent := func() (n int64) {
+		for i, h := range hosts {
+			if i != victim {
+				n += g.net.Stats(hosts[victim], h)
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(20 * time.Second); sent() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the collective never started moving data")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	g.net.Crash(hosts[victim])
 }
 
 // survivorsAborted checks that every peer but victim got ErrPeerLeft with its buffer still as orig

@@ -163,21 +163,7 @@ func TestHierarchicalPeerDies(t *testing.T) {
 					errs[i] = c.AllReduce(ctx, b, b, pccl.Desc{Tag: 9, Count: count, DType: pccl.F32, Op: pccl.Sum})
 				}()
 			}
-			sent := func() (n int64) {
-				for i, h := range hosts {
-					if i != victim {
-						n += g.net.Stats(hosts[victim], h)
-					}
-				}
-				return n
-			}
-			for deadline := time.Now().Add(20 * time.Second); sent() == 0; {
-				if time.Now().After(deadline) {
-					t.Fatal("the collective never started moving data")
-				}
-				time.Sleep(100 * time.Microsecond)
-			}
-			g.net.Crash(hosts[victim])
+			crashOnceMoving(t, g, hosts, victim)
 			wg.Wait()
 			comms[victim].Close()
 			survivors, sbufs, want := survivorsAborted(t, comms, errs, bufs, orig, victim)
