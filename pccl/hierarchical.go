@@ -4,17 +4,18 @@ package pccl
 // three ring phases on a staging buffer under one commit:
 //
 //	reduce-scatter among the peers of this peer's site (the site ring), whole buffer, unfinalized;
-//	all-reduce of this peer's shard across sites (the WAN ring: the peers with the same site rank,
-//	        one per site), finalized once by the total peer count;
+//	all-reduce of this peer's block across sites, finalized once by the total peer count: with sites
+//	        of one size on the WAN ring of the peers with the same site rank, one per site; otherwise
+//	        piece by piece, each on the ring of its owners (wanPieces), all at once;
 //	all-gather among the peers of the site, whole buffer.
 //
-// Each site ring and each WAN ring has its own connections, opened by the links next to the flat
+// Each site ring and each WAN partner has its own connections, opened by the links next to the flat
 // ring's when the master wires an epoch. The hierarchy is derived from the master's Connect (the ring
 // of the epoch and the site each peer announced), so every peer of an epoch computes the same one, and
-// a peer's death leaves its site ring and its WAN ring in the one membership change that removes it
+// a peer's death leaves its site ring and its WAN rings in the one membership change that removes it
 // from the ring. When the peers of every site run the intra-site tier (Config.NICs) and the master
 // commenced the collective alone, the two site phases run on the rdma fabric instead of the site
-// rings' links (sitetier.go), and the WAN ring reduces the fabric's block of this peer.
+// rings' links (sitetier.go), and the WAN phase reduces the fabric's block of this peer.
 
 import (
 	"context"
