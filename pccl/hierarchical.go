@@ -318,6 +318,13 @@ func (hl *hierLinks) closeAll() {
 	hl.site, hl.wan = subPool{}, nil
 }
 
+// install makes pools[0] the site ring's pool and the others the WAN pools, leaving out empty ones
+// (links.mu held).
+func (hl *hierLinks) install(pools []subPool) {
+	hl.site = pools[0]
+	hl.wan = slices.DeleteFunc(slices.Clone(pools[1:]), func(p subPool) bool { return p.next == 0 })
+}
+
 // hierPoolSize is the number of connections per sub-ring successor.
 func (l *links) hierPoolSize() int { return min(l.c.cfg.PoolSize, hierPoolMax) }
 
@@ -363,9 +370,18 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 		}
 		kept[i] = p
 	}
+	// The stale pools are closed below, outside the lock; the kept ones stay.
 	l.hier.site, l.hier.wan = subPool{}, nil
 	if len(kept) > 0 {
-		l.hier.site, l.hier.wan = kept[0], slices.Clone(kept[1:])
+		l.hier.install(kept)
+	}
+	// Whether this epoch's site phases may run on the fabric, and this site's NICs for it.
+	var fabricNICs map[uint64][]string
+	if ok && everySiteReady(h.sites, l.hier.nics) {
+		fabricNICs = make(map[uint64][]string, len(h.site))
+		for _, id := range h.site {
+			fabricNICs[id] = l.hier.nics[id]
+		}
 	}
 	l.mu.Unlock()
 	for _, oc := range stale {
@@ -378,8 +394,8 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 	if !ok {
 		return nil, nil
 	}
-	if everySiteReady(h.sites, l.siteNICs(ring)) {
-		l.c.site.prepare(fabricGen{m.Epoch, 0}, h.site, l.siteNICs(h.site), l.c.id)
+	if fabricNICs != nil {
+		l.c.site.prepare(fabricGen{m.Epoch, 0}, h.site, fabricNICs, l.c.id)
 	}
 	addr := map[uint64]wire.PeerInfo{}
 	for _, p := range m.Ring {
@@ -437,12 +453,9 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 		for _, conn := range d.conns {
 			pool = append(pool, l.newOutConn(conn))
 		}
-		if i == 0 {
-			l.hier.site = subPool{next: want[i], out: pool}
-		} else {
-			l.hier.wan = append(l.hier.wan, subPool{next: want[i], out: pool})
-		}
+		kept[i] = subPool{next: want[i], out: pool}
 	}
+	l.hier.install(kept)
 	return nil, nil
 }
 
