@@ -139,8 +139,8 @@ func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h 
 	what := fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, st.seq)
 	if hv, ok := c.links.hierarchyFor(st.ring); ok {
 		// A buffer too small for the WAN rings the links were wired for runs on the flat ring.
-		if pieces, ok := hv.myPieces(d.Count, fabricWanted(st, hv)); ok {
-			return c.runHierarchical(ctx, call, ch, h, st, hv, pieces, send, recv, d)
+		if segs, ok := hv.mySegments(d.Count, d.DType.Size(), fabricWanted(st, hv)); ok {
+			return c.runHierarchical(ctx, call, ch, h, st, hv, segs, send, recv, d)
 		}
 	}
 	rank, world := slices.Index(st.ring, c.id), len(st.ring)

@@ -1,13 +1,17 @@
 package pccl
 
-// The hierarchical AllReduce. When the peers of a ring share sites, AllReduce runs as one plan of
-// three ring phases on a staging buffer under one commit:
+// The hierarchical AllReduce. When the peers of a ring share sites, AllReduce runs as one plan on a
+// staging buffer under one commit, in three steps:
 //
-//	reduce-scatter among the peers of this peer's site (the site ring), whole buffer, unfinalized;
+//	reduce-scatter among the peers of this peer's site (the site ring), unfinalized;
 //	all-reduce of this peer's block across sites, finalized once by the total peer count: with sites
 //	        of one size on the WAN ring of the peers with the same site rank, one per site; otherwise
 //	        piece by piece, each on the ring of its owners (wanPieces), all at once;
-//	all-gather among the peers of the site, whole buffer.
+//	all-gather among the peers of the site.
+//
+// A large buffer goes through them as a pipeline of segments (sitePipeline, mySegments): while the
+// WAN rings carry one segment, the site reduce-scatters the next, so the WAN link and the site's
+// links are busy at once.
 //
 // Each site ring and each WAN partner has its own connections, opened by the links next to the flat
 // ring's when the master wires an epoch. The hierarchy is derived from the master's Connect (the ring
@@ -223,6 +227,41 @@ func (h hierarchy) myPieces(count int, fabric bool) ([]wanPiece, bool) {
 	return mine, true
 }
 
+// A hierarchical AllReduce is a pipeline over segments of the buffer (sitePipeline): up to
+// pipeSegments of them, each at least pipeMinBytes (a variable for the tests, which make it small so
+// that their buffers take the pipeline). A buffer under twice that is one segment.
+const pipeSegments = 4
+
+var pipeMinBytes = 4 << 20
+
+// hierSegment is one segment of a hierarchical AllReduce and this peer's WAN pieces of it: their spans
+// relative to the segment, their indices unique over the whole collective.
+type hierSegment struct {
+	span   rings.Span // in elements of the buffer
+	pieces []wanPiece
+}
+
+// mySegments cuts a collective of count elements of size bytes into its segments and returns this
+// peer's pieces of each, and whether every segment's pieces pass only between WAN partners
+// (myPieces). Every peer cuts alike.
+func (h hierarchy) mySegments(count, size int, fabric bool) ([]hierSegment, bool) {
+	spans := rings.Partition(count, max(1, min(pipeSegments, count*size/pipeMinBytes)))
+	segs := make([]hierSegment, 0, len(spans))
+	base := 0
+	for _, sp := range spans {
+		mine, ok := h.myPieces(sp.Len, fabric)
+		if !ok {
+			return nil, false
+		}
+		for i := range mine {
+			mine[i].index += base
+		}
+		base += len(h.wanPieces(sp.Len, fabric))
+		segs = append(segs, hierSegment{span: sp, pieces: mine})
+	}
+	return segs, true
+}
+
 // siteNext and sitePrev return the successor and predecessor of this peer in its site ring.
 func (h hierarchy) siteNext() uint64 { return h.site[(h.siteRank+1)%len(h.site)] }
 func (h hierarchy) sitePrev() uint64 { return h.site[(h.siteRank+len(h.site)-1)%len(h.site)] }
@@ -233,49 +272,119 @@ func (h hierarchy) prev(p wanPiece) uint64 {
 	return p.ring[(h.mySite+len(p.ring)-1)%len(p.ring)]
 }
 
-// fabricPlan builds the phases over count elements of d.DType with the site phases on the
-// intra-site fabric f: the WAN phase reduces the pieces of this peer's block of the fabric's equal
-// blocks, each on its stream of wan.
-func (h hierarchy) fabricPlan(count int, d Desc, partBytes int, t *siteTier, f *siteFabric, pieces []wanPiece, wan []rings.Stream) rings.Plan {
-	size := d.DType.Size()
-	op := d.Op
-	if op == rings.Avg {
-		op = rings.Sum // unfinalized inside the site: the WAN ring divides by the total peer count
-	}
-	phases := []rings.Phase{{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, dt: d.DType, op: op, count: count},
-		Rank: h.siteRank, World: len(h.site), Len: count * size}}
-	phases = append(phases, h.wanPhases(count, d, partBytes, pieces, wan)...)
-	phases = append(phases, rings.Phase{Kind: rings.KindExternal, Runner: &sitePhase{t: t, f: f, gather: true, dt: d.DType, op: op, count: count},
-		Rank: h.siteRank, World: len(h.site), Len: count * size})
-	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: phases}
+// segStreams are the streams of one segment of a hierarchical AllReduce: its site phases' on the site
+// ring (nil on the fabric) and its WAN pieces', in the order of the segment's pieces.
+type segStreams struct {
+	reduce, gather rings.Stream
+	wan            []rings.Stream
 }
 
-// plan builds the phases over count elements of d.DType with the site phases on the site ring.
-func (h hierarchy) plan(count int, d Desc, partBytes int, site1 rings.Stream, pieces []wanPiece, wan []rings.Stream, site2 rings.Stream) rings.Plan {
+// plan builds the plan of a hierarchical AllReduce of count elements of d.DType: one external phase,
+// a sitePipeline over segs, whose site phases run on the intra-site fabric f (t's) or, when f is nil,
+// on the site ring, and whose WAN phases reduce each segment's pieces of this peer's block, every
+// piece on its stream.
+func (h hierarchy) plan(count int, d Desc, partBytes int, t *siteTier, f *siteFabric, segs []hierSegment, streams []segStreams) rings.Plan {
 	size := d.DType.Size()
-	phases := []rings.Phase{{Kind: rings.KindReduceScatter, Stream: site1, Rank: h.siteRank, World: len(h.site),
-		Len: count * size, Divisor: rings.NoFinalize}}
-	phases = append(phases, h.wanPhases(count, d, partBytes, pieces, wan)...)
-	phases = append(phases, rings.Phase{Kind: rings.KindAllGather, Stream: site2, Rank: h.siteRank, World: len(h.site),
-		Len: count * size, Divisor: rings.DivideByWorld})
-	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: phases}
+	// A site phase on the site ring: one ring phase, as a Runner.
+	ring := func(k rings.Kind, s rings.Stream, n int, div rings.Divisor) rings.Runner {
+		return &rings.Concurrent{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: []rings.Phase{
+			{Kind: k, Stream: s, Rank: h.siteRank, World: len(h.site), Len: n * size, Divisor: div}}}
+	}
+	fop := d.Op
+	if fop == rings.Avg {
+		fop = rings.Sum // unfinalized inside the site: the WAN ring divides by the total peer count
+	}
+	p := &sitePipeline{}
+	for k, sg := range segs {
+		n := sg.span.Len
+		ps := pipeSegment{lo: sg.span.Off * size, hi: (sg.span.Off + n) * size}
+		if f != nil {
+			ps.reduce = &sitePhase{t: t, f: f, dt: d.DType, op: fop, count: n}
+			ps.gather = &sitePhase{t: t, f: f, gather: true, dt: d.DType, op: fop, count: n}
+		} else {
+			ps.reduce = ring(rings.KindReduceScatter, streams[k].reduce, n, rings.NoFinalize)
+			ps.gather = ring(rings.KindAllGather, streams[k].gather, n, rings.DivideByWorld)
+		}
+		if len(sg.pieces) > 0 {
+			// The pieces run at once: one after the other, the pieces of all peers would form a
+			// chain, each waiting for the one before.
+			c := &rings.Concurrent{DType: d.DType, Op: d.Op, PartBytes: partBytes}
+			for i, pc := range sg.pieces {
+				c.Phases = append(c.Phases, h.wanPhase(streams[k].wan[i], pc.span, d))
+			}
+			ps.wan = c
+		}
+		p.segs = append(p.segs, ps)
+	}
+	return rings.Plan{DType: d.DType, Op: d.Op, PartBytes: partBytes, Phases: []rings.Phase{
+		{Kind: rings.KindExternal, Runner: p, Rank: h.siteRank, World: len(h.site), Len: count * size}}}
 }
 
-// wanPhases is the WAN phase of this peer's pieces, each on its stream of wan: the piece's phase
-// when it is the only one, else one phase that runs them at once (one after the other, the pieces of
-// all peers would form a chain, each waiting for the one before); none when this peer owns nothing.
-func (h hierarchy) wanPhases(count int, d Desc, partBytes int, pieces []wanPiece, wan []rings.Stream) []rings.Phase {
-	switch len(pieces) {
-	case 0:
-		return nil
-	case 1:
-		return []rings.Phase{h.wanPhase(wan[0], pieces[0].span, d)}
+// sitePipeline runs a hierarchical AllReduce as a pipeline over segments of the buffer. The site
+// reduce-scatters the segments one after the other; a segment's WAN pieces are all-reduced across
+// sites as soon as its reduce-scatter is done, while the site goes on with the next; then the site
+// all-gathers the segments in order, each once its WAN pieces are done. So the WAN carries one
+// segment while the site works on another, and the collective takes about the longer of the two
+// tiers rather than their sum. The fabric runs one collective at a time, matched by order, so every
+// peer of a site runs its site phases in the same order: every reduce-scatter, then every
+// all-gather.
+type sitePipeline struct {
+	segs []pipeSegment
+}
+
+// pipeSegment is one segment of a sitePipeline: its bytes of the buffer, its site phases and its WAN
+// phases (nil when this peer owns no piece of it).
+type pipeSegment struct {
+	lo, hi         int
+	reduce, gather rings.Runner
+	wan            rings.Runner
+}
+
+// Run runs the pipeline; nothing of it touches in or out once Run returns.
+func (p *sitePipeline) Run(ctx context.Context, in, out []byte) (err error) {
+	fail := func(e error) {
+		if err == nil {
+			err = e
+			p.Abort(e)
+		}
 	}
-	c := &rings.Concurrent{DType: d.DType, Op: d.Op, PartBytes: partBytes}
-	for i, p := range pieces {
-		c.Phases = append(c.Phases, h.wanPhase(wan[i], p.span, d))
+	wanDone := make([]chan error, 0, len(p.segs))
+	for _, sg := range p.segs {
+		if e := sg.reduce.Run(ctx, in[sg.lo:sg.hi], out[sg.lo:sg.hi]); e != nil {
+			fail(e)
+			break
+		}
+		done := make(chan error, 1)
+		wanDone = append(wanDone, done)
+		if sg.wan == nil {
+			done <- nil
+			continue
+		}
+		go func() { done <- sg.wan.Run(ctx, out[sg.lo:sg.hi], out[sg.lo:sg.hi]) }()
 	}
-	return []rings.Phase{{Kind: rings.KindExternal, Runner: c, Rank: h.mySite, World: len(h.sites), Len: count * d.DType.Size()}}
+	for k, done := range wanDone {
+		if e := <-done; e != nil {
+			fail(e)
+		}
+		if err == nil {
+			sg := p.segs[k]
+			if e := sg.gather.Run(ctx, out[sg.lo:sg.hi], out[sg.lo:sg.hi]); e != nil {
+				fail(e)
+			}
+		}
+	}
+	return err
+}
+
+// Abort aborts every phase (the fabric's stop with the collective: sitePhase.Abort).
+func (p *sitePipeline) Abort(err error) {
+	for _, sg := range p.segs {
+		sg.reduce.Abort(err)
+		if sg.wan != nil {
+			sg.wan.Abort(err)
+		}
+		sg.gather.Abort(err)
+	}
 }
 
 // wanPhase is the all-reduce of piece (in elements) across sites on a WAN ring, finalized once by the
@@ -541,8 +650,9 @@ func (c *Communicator) siteFabricFor(st *opStart, hv hierarchy) (*siteFabric, er
 }
 
 // runHierarchical moves the data of a commenced collective over hierarchy hv and reports it to the
-// master, as runOp does for the flat ring. pieces are this peer's WAN pieces (hierarchy.myPieces).
-func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan reply, h *opHandle, st *opStart, hv hierarchy, pieces []wanPiece, send, recv []byte, d Desc) error {
+// master, as runOp does for the flat ring. segs are the collective's segments with this peer's WAN
+// pieces of each (hierarchy.mySegments).
+func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan reply, h *opHandle, st *opStart, hv hierarchy, segs []hierSegment, send, recv []byte, d Desc) error {
 	what := fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, st.seq)
 	// One stream per phase on the links: its tag (the collective's with marker bits flipped), its
 	// sub-ring and its neighbours there.
@@ -555,18 +665,22 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 	if err != nil {
 		return c.report(call, ch, d.Tag, &wire.Done{Code: codeOf(err), Detail: err.Error()}, what)
 	}
-	var links []phaseLink
 	if fab != nil {
-		// The site phases run on the intra-site fabric; only the WAN rings need streams.
 		defer c.site.release()
-	} else {
-		links = append(links, phaseLink{d.Tag ^ markSiteReduce, siteRing, hv.siteNext(), hv.sitePrev()})
 	}
-	for _, p := range pieces {
-		links = append(links, phaseLink{d.Tag ^ markWAN ^ uint64(p.index)<<pieceShift, wanRing, hv.next(p), hv.prev(p)})
-	}
-	if fab == nil {
-		links = append(links, phaseLink{d.Tag ^ markSiteGather, siteRing, hv.siteNext(), hv.sitePrev()})
+	// Per segment: its site reduce-scatter (unless on the fabric), its WAN pieces, its site
+	// all-gather (likewise). A site phase's segment index is flipped in as a piece's index is.
+	var links []phaseLink
+	for k, sg := range segs {
+		if fab == nil {
+			links = append(links, phaseLink{d.Tag ^ markSiteReduce ^ uint64(k)<<pieceShift, siteRing, hv.siteNext(), hv.sitePrev()})
+		}
+		for _, p := range sg.pieces {
+			links = append(links, phaseLink{d.Tag ^ markWAN ^ uint64(p.index)<<pieceShift, wanRing, hv.next(p), hv.prev(p)})
+		}
+		if fab == nil {
+			links = append(links, phaseLink{d.Tag ^ markSiteGather ^ uint64(k)<<pieceShift, siteRing, hv.siteNext(), hv.sitePrev()})
+		}
 	}
 	streams := make([]*stream, 0, len(links))
 	defer func() {
@@ -603,19 +717,21 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 		verdict = c.report(call, ch, d.Tag, &wire.Done{Code: wire.CodeOK}, what)
 		return verdict
 	}
-	var p rings.Plan
-	wan := make([]rings.Stream, len(pieces))
-	if fab != nil {
-		for i := range pieces {
-			wan[i] = streams[i]
+	// The streams, in the order of links.
+	ps, next := make([]segStreams, len(segs)), 0
+	take := func() rings.Stream { next++; return streams[next-1] }
+	for k, sg := range segs {
+		if fab == nil {
+			ps[k].reduce = take()
 		}
-		p = hv.fabricPlan(d.Count, d, c.cfg.PartBytes, c.site, fab, pieces, wan)
-	} else {
-		for i := range pieces {
-			wan[i] = streams[1+i]
+		for range sg.pieces {
+			ps[k].wan = append(ps[k].wan, take())
 		}
-		p = hv.plan(d.Count, d, c.cfg.PartBytes, streams[0], pieces, wan, streams[len(streams)-1])
+		if fab == nil {
+			ps[k].gather = take()
+		}
 	}
+	p := hv.plan(d.Count, d, c.cfg.PartBytes, c.site, fab, segs, ps)
 	err = p.Execute(rctx, send, recv, commit)
 	if fab != nil {
 		c.site.account(fab)

@@ -160,3 +160,58 @@ func TestWANPiecesUnequalSites(t *testing.T) {
 		}
 	}
 }
+
+// TestSegments checks the pipeline's cut: up to pipeSegments segments of at least pipeMinBytes tile
+// the buffer, on the fabric's blocks and on the site ring's alike. Every peer's
+// pieces of a segment are its pieces of a buffer of the segment's size, and the indices of all the
+// pieces of all segments are distinct within a site, as every piece needs an inbox of its own on
+// the ring of its owners, one per site.
+func TestSegments(t *testing.T) {
+	var ring []uint64
+	sites := map[uint64]string{}
+	for id := uint64(1); id <= 7; id++ { // sites of four and three
+		ring = append(ring, id)
+		sites[id] = string(rune('a' + (id-1)/4))
+	}
+	site := func(id uint64) string { return sites[id] }
+	for _, c := range []struct{ count, size, want int }{
+		{1000, 4, 1}, {pipeMinBytes/4 - 1, 4, 1}, {2 * pipeMinBytes / 4, 4, 2}, {3*pipeMinBytes/2 + 7, 2, 3},
+		{100 * pipeMinBytes, 1, 4},
+	} {
+		for _, fabric := range []bool{false, true} {
+			want := c.want
+			seen := map[[2]int]uint64{} // by site and index
+			for _, me := range ring {
+				h, _ := deriveHierarchy(ring, site, me)
+				segs, ok := h.mySegments(c.count, c.size, fabric)
+				if !ok || len(segs) != want {
+					t.Fatalf("%d elements of %d bytes, fabric %v: %d segments (ok %v), want %d", c.count, c.size, fabric, len(segs), ok, want)
+				}
+				end := 0
+				for _, sg := range segs {
+					if sg.span.Off != end || sg.span.Len <= 0 || want > 1 && sg.span.Len*c.size < pipeMinBytes {
+						t.Fatalf("%d elements, fabric %v: segment %+v after %d", c.count, fabric, sg.span, end)
+					}
+					end += sg.span.Len
+					alone, _ := h.myPieces(sg.span.Len, fabric)
+					if len(alone) != len(sg.pieces) {
+						t.Fatalf("segment %+v: %d pieces, %d in a buffer of its size", sg.span, len(sg.pieces), len(alone))
+					}
+					for i, p := range sg.pieces {
+						if p.span != alone[i].span || !slices.Equal(p.ring, alone[i].ring) {
+							t.Fatalf("segment %+v: piece %+v, %+v in a buffer of its size", sg.span, p, alone[i])
+						}
+						k := [2]int{h.mySite, p.index}
+						if other, dup := seen[k]; dup && other != me {
+							t.Fatalf("piece index %d of peer %d taken by peer %d of its site too", p.index, me, other)
+						}
+						seen[k] = me
+					}
+				}
+				if end != c.count {
+					t.Fatalf("%d elements, fabric %v: segments end at %d", c.count, fabric, end)
+				}
+			}
+		}
+	}
+}
