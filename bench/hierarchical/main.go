@@ -3,27 +3,38 @@
 //
 // Peer i runs in site i mod --sites. As root, every peer of the hierarchical group has --nics NICs at
 // --nic-mbit each in a network namespace of a netlab test bed (one bridge per rail, HTB on every NIC),
-// and its site phases run on the intra-site tier over them (rdma/tcp, with hot repair); the master,
-// the WAN rings and every group's peer links run on the in-memory network, where a link between sites
-// runs at --wan-mbit with --wan-rtt and one inside a site at --nics × --nic-mbit (a peer's NICs
-// together) with --lan-rtt. The in-memory network shapes each ordered pair of hosts on its own, so a
-// WAN link here is one peer pair's path, not one pipe shared by the whole site. Without root, or with
-// --site-tier tcp, the site phases run on the in-memory links too and nic_fault_correct is null.
+// and its site phases run on the intra-site tier over them (rdma/tcp, with hot repair). Without root,
+// or with --site-tier tcp, the site phases run on the peers' links inside the site and
+// nic_fault_correct is null.
+//
+// Where the sites meet (--wan): as root, every site is a network namespace of a wanemu test bed, and
+// everything between two sites crosses one emulated WAN link per direction at --wan-mbit (IP packets,
+// headers included) with --wan-rtt in the packets' path, shared by every flow, drop-tail at one
+// bandwidth-delay product, and with --flow-mbit each flow capped at that rate, as a WAN that shares
+// its capacity per flow does. TCP runs end to end between the sites' kernels. The peers of a site
+// share its address and reach one another over its loopback; the master runs in site 0. A peer is
+// killed by resetting every connection it has and refusing it new ones, as a host that dies. With
+// --wan mem (the default without root), the master and every link run on the in-memory network, which
+// shapes each ordered pair of hosts on its own: a link between sites at --wan-mbit with --wan-rtt, one
+// inside a site at --nics × --nic-mbit with --lan-rtt; there a WAN link is one peer pair's path, not
+// one pipe shared by the site.
 //
 // The command builds two groups on the same network: one whose peers announce no site (the flat ring),
 // and one whose peers announce their site (the hierarchical AllReduce). The flat ring is timed twice:
 // in rank order, ranks dealt round-robin over the sites, so that every link crosses between sites, as
 // a ring that ignores sites may (flat_rank_order_*), and in site order, crossing between sites only
-// --sites times, as Concord's own ring optimization orders it (flat_*, the fair baseline). Each is timed over --iters AllReduces of --size bytes of f32 Sum (median),
-// with the bytes sent between hosts of different sites per AllReduce (*_wan_bytes), every element
-// checked on every peer and the results compared bit for bit (correct). On the hierarchical group it
-// then takes a NIC down inside a site while an AllReduce moves data on the fabric and checks that the
-// AllReduce completes with no error and a correct result (nic_fault_correct), and kills one peer (its
-// links and its NICs) while an AllReduce moves data and checks that every survivor gets ErrPeerLeft
-// with its buffer unchanged and that the retry after UpdateTopology is correct (peer_kill_aborted).
-// Then it times the survivors' AllReduce, hierarchical over sites of --per-site and --per-site − 1
-// peers (after_kill_seconds, after_kill_wan_bytes, after_kill_correct). The last line of output is
-// JSON.
+// --sites times, as Concord's own ring optimization orders it (flat_*, the fair baseline). Each is
+// timed over --iters AllReduces of --size bytes of f32 Sum (median), with the bytes sent between
+// sites per AllReduce (*_wan_bytes: every IP packet on the WAN links in netns, payload bytes on the
+// in-memory network), every element checked on every peer and the results compared bit for bit
+// (correct). On the hierarchical group it then takes a NIC down inside a site while an AllReduce
+// moves data on the fabric and checks that the AllReduce completes with no error and a correct
+// result (nic_fault_correct), and kills one peer (its links and its NICs) while an AllReduce moves
+// data and checks that every survivor gets ErrPeerLeft with its buffer unchanged and that the retry
+// after UpdateTopology is correct (peer_kill_aborted). Then it times the survivors' AllReduce,
+// hierarchical over sites of --per-site and --per-site − 1 peers (after_kill_seconds,
+// after_kill_wan_bytes, after_kill_correct). Progress goes to stderr, with the packets the WAN links
+// dropped in each AllReduce; the last line of output is JSON.
 package main
 
 import (
@@ -42,6 +53,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/internal/netlab"
+	"github.com/concord-ccl/concord/internal/wanemu"
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
 )
@@ -58,11 +70,32 @@ func main() {
 	nics := flag.Int("nics", 2, "NICs per peer inside a site")
 	mtu := flag.Int("mtu", 9000, "MTU of the site NICs on the test bed (jumbo frames, as datacenter fabrics use)")
 	tier := flag.String("site-tier", "auto", "where the site phases run: rdma (netns test bed, root), tcp (in-memory links), auto (rdma as root)")
+	wanMode := flag.String("wan", "auto", "where the sites meet: netns (one namespace per site, joined by the emulated WAN link; root), mem (the in-memory network), auto (netns as root)")
+	flowMbit := flag.Float64("flow-mbit", 0, "with --wan netns, cap each flow between sites at this rate, Mbit/s, as a WAN that shares per flow does (0: no cap)")
 	flag.Parse()
-	if *sites < 2 || *perSite < 2 || *size <= 0 || *size%4 != 0 || *iters < 1 || *nics < 1 || *nics > 16 || *nicMbit <= 0 || *wanMbit <= 0 {
+	if *sites < 2 || *perSite < 2 || *size <= 0 || *size%4 != 0 || *iters < 1 || *nics < 1 || *nics > 16 || *nicMbit <= 0 || *wanMbit <= 0 || *flowMbit < 0 {
 		log.Fatal("need --sites >= 2, --per-site >= 2, --size a positive multiple of 4, --iters >= 1, --nics in [1, 16], positive rates")
 	}
-	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters, nics: *nics, mtu: *mtu}
+	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters, nics: *nics, mtu: *mtu, flowMbit: *flowMbit}
+	switch *wanMode {
+	case "netns":
+		if err := wanemu.Available(); err != nil {
+			log.Fatalf("--wan netns: %v", err)
+		}
+		b.nsWAN = true
+	case "auto":
+		if err := wanemu.Available(); err != nil {
+			fmt.Fprintf(os.Stderr, "the WAN on the in-memory network: %v\n", err)
+		} else {
+			b.nsWAN = true
+		}
+	case "mem":
+	default:
+		log.Fatalf("--wan %q: want netns, mem or auto", *wanMode)
+	}
+	if *flowMbit > 0 && !b.nsWAN {
+		log.Fatal("--flow-mbit needs --wan netns")
+	}
 	switch *tier {
 	case "rdma":
 		if err := netlab.Available(); err != nil {
@@ -98,13 +131,15 @@ type bench struct {
 	nics, mtu               int
 	fabric                  bool        // the site phases run on the intra-site tier in lab
 	lab                     *netlab.Lab // when fabric
+	nsWAN                   bool        // the sites meet on a wanemu testbed, not the in-memory network
+	flowMbit                float64     // the per-flow cap between sites, with nsWAN
+	wan                     wan
 }
 
 // group is a master and its peers on the shared network.
 type group struct {
-	net   *pccl.Network
+	name  string // "flat" or "hier"
 	srv   *master.Server
-	hosts []string
 	comms []*pccl.Communicator
 	stop  func()
 }
@@ -117,7 +152,7 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 	n := b.sites * b.per
 	out := map[string]any{"sites": b.sites, "per_site": b.per, "bytes": b.size, "iters": b.iters, "nics": b.nics, "mtu": b.mtu,
 		"nic_mbit": sh.nic * 8 / 1e6, "wan_mbit": sh.wan * 8 / 1e6, "wan_rtt_ms": float64(sh.wanRTT) / 1e6,
-		"site_tier": "tcp", "nic_fault_correct": nil}
+		"site_tier": "tcp", "nic_fault_correct": nil, "wan": "mem"}
 	if b.fabric {
 		lab, err := netlab.New(netlab.Config{Nodes: n, NICs: b.nics, NICMbit: int(sh.nic * 8 / 1e6), MTU: b.mtu})
 		if err != nil {
@@ -127,24 +162,20 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 		b.lab = lab
 		out["site_tier"] = "rdma"
 	}
-	netw := pccl.NewNetwork()
-	// Two sets of hosts, one per group, shaped alike.
-	for _, prefix := range []string{"flat", "hier"} {
-		for i := range n {
-			for j := range n {
-				if i == j {
-					continue
-				}
-				lc := pccl.LinkConfig{Bandwidth: sh.nic * float64(b.nics), Latency: sh.lanRTT / 2}
-				if b.siteOf(i) != b.siteOf(j) {
-					lc = pccl.LinkConfig{Bandwidth: sh.wan, Latency: sh.wanRTT / 2}
-				}
-				netw.SetLink(host(prefix, i), host(prefix, j), lc)
-			}
+	if b.nsWAN {
+		w, err := newNSWAN(b.sites, b.siteOf, sh, b.flowMbit)
+		if err != nil {
+			return nil, err
 		}
+		defer w.close()
+		b.wan = w
+		out["wan"], out["flow_mbit"] = "netns", b.flowMbit
+	} else {
+		// Two sets of hosts, one per group, shaped alike.
+		b.wan = newMemWAN(b.sites, n, b.siteOf, sh, b.nics)
 	}
 
-	flat, err := b.start(ctx, netw, "flat", false)
+	flat, err := b.start(ctx, "flat", false)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +214,7 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 	}
 	fmt.Fprintf(os.Stderr, "flat ring in site order: %.3f s, %d WAN bytes per AllReduce\n", fsec, fwan)
 
-	hier, err := b.start(ctx, netw, "hier", true)
+	hier, err := b.start(ctx, "hier", true)
 	if err != nil {
 		return nil, err
 	}
@@ -288,21 +319,20 @@ func (b *bench) nicFault(ctx context.Context, g *group) (bool, uint64, error) {
 func host(prefix string, i int) string { return fmt.Sprintf("%s%d", prefix, i) }
 
 // start connects the peers of one group and admits them in one UpdateTopology.
-func (b *bench) start(ctx context.Context, netw *pccl.Network, prefix string, withSites bool) (*group, error) {
+func (b *bench) start(ctx context.Context, prefix string, withSites bool) (*group, error) {
 	n := b.sites * b.per
-	addr := prefix + "-master:7000"
-	ln, err := netw.Host(prefix + "-master").Listen(addr)
+	ln, addr, err := b.wan.master(prefix)
 	if err != nil {
 		return nil, err
 	}
-	g := &group{net: netw, srv: master.NewServer(master.ServerConfig{}), comms: make([]*pccl.Communicator, n)}
+	g := &group{name: prefix, srv: master.NewServer(master.ServerConfig{}), comms: make([]*pccl.Communicator, n)}
 	sctx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- g.srv.Serve(sctx, ln) }()
 	g.stop = func() { stop(); <-served }
 	connect := func(i int) error {
-		cfg := pccl.Config{Master: addr, ListenAddr: host(prefix, i) + ":9000", Transport: netw.Host(host(prefix, i)),
-			PoolSize: 2, ProgressTimeout: time.Minute}
+		tr, listen := b.wan.transport(prefix, i)
+		cfg := pccl.Config{Master: addr, ListenAddr: listen, Transport: tr, PoolSize: 2, ProgressTimeout: time.Minute}
 		if withSites {
 			cfg.Site = fmt.Sprintf("site%d", b.siteOf(i))
 			if b.fabric {
@@ -315,9 +345,6 @@ func (b *bench) start(ctx context.Context, netw *pccl.Network, prefix string, wi
 		var err error
 		g.comms[i], err = pccl.Connect(ctx, cfg)
 		return err
-	}
-	for i := range n {
-		g.hosts = append(g.hosts, host(prefix, i))
 	}
 	if err := connect(0); err != nil {
 		g.close()
@@ -351,17 +378,7 @@ func (g *group) close() {
 }
 
 // wanBytes is the number of bytes sent so far between hosts of different sites.
-func (b *bench) wanBytes(g *group) int64 {
-	var sum int64
-	for i, a := range g.hosts {
-		for j, c := range g.hosts {
-			if b.siteOf(i) != b.siteOf(j) {
-				sum += g.net.Stats(a, c)
-			}
-		}
-	}
-	return sum
-}
+func (b *bench) wanBytes(g *group) int64 { return b.wan.bytes(g.name, len(g.comms)) }
 
 // input returns peer i's contribution: small integers, so that every sum is exact.
 func (b *bench) input(i int) []float32 {
@@ -393,7 +410,7 @@ func (b *bench) timed(ctx context.Context, g *group) (float64, int64, bool, erro
 	var wan int64
 	ok := true
 	for it := range b.iters {
-		w0 := b.wanBytes(g)
+		w0, d0 := b.wanBytes(g), b.wan.drops()
 		t0 := time.Now()
 		err := all(g.comms, func(i int, c *pccl.Communicator) error {
 			return c.AllReduce(ctx, pccl.Bytes(in[i]), pccl.Bytes(recv[i]), pccl.Desc{Tag: 1, Count: b.size / 4, DType: pccl.F32, Op: pccl.Sum})
@@ -408,7 +425,7 @@ func (b *bench) timed(ctx context.Context, g *group) (float64, int64, bool, erro
 				ok = false
 			}
 		}
-		fmt.Fprintf(os.Stderr, "  iteration %d: %.3f s\n", it+1, secs[len(secs)-1])
+		fmt.Fprintf(os.Stderr, "  iteration %d: %.3f s, %d packets dropped between sites\n", it+1, secs[len(secs)-1], b.wan.drops()-d0)
 	}
 	sort.Float64s(secs)
 	return secs[len(secs)/2], wan, ok, nil
@@ -456,7 +473,7 @@ func (b *bench) kill(ctx context.Context, g *group) (bool, timing, error) {
 			}
 		}
 	}
-	g.net.Crash(g.hosts[victim])
+	b.wan.crash(g.name, victim)
 	wg.Wait()
 	g.comms[victim].Close()
 	survivors := g.comms[:victim]
@@ -491,7 +508,7 @@ func (b *bench) kill(ctx context.Context, g *group) (bool, timing, error) {
 	}
 	fmt.Fprintf(os.Stderr, "after the kill (%d peers):\n", len(survivors))
 	var after timing
-	after.sec, after.wan, after.ok, err = b.timed(ctx, &group{net: g.net, srv: g.srv, hosts: g.hosts[:victim], comms: survivors})
+	after.sec, after.wan, after.ok, err = b.timed(ctx, &group{name: g.name, srv: g.srv, comms: survivors})
 	if err != nil {
 		return true, after, fmt.Errorf("after the kill: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/concord-ccl/concord/internal/netlab"
+	"github.com/concord-ccl/concord/internal/wanemu"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,20 +28,28 @@ func TestBenchSmall(t *testing.T) {
 	}
 }
 
-// TestBenchFabric runs the benchmark with the site phases on the intra-site tier of a netns test bed
-// (root only): the AllReduces run on the fabric and are correct, a NIC taken down mid-AllReduce is
-// absorbed, and the peer kill aborts cleanly.
+// TestBenchFabric runs the benchmark as it runs by default as root: the site phases on the
+// intra-site tier of a netns test bed, the sites in namespaces of their own joined by the emulated
+// WAN link. The AllReduces run on the fabric and are correct, the hierarchical one sends fewer bytes
+// across the WAN link, a NIC taken down mid-AllReduce is absorbed, and the peer kill (its sockets
+// reset) aborts cleanly.
 func TestBenchFabric(t *testing.T) {
 	if err := netlab.Available(); err != nil {
 		t.Skipf("skipping: the fabric run builds network namespaces: %v", err)
 	}
-	b := &bench{sites: 2, per: 2, size: 8 << 20, iters: 1, nics: 2, fabric: true}
-	out, err := b.run(shape{nic: 25e6, wan: 50e6, lanRTT: 100 * time.Microsecond, wanRTT: time.Millisecond})
+	if err := wanemu.Available(); err != nil {
+		t.Skipf("skipping: the sites' WAN link needs a TUN device: %v", err)
+	}
+	b := &bench{sites: 2, per: 2, size: 8 << 20, iters: 1, nics: 2, fabric: true, nsWAN: true}
+	out, err := b.run(shape{nic: 25e6, wan: 50e6, lanRTT: 100 * time.Microsecond, wanRTT: 2 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out["site_tier"] != "rdma" || out["site_collectives"].(uint64) == 0 {
-		t.Fatalf("site tier %v, %v collectives on the fabric", out["site_tier"], out["site_collectives"])
+	if out["site_tier"] != "rdma" || out["site_collectives"].(uint64) == 0 || out["wan"] != "netns" {
+		t.Fatalf("site tier %v, %v collectives on the fabric, WAN %v", out["site_tier"], out["site_collectives"], out["wan"])
+	}
+	if f, h := out["flat_wan_bytes"].(int64), out["hier_wan_bytes"].(int64); h <= 0 || h >= f {
+		t.Fatalf("WAN bytes: flat %d, hierarchical %d", f, h)
 	}
 	if out["correct"] != true || out["nic_fault_correct"] != true || out["peer_kill_aborted"] != true {
 		t.Fatalf("correct %v, nic_fault_correct %v, peer_kill_aborted %v", out["correct"], out["nic_fault_correct"], out["peer_kill_aborted"])
