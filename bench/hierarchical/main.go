@@ -74,7 +74,7 @@ func main() {
 	flowMbit := flag.Float64("flow-mbit", 0, "with --wan netns, cap each flow between sites at this rate, Mbit/s, as a WAN that shares per flow does (0: no cap)")
 	flag.Parse()
 	if *sites < 2 || *perSite < 2 || *size <= 0 || *size%4 != 0 || *iters < 1 || *nics < 1 || *nics > 16 || *nicMbit <= 0 || *wanMbit <= 0 || *flowMbit < 0 {
-		log.Fatal("need --sites >= 2, --per-site >= 2, --size a positive multiple of 4, --iters >= 1, --nics in [1, 16], positive rates")
+		log.Fatal("need --sites >= 2, --per-site >= 2, --size a positive multiple of 4, --iters >= 1, --nics in [1, 16], positive rates, --flow-mbit >= 0")
 	}
 	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters, nics: *nics, mtu: *mtu, flowMbit: *flowMbit}
 	switch *wanMode {
