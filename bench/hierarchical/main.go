@@ -77,47 +77,40 @@ func main() {
 		log.Fatal("need --sites >= 2, --per-site >= 2, --size a positive multiple of 4, --iters >= 1, --nics in [1, 16], positive rates, --flow-mbit >= 0")
 	}
 	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters, nics: *nics, mtu: *mtu, flowMbit: *flowMbit}
-	switch *wanMode {
-	case "netns":
-		if err := wanemu.Available(); err != nil {
-			log.Fatalf("--wan netns: %v", err)
-		}
-		b.nsWAN = true
-	case "auto":
-		if err := wanemu.Available(); err != nil {
-			fmt.Fprintf(os.Stderr, "the WAN on the in-memory network: %v\n", err)
-		} else {
-			b.nsWAN = true
-		}
-	case "mem":
-	default:
-		log.Fatalf("--wan %q: want netns, mem or auto", *wanMode)
-	}
+	b.nsWAN = useNetns("--wan", *wanMode, "netns", "mem", wanemu.Available, "the WAN on the in-memory network")
 	if *flowMbit > 0 && !b.nsWAN {
 		log.Fatal("--flow-mbit needs --wan netns")
 	}
-	switch *tier {
-	case "rdma":
-		if err := netlab.Available(); err != nil {
-			log.Fatalf("--site-tier rdma: %v", err)
-		}
-		b.fabric = true
-	case "auto":
-		if err := netlab.Available(); err != nil {
-			fmt.Fprintf(os.Stderr, "site phases on the in-memory links: %v\n", err)
-		} else {
-			b.fabric = true
-		}
-	case "tcp":
-	default:
-		log.Fatalf("--site-tier %q: want rdma, tcp or auto", *tier)
-	}
+	b.fabric = useNetns("--site-tier", *tier, "rdma", "tcp", netlab.Available, "site phases on the in-memory links")
 	out, err := b.run(shape{nic: *nicMbit * 1e6 / 8, wan: *wanMbit * 1e6 / 8, lanRTT: *lanRTT, wanRTT: *wanRTT})
 	if err != nil {
 		log.Fatal(err)
 	}
 	raw, _ := json.Marshal(out)
 	fmt.Println(string(raw))
+}
+
+// useNetns resolves a flag that puts part of the bench in network namespaces: value on needs them
+// (available says whether this process can build them, and the bench stops if not), off does
+// without, and auto takes them when available, saying on stderr what it does instead otherwise.
+func useNetns(name, value, on, off string, available func() error, instead string) bool {
+	switch value {
+	case on:
+		if err := available(); err != nil {
+			log.Fatalf("%s %s: %v", name, on, err)
+		}
+		return true
+	case "auto":
+		if err := available(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", instead, err)
+			return false
+		}
+		return true
+	case off:
+		return false
+	}
+	log.Fatalf("%s %q: want %s, %s or auto", name, value, on, off)
+	return false
 }
 
 // shape holds the link parameters, rates in bytes per second.

@@ -34,13 +34,12 @@ type wan interface {
 // memWAN is the in-memory network: every ordered pair of hosts is a link of its own, shaped at the
 // WAN rate between sites and at a peer's NICs together inside one.
 type memWAN struct {
-	net     *pccl.Network
-	siteOf  func(int) int
-	nameFor func(group string, i int) string
+	net    *pccl.Network
+	siteOf func(int) int
 }
 
 func newMemWAN(sites, peers int, siteOf func(int) int, sh shape, nics int) *memWAN {
-	w := &memWAN{net: pccl.NewNetwork(), siteOf: siteOf, nameFor: host}
+	w := &memWAN{net: pccl.NewNetwork(), siteOf: siteOf}
 	for _, prefix := range []string{"flat", "hier"} {
 		for i := range peers {
 			for j := range peers {
@@ -93,7 +92,13 @@ type nsWAN struct {
 	siteOf func(int) int
 
 	mu    sync.Mutex
-	peers map[string][]*crashable // by group, filled as transports are handed out
+	peers map[peerKey]*crashable // filled as transports are handed out
+}
+
+// peerKey names peer i of a group.
+type peerKey struct {
+	group string
+	i     int
 }
 
 func newNSWAN(sites int, siteOf func(int) int, sh shape, flowMbit float64) (*nsWAN, error) {
@@ -105,7 +110,7 @@ func newNSWAN(sites int, siteOf func(int) int, sh shape, flowMbit float64) (*nsW
 	if err := tb.Start(); err != nil {
 		return nil, err
 	}
-	return &nsWAN{tb: tb, siteOf: siteOf, peers: map[string][]*crashable{}}, nil
+	return &nsWAN{tb: tb, siteOf: siteOf, peers: map[peerKey]*crashable{}}, nil
 }
 
 func (w *nsWAN) close() error { return w.tb.Close() }
@@ -114,19 +119,13 @@ func (w *nsWAN) transport(group string, i int) (pccl.Transport, string) {
 	s := w.siteOf(i)
 	t := &crashable{ns: w.tb.Netns(s), inner: pccl.NewTCP(pccl.TCPConfig{})}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	ps := w.peers[group]
-	for len(ps) <= i {
-		ps = append(ps, nil)
-	}
-	ps[i] = t
-	w.peers[group] = ps
+	w.peers[peerKey{group, i}] = t
+	w.mu.Unlock()
 	return t, w.tb.Addr(s).String() + ":0"
 }
 
 func (w *nsWAN) master(group string) (net.Listener, string, error) {
-	t := &crashable{ns: w.tb.Netns(0), inner: pccl.NewTCP(pccl.TCPConfig{})}
-	ln, err := t.Listen(w.tb.Addr(0).String() + ":0")
+	ln, err := w.tb.Netns(0).Listen("tcp", w.tb.Addr(0).String()+":0")
 	if err != nil {
 		return nil, "", err
 	}
@@ -134,24 +133,20 @@ func (w *nsWAN) master(group string) (net.Listener, string, error) {
 }
 
 func (w *nsWAN) bytes(string, int) int64 {
-	var sum uint64
-	for s := range w.tb.Sites() {
-		for d := range w.tb.Sites() {
-			if s != d {
-				sum += w.tb.Stats(s, d).Bytes
-			}
-		}
-	}
-	return int64(sum)
+	return int64(w.between(func(st wanemu.LinkStats) uint64 { return st.Bytes }))
 }
 
 func (w *nsWAN) drops() uint64 {
+	return w.between(func(st wanemu.LinkStats) uint64 { return st.LossDrops + st.FlowQueueDrops + st.QueueDrops })
+}
+
+// between sums f over the counters of every link between two sites.
+func (w *nsWAN) between(f func(wanemu.LinkStats) uint64) uint64 {
 	var sum uint64
 	for s := range w.tb.Sites() {
 		for d := range w.tb.Sites() {
 			if s != d {
-				st := w.tb.Stats(s, d)
-				sum += st.LossDrops + st.FlowQueueDrops + st.QueueDrops
+				sum += f(w.tb.Stats(s, d))
 			}
 		}
 	}
@@ -160,7 +155,7 @@ func (w *nsWAN) drops() uint64 {
 
 func (w *nsWAN) crash(group string, i int) {
 	w.mu.Lock()
-	t := w.peers[group][i]
+	t := w.peers[peerKey{group, i}]
 	w.mu.Unlock()
 	t.crash()
 }
