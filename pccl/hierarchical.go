@@ -206,6 +206,12 @@ func (h hierarchy) wanPieces(count int, fabric bool) []wanPiece {
 // passes only between WAN partners (wanPartner), whose links the peers keep. When not, the collective
 // runs on the flat ring: every peer decides alike, from the same pieces.
 func (h hierarchy) myPieces(count int, fabric bool) ([]wanPiece, bool) {
+	return h.mine(h.wanPieces(count, fabric))
+}
+
+// mine returns this peer's pieces of all, and whether every one of them passes only between WAN
+// partners (see myPieces).
+func (h hierarchy) mine(all []wanPiece) ([]wanPiece, bool) {
 	me := h.site[h.siteRank]
 	rank := map[uint64]int{}
 	for _, m := range h.sites {
@@ -214,7 +220,7 @@ func (h hierarchy) myPieces(count int, fabric bool) ([]wanPiece, bool) {
 		}
 	}
 	var mine []wanPiece
-	for _, p := range h.wanPieces(count, fabric) {
+	for _, p := range all {
 		for s := range p.ring {
 			if !h.wanPartner(s, rank[p.ring[s]], rank[p.ring[(s+1)%len(p.ring)]]) {
 				return nil, false
@@ -249,14 +255,15 @@ func (h hierarchy) mySegments(count, size int, fabric bool) ([]hierSegment, bool
 	segs := make([]hierSegment, 0, len(spans))
 	base := 0
 	for _, sp := range spans {
-		mine, ok := h.myPieces(sp.Len, fabric)
+		all := h.wanPieces(sp.Len, fabric)
+		mine, ok := h.mine(all)
 		if !ok {
 			return nil, false
 		}
 		for i := range mine {
 			mine[i].index += base
 		}
-		base += len(h.wanPieces(sp.Len, fabric))
+		base += len(all)
 		segs = append(segs, hierSegment{span: sp, pieces: mine})
 	}
 	return segs, true
