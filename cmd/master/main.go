@@ -67,6 +67,8 @@ func app() *cli.App {
 				Usage: "PEM file of the run's CA: every end must then present a certificate it issued"},
 			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CONCORD_TLS_CERT"}, Usage: "PEM certificate issued by --tls-ca"},
 			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CONCORD_TLS_KEY"}, Usage: "PEM private key of --tls-cert"},
+			&cli.BoolFlag{Name: "no-local", EnvVars: []string{"CONCORD_NO_LOCAL"},
+				Usage: "keep tcp and tls on TCP between processes of one host, instead of the unix socket each TCP listener also opens"},
 			&cli.IntFlag{Name: "min-peers", Value: 1, EnvVars: []string{"CONCORD_MIN_PEERS"},
 				Usage: "collectives fail with ErrTooFewPeers while fewer peers are accepted"},
 			&cli.DurationFlag{Name: "heartbeat-interval", EnvVars: []string{"CONCORD_HEARTBEAT_INTERVAL"},
@@ -161,7 +163,7 @@ func transportFromFlags(cc *cli.Context) (transport.Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--secret: %w", err)
 	}
-	return transport.Select(cc.String("transport"), transport.AuthConfig{
+	return transport.SelectTCP(cc.String("transport"), transport.AuthConfig{
 		Secret: secret, CAFile: cc.String("tls-ca"), CertFile: cc.String("tls-cert"), KeyFile: cc.String("tls-key"),
-	})
+	}, transport.TCPConfig{DisableLocal: cc.Bool("no-local")})
 }

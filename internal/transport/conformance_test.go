@@ -211,6 +211,15 @@ func TestConformanceTCP(t *testing.T) {
 	})
 }
 
+// TestConformanceTCPNoLocal runs the same tests on loopback TCP itself: TestConformanceTCP's
+// connections take the local path (a unix socket).
+func TestConformanceTCPNoLocal(t *testing.T) {
+	testConformance(t, func(t *testing.T) conformanceSetup {
+		tr := NewTCP(TCPConfig{DisableLocal: true})
+		return conformanceSetup{server: tr, listenAddr: "127.0.0.1:0", client: tr}
+	})
+}
+
 func TestConformanceMem(t *testing.T) {
 	testConformance(t, func(t *testing.T) conformanceSetup {
 		n := NewNetwork()

@@ -8,6 +8,8 @@
 //
 //   - TCP ([NewTCP]): real sockets with configurable Nagle, buffer and keep-alive settings. A session is
 //     one TCP connection per stream plus a control connection; it has no datagrams ([ErrNoDatagrams]).
+//     Between processes of one network namespace the connection is a unix socket that its listener
+//     opens beside the TCP one (the local path, local.go), unless [TCPConfig.DisableLocal] is set.
 //   - The in-memory [Network] ([NewNetwork]): many named hosts in one process, with latency, bandwidth,
 //     loss, black holes, partitions and crashes injected per directed host pair through its methods,
 //     and write hooks ([Network.OnWrite], [FailAt]) that fail a link at a chosen byte, frame or write.

@@ -443,6 +443,13 @@ func TestSessionConformanceTCP(t *testing.T) {
 	})
 }
 
+func TestSessionConformanceTCPNoLocal(t *testing.T) {
+	testSessionConformance(t, direct, func() sessionSetup {
+		tr := NewTCP(TCPConfig{DisableLocal: true})
+		return sessionSetup{conformanceSetup: conformanceSetup{server: tr, listenAddr: "127.0.0.1:0", client: tr}}
+	})
+}
+
 func memSessionSetup() sessionSetup {
 	n := NewNetwork()
 	return sessionSetup{

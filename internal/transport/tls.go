@@ -138,7 +138,7 @@ func (t *tlsTransport) Dial(ctx context.Context, addr string) (net.Conn, error) 
 	stop := deadlineFromContext(ctx, c)
 	err = tc.HandshakeContext(ctx)
 	if err != nil {
-		err = tlsHandshakeError(err, "listener")
+		err = tlsHandshakeError(wroteToClosed(err, c), "listener")
 	} else {
 		err = auth.Dial(tc, tc.ConnectionState(), t.cfg.Auth.Secret)
 	}
@@ -174,6 +174,30 @@ func (t *tlsTransport) DialSession(ctx context.Context, addr string) (Session, e
 func (t *tlsTransport) sessionNet() sessionNet {
 	return sessionNet{name: "tls", dial: t.Dial}
 }
+
+// wroteToClosed turns a handshake that failed on writing into the listener's answer, when the listener
+// had answered and closed before our first record went out. Over TCP the write succeeds and the
+// handshake reads the answer; over the local path (a unix socket) the write fails with a broken pipe
+// while the answer still waits to be read. So the first bytes left behind are read, and if they do not
+// start a TLS record they are reported as TCP would have reported them.
+func wroteToClosed(err error, c net.Conn) error {
+	if !errors.Is(err, ErrBrokenPipe) && !errors.Is(err, ErrReset) {
+		return err
+	}
+	var hdr [5]byte
+	c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	n, _ := io.ReadFull(c, hdr[:])
+	if n == 0 || (hdr[0] >= recordChangeCipherSpec && hdr[0] <= recordApplicationData) {
+		return err
+	}
+	return tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake", RecordHeader: hdr}
+}
+
+// The content types of TLS records (RFC 8446, section 5.1).
+const (
+	recordChangeCipherSpec = 20
+	recordApplicationData  = 23
+)
 
 // tlsHandshakeError names the cause of a failed TLS handshake with other (the "listener" or the
 // "dialler").
@@ -335,15 +359,20 @@ var Names = []string{"tcp", "tls", "quic"}
 // Select returns the transport called name ("tcp", "tls" or "quic") with its defaults and, for tls
 // and quic, the authentication a. tcp ignores a: it neither encrypts nor authenticates.
 func Select(name string, a AuthConfig) (Transport, error) {
+	return SelectTCP(name, a, TCPConfig{})
+}
+
+// SelectTCP is Select with the TCP settings of tcp and tls (ignored by quic).
+func SelectTCP(name string, a AuthConfig, tcp TCPConfig) (Transport, error) {
 	switch name {
 	case "tcp":
-		return NewTCP(TCPConfig{}), nil
+		return NewTCP(tcp), nil
 	case "tls", "quic":
 		if err := a.Validate(); err != nil {
 			return nil, fmt.Errorf("transport %s: %w", name, err)
 		}
 		if name == "tls" {
-			return NewTLS(TLSConfig{Auth: a}), nil
+			return NewTLS(TLSConfig{Auth: a, TCP: tcp}), nil
 		}
 		return NewQUIC(QUICConfig{Auth: a}), nil
 	}

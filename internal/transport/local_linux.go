@@ -1,0 +1,4 @@
+package transport
+
+// localSupported reports whether the abstract unix socket namespace exists here.
+const localSupported = true

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package transport
+
+// localSupported reports whether the abstract unix socket namespace exists here.
+const localSupported = false
