@@ -13,7 +13,10 @@
 //
 // The limit: --peers processes in a ring (measured before and after the all-reduce, --ring-reps
 // timed repetitions each, median of all), each sending --size bytes from a real buffer to the next
-// while receiving as much from the previous, give the aggregate loopback throughput L; the ring's
+// while receiving as much from the previous, over the same path as the peers' bytes (the TCP
+// transport's local path, a unix socket, for tcp and tls; loopback TCP for quic or with --local=false;
+// the key limit_network says which; over the local path the loopback TCP ring is measured as well,
+// for efficiency_vs_tcp_ring), give the aggregate loopback throughput L; the ring's
 // 2(N-1)·D bytes cannot cross loopback faster than limit_seconds = 2(N-1)·D/L. The float adds of the
 // reduce-scatter, (N-1)·D bytes at the add rate Red of two goroutines, give limit_reduce_seconds =
 // (N-1)·D·(2/L + 1/Red), the true ceiling when both share the same cores.
@@ -90,6 +93,7 @@ type params struct {
 	Part       int    `json:"part"`
 	ProfileDir string `json:"profile_dir"`
 	Transport  string `json:"transport"` // tcp, tls or quic; empty means tcp
+	NoLocal    bool   `json:"no_local"`  // tcp and tls stay on loopback TCP (TCPConfig.DisableLocal)
 }
 
 // iterEvent is the line a peer prints after each iteration.
@@ -107,6 +111,8 @@ type iterEvent struct {
 // result is the last line on stdout.
 type result struct {
 	Transport          string    `json:"transport"`
+	Local              bool      `json:"local"`         // tcp and tls: the peers talked over the local path
+	LimitNetwork       string    `json:"limit_network"` // what the limit's ring ran over: unix or tcp
 	Peers              int       `json:"peers"`
 	Bytes              int       `json:"bytes"`
 	Iters              int       `json:"iters"`
@@ -128,10 +134,15 @@ type result struct {
 	Efficiency         float64   `json:"efficiency"`
 	LimitReduceSeconds float64   `json:"limit_reduce_seconds"`
 	EfficiencyReduce   float64   `json:"efficiency_reduce"`
-	Correct            bool      `json:"correct"`
-	ElementsChecked    int64     `json:"elements_checked"`
-	HashesEqual        bool      `json:"hashes_equal"`
-	Failure            string    `json:"failure,omitempty"`
+	// Over the local path only: loopback TCP's ring, measured beside the local one, and the
+	// efficiency against the limit it sets.
+	TCPRingAggregateGBps float64 `json:"tcp_ring_aggregate_gbps,omitempty"`
+	LimitTCPSeconds      float64 `json:"limit_tcp_seconds,omitempty"`
+	EfficiencyVsTCPRing  float64 `json:"efficiency_vs_tcp_ring,omitempty"`
+	Correct              bool    `json:"correct"`
+	ElementsChecked      int64   `json:"elements_checked"`
+	HashesEqual          bool    `json:"hashes_equal"`
+	Failure              string  `json:"failure,omitempty"`
 }
 
 // roles are the roles this program runs as a child.
@@ -158,6 +169,7 @@ func run() int {
 	profDir := fs.String("cpuprofile-dir", "", "write a CPU profile of every peer's timed iterations to this directory")
 	transports := fs.String("transport", "tcp", "tcp, tls or quic, or a comma-separated list to run one after the other")
 	procsFlag := fs.String("gomaxprocs", "auto", measure.ProcsUsage+"; the limit's ring included")
+	local := fs.Bool("local", true, "tcp and tls: the peers talk over the TCP transport's local path (a unix socket), and the limit's ring too; false keeps both on loopback TCP")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./bench/allreduce [flags]\n")
 		fs.VisitAll(func(f *flag.Flag) {
@@ -211,7 +223,8 @@ func run() int {
 	code := 0
 	results := make(map[string]result)
 	for _, name := range names {
-		p := params{Peers: *peers, Bytes: int(size), Iters: *iters, Warmup: *warmup, Pool: *pool, Part: int(part), ProfileDir: *profDir, Transport: name}
+		p := params{Peers: *peers, Bytes: int(size), Iters: *iters, Warmup: *warmup, Pool: *pool, Part: int(part), ProfileDir: *profDir, Transport: name,
+			NoLocal: !*local}
 		progress("transport %s", name)
 		c := cluster.New(cluster.Config{Env: measure.ProcsEnv(procs)})
 		res, err := bench(ctx, c, p, *ringReps)
@@ -267,11 +280,32 @@ func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (res
 		p.Transport = "tcp"
 	}
 	res := result{Transport: p.Transport, Peers: n, Bytes: p.Bytes, Iters: p.Iters, Warmup: p.Warmup, Pool: p.Pool, PartBytes: p.Part}
+	// The limit's ring runs over the path the peers' bytes take: the local path for tcp and tls (when
+	// on), loopback TCP otherwise (for quic, whose UDP has no ring of its own here).
+	res.Local = !p.NoLocal && p.Transport != "quic"
+	res.LimitNetwork = map[bool]string{true: "unix", false: "tcp"}[res.Local]
 
-	progress("measuring the loopback ring: %d processes, %d bytes each, 1+%d repetitions", n, p.Bytes, ringReps)
-	ring, err := measure.LoopbackRing(ctx, c, n, p.Bytes, 1, ringReps)
-	if err != nil {
-		return res, fmt.Errorf("ring limit: %w", err)
+	// rings measures the limit's ring and, over the local path, loopback TCP's ring too: the
+	// yardstick the peers would have without it. It appends the times to ringTimes and tcpTimes.
+	var ringTimes, tcpTimes []float64
+	rings := func() error {
+		r, err := measure.LoopbackRing(ctx, c, n, p.Bytes, 1, ringReps, res.Local)
+		if err != nil {
+			return fmt.Errorf("ring limit: %w", err)
+		}
+		ringTimes = append(ringTimes, r.Times...)
+		if res.Local {
+			tr, err := measure.LoopbackRing(ctx, c, n, p.Bytes, 1, ringReps, false)
+			if err != nil {
+				return fmt.Errorf("tcp ring: %w", err)
+			}
+			tcpTimes = append(tcpTimes, tr.Times...)
+		}
+		return nil
+	}
+	progress("measuring the loopback ring over %s: %d processes, %d bytes each, 1+%d repetitions", res.LimitNetwork, n, p.Bytes, ringReps)
+	if err := rings(); err != nil {
+		return res, err
 	}
 	red := measure.AddRate(p.Bytes, addThreads, 5)
 	res.AddRateGBps = red / 1e9
@@ -349,11 +383,10 @@ func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (res
 	// The ring again, so that the limit brackets the all-reduce in time: on a shared machine the
 	// neighbours' load drifts.
 	progress("measuring the loopback ring again: 1+%d repetitions", ringReps)
-	after, err := measure.LoopbackRing(ctx, c, n, p.Bytes, 1, ringReps)
-	if err != nil {
-		return res, fmt.Errorf("ring limit: %w", err)
+	if err := rings(); err != nil {
+		return res, err
 	}
-	res.RingSeconds = append(ring.Times, after.Times...)
+	res.RingSeconds = ringTimes
 	ringSec := measure.Median(res.RingSeconds)
 	agg := float64(n) * d / ringSec
 	res.RingAggregateGBps, res.RingPerRankGBps = agg/1e9, d/ringSec/1e9
@@ -369,6 +402,12 @@ func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (res
 	res.BusbwGBps = res.AlgbwGBps * 2 * float64(n-1) / float64(n)
 	res.Efficiency = res.LimitSeconds / res.SecondsMedian
 	res.EfficiencyReduce = res.LimitReduceSeconds / res.SecondsMedian
+	if len(tcpTimes) > 0 {
+		aggTCP := float64(n) * d / measure.Median(tcpTimes)
+		res.TCPRingAggregateGBps = aggTCP / 1e9
+		res.LimitTCPSeconds = 2 * float64(n-1) * d / aggTCP
+		res.EfficiencyVsTCPRing = res.LimitTCPSeconds / res.SecondsMedian
+	}
 	return res, nil
 }
 
@@ -394,7 +433,8 @@ func childTransport(p params) (transport.Transport, error) {
 	if name == "" {
 		name = "tcp"
 	}
-	return transport.Select(name, transport.AuthConfig{Secret: []byte(os.Getenv(envSecret))})
+	a := transport.AuthConfig{Secret: []byte(os.Getenv(envSecret))}
+	return transport.SelectTCP(name, a, transport.TCPConfig{DisableLocal: p.NoLocal})
 }
 
 // masterMain is the master role: a master server on 127.0.0.1:0 over the run's transport, until

@@ -242,7 +242,8 @@ func (t *crashable) crash() {
 	t.lns, t.conns = nil, nil
 }
 
-// reset closes c with an RST, as the kernel of a host whose process died with unread data does.
+// reset closes c with an RST, as the kernel of a host whose process died with unread data does. A
+// connection inside the site (the TCP transport's unix socket) just closes, as on a process's death.
 func reset(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetLinger(0)

@@ -68,12 +68,14 @@ func TestLoopbackRing(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := LoopbackRing(ctx, c, 3, 3<<20+5, 1, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.N != 3 || len(r.Times) != 2 || !(r.Seconds > 0) || !(r.Aggregate > 0) || r.PerRank*3 != r.Aggregate {
-		t.Fatalf("ring result %+v", r)
+	for _, local := range []bool{false, true} {
+		r, err := LoopbackRing(ctx, c, 3, 3<<20+5, 1, 2, local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.N != 3 || len(r.Times) != 2 || !(r.Seconds > 0) || !(r.Aggregate > 0) || r.PerRank*3 != r.Aggregate || r.Local != local {
+			t.Fatalf("ring result %+v", r)
+		}
 	}
 	for _, p := range c.Procs() {
 		if p.ExitCode() != 0 {

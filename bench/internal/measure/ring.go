@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/internal/transport"
 )
 
 // RoleRing is the role of one process of the loopback ring. A program that calls LoopbackRing must
@@ -23,6 +24,7 @@ const RoleRing = "measure-ring"
 const (
 	envRingBytes = "CONCORD_MEASURE_RING_BYTES"
 	envRingChunk = "CONCORD_MEASURE_RING_CHUNK"
+	envRingLocal = "CONCORD_MEASURE_RING_LOCAL"
 )
 
 // RingChunk is the number of bytes per send and receive call in the ring, like the baseline tool.
@@ -43,6 +45,9 @@ type Ring struct {
 	Aggregate float64
 	// PerRank is R = Bytes/Seconds = L/N, the bytes per second each process sent.
 	PerRank float64
+	// Local is whether the ring ran over the TCP transport's local path (a unix socket) instead of
+	// loopback TCP.
+	Local bool
 }
 
 // ringMsg is what the parent sends a ring process.
@@ -61,12 +66,13 @@ type ringEvent struct {
 	EndNs int64  `json:"end_ns,omitempty"` // wall-clock end of the repetition, Unix nanoseconds
 }
 
-// LoopbackRing starts n processes of RoleRing in c, connects them in a ring over 127.0.0.1 and runs
+// LoopbackRing starts n processes of RoleRing in c, connects them in a ring with Concord's TCP
+// transport on 127.0.0.1 (over its local path, a unix socket, when local is true) and runs
 // warmup+reps repetitions in which every process sends bytes bytes to the next while receiving as
 // many from the previous; the repetitions after the warm-ups are timed. All processes of a repetition
 // start at one wall-clock instant (they share the machine's clock), and the repetition's time ends
 // when the last one has finished. The processes have exited when it returns without error.
-func LoopbackRing(ctx context.Context, c *cluster.Cluster, n, bytes, warmup, reps int) (Ring, error) {
+func LoopbackRing(ctx context.Context, c *cluster.Cluster, n, bytes, warmup, reps int, local bool) (Ring, error) {
 	if n < 2 || bytes <= 0 || reps <= 0 || warmup < 0 {
 		return Ring{}, fmt.Errorf("measure: ring of %d processes, %d bytes, %d reps: invalid", n, bytes, reps)
 	}
@@ -78,7 +84,8 @@ func LoopbackRing(ctx context.Context, c *cluster.Cluster, n, bytes, warmup, rep
 			}
 		}
 	}()
-	env := []string{envRingBytes + "=" + strconv.Itoa(bytes), envRingChunk + "=" + strconv.Itoa(RingChunk)}
+	env := []string{envRingBytes + "=" + strconv.Itoa(bytes), envRingChunk + "=" + strconv.Itoa(RingChunk),
+		envRingLocal + "=" + strconv.FormatBool(local)}
 	addrs := make([]string, n)
 	for i := range procs {
 		p, err := c.Spawn(cluster.Spec{Role: RoleRing, Name: fmt.Sprintf("ring-%d", i), Env: env})
@@ -104,7 +111,7 @@ func LoopbackRing(ctx context.Context, c *cluster.Cluster, n, bytes, warmup, rep
 			return Ring{}, err
 		}
 	}
-	r := Ring{N: n, Bytes: bytes}
+	r := Ring{N: n, Bytes: bytes, Local: local}
 	for rep := range warmup + reps {
 		start := time.Now().Add(ringStartDelay).UnixNano()
 		for _, p := range procs {
@@ -182,7 +189,9 @@ func ringMain() error {
 	if err != nil || chunk <= 0 {
 		chunk = RingChunk
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	local, _ := strconv.ParseBool(os.Getenv(envRingLocal))
+	tr := transport.NewTCP(transport.TCPConfig{DisableLocal: !local})
+	ln, err := tr.Listen("127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("ring: %w", err)
 	}
@@ -204,7 +213,9 @@ func ringMain() error {
 		}
 		accepted <- c
 	}()
-	out, err := net.DialTimeout("tcp", next.Next, 10*time.Second)
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	out, err := tr.Dial(dctx, next.Next)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("ring: dial %s: %w", next.Next, err)
 	}

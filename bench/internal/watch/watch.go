@@ -5,7 +5,7 @@
 //
 // Errors of the peer's own doing (closing a connection itself, a deadline passing) are not
 // observations. Only the wrapper's Read and Write see errors: frames the standard library writes
-// with writev on a TCP connection go around it, so a broken pipe may be missed there; the reader on
+// with writev on a socket go around it, so a broken pipe may be missed there; the reader on
 // the other side of a dead peer sees its end of file.
 package watch
 
@@ -53,6 +53,14 @@ func FarEnd(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
+// observed passes a read's or write's result through, observing its error.
+func (t *Transport) observed(n int, err error) (int, error) {
+	if err != nil {
+		t.Observe(err)
+	}
+	return n, err
+}
+
 // Listen is the wrapped Transport's Listen; the connections it accepts are watched.
 func (t *Transport) Listen(addr string) (net.Listener, error) {
 	ln, err := t.Transport.Listen(addr)
@@ -72,9 +80,12 @@ func (t *Transport) Dial(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 func (t *Transport) wrap(c net.Conn) net.Conn {
-	if tc, ok := c.(*net.TCPConn); ok {
-		// Embedding the TCP connection keeps its writev and splice paths.
-		return &tcpConn{TCPConn: tc, t: t}
+	// Embedding the socket keeps its writev and splice paths.
+	switch sc := c.(type) {
+	case *net.TCPConn:
+		return &tcpConn{TCPConn: sc, t: t}
+	case *net.UnixConn: // the TCP transport's local path
+		return &unixConn{UnixConn: sc, t: t}
 	}
 	return &conn{Conn: c, t: t}
 }
@@ -97,39 +108,24 @@ type tcpConn struct {
 	t *Transport
 }
 
-func (c *tcpConn) Read(p []byte) (int, error) {
-	n, err := c.TCPConn.Read(p)
-	if err != nil {
-		c.t.Observe(err)
-	}
-	return n, err
+func (c *tcpConn) Read(p []byte) (int, error) { return c.t.observed(c.TCPConn.Read(p)) }
+
+func (c *tcpConn) Write(p []byte) (int, error) { return c.t.observed(c.TCPConn.Write(p)) }
+
+type unixConn struct {
+	*net.UnixConn
+	t *Transport
 }
 
-func (c *tcpConn) Write(p []byte) (int, error) {
-	n, err := c.TCPConn.Write(p)
-	if err != nil {
-		c.t.Observe(err)
-	}
-	return n, err
-}
+func (c *unixConn) Read(p []byte) (int, error) { return c.t.observed(c.UnixConn.Read(p)) }
+
+func (c *unixConn) Write(p []byte) (int, error) { return c.t.observed(c.UnixConn.Write(p)) }
 
 type conn struct {
 	net.Conn
 	t *Transport
 }
 
-func (c *conn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if err != nil {
-		c.t.Observe(err)
-	}
-	return n, err
-}
+func (c *conn) Read(p []byte) (int, error) { return c.t.observed(c.Conn.Read(p)) }
 
-func (c *conn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	if err != nil {
-		c.t.Observe(err)
-	}
-	return n, err
-}
+func (c *conn) Write(p []byte) (int, error) { return c.t.observed(c.Conn.Write(p)) }

@@ -16,9 +16,15 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestFarEndClose checks that a close by the far end is observed on both a dialled and an accepted
-// connection, and that a close of one's own is not.
+// connection, and that a close of one's own is not, over loopback TCP and over the TCP transport's
+// local path.
 func TestFarEndClose(t *testing.T) {
-	tr := New(pccl.NewTCP(pccl.TCPConfig{}))
+	t.Run("tcp", func(t *testing.T) { testFarEndClose(t, true) })
+	t.Run("local", func(t *testing.T) { testFarEndClose(t, false) })
+}
+
+func testFarEndClose(t *testing.T, tcp bool) {
+	tr := New(pccl.NewTCP(pccl.TCPConfig{DisableLocal: tcp}))
 	ln, err := tr.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -43,8 +49,11 @@ func TestFarEndClose(t *testing.T) {
 	if !ok {
 		t.Fatal("accept failed")
 	}
-	if _, ok := a.(*tcpConn); !ok {
+	if _, ok := a.(*tcpConn); tcp && !ok {
 		t.Errorf("accepted connection is %T, want the TCP wrapper", a)
+	}
+	if _, ok := a.(*unixConn); !tcp && !ok {
+		t.Errorf("accepted connection is %T, want the unix socket wrapper", a)
 	}
 
 	// Our own close: the read fails with net.ErrClosed, which is no observation.
