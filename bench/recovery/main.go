@@ -5,7 +5,8 @@
 // It starts a master (LAN preset: heartbeats every 250ms, a peer is gone after 1.5s of silence) and
 // --peers peer processes (this program, re-executed) that loop like a training job: if peers are
 // pending, UpdateTopology; AllReduce --size bytes (256 MiB); on ErrPeerLeft or ErrAborted, check that
-// the buffer is unchanged (xxh3 of the buffer before the call), UpdateTopology and retry. Every peer
+// the buffer is unchanged (xxh3 of the buffer before the call; a restored buffer keeps that hash for
+// the retry, so the check costs one hash per failure), UpdateTopology and retry. Every peer
 // reports each event as a JSON line stamped with the machine's wall clock.
 //
 // Kill rounds (--kills, 20): while an AllReduce is in flight on every peer, after a random delay

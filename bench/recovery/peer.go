@@ -97,6 +97,11 @@ func peerMain() int {
 	buf := rings.View[float32](b)
 	desc := pccl.Desc{Tag: tagData, Count: count, DType: pccl.F32, Op: pccl.Sum}
 	fill := true
+	// before is the hash of the buffer as the next call gets it. A failed call must leave the buffer
+	// as it was, which the check after it verifies by hashing; a restored buffer then keeps its hash,
+	// so the retry does not hash it again.
+	var before uint64
+	hashed := false
 	// resume handles a failed call: it returns false when the peer must leave.
 	resume := func(err error) bool {
 		if !pccl.Retryable(err) {
@@ -129,9 +134,11 @@ func peerMain() int {
 		}
 		if fill {
 			workload.FillUniform(buf)
-			fill = false
+			fill, hashed = false, false
 		}
-		before := workload.Hash(b)
+		if !hashed {
+			before, hashed = workload.Hash(b), true
+		}
 		rank, world := comm.Rank(), comm.WorldSize()
 		watched.Reset()
 		emit(peerEvent{Event: "op_started", Seq: seq, Rank: rank, World: world})
@@ -152,6 +159,7 @@ func peerMain() int {
 			Links: comm.Stats().LinksOpened, Gone: watched.Gone()}
 		ev.T = time.Now().UnixNano()
 		ev.Restored = workload.Hash(b) == before
+		hashed = ev.Restored
 		cluster.Emit(ev)
 		if !resume(err) {
 			return 0
