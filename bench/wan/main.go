@@ -15,6 +15,12 @@
 // link cannot carry faster than its capacity --link-mbit: that is the ideal, and efficiency is
 // throughput over it.
 //
+// For every pool size of --ceiling-ks (16 by default) it also measures the stream ceiling of the
+// transport (ceiling.go): the rate at which K plain connections per ring link, all links at once, move
+// a ring link's bytes through the same test bed, with no collective. stream_ceiling_mbit holds them,
+// and <transport>_k16_of_ceiling the AllReduce's throughput over the ceiling: how much of what the
+// path allowed the AllReduce used.
+//
 // adaptive_capped_efficiency repeats K = --capped-k on tcp with one of peer 0's K connections slowed
 // to a quarter of the per-flow cap, with adaptive striping; even_capped_efficiency is the same with
 // an even split. u8_wire_ratio is the payload bytes a peer sends with MinMaxU8Both over those of
@@ -59,6 +65,7 @@ type options struct {
 	ks         []int
 	transports []string
 	cappedK    int
+	ceilingKs  []int
 	partBytes  int
 	timeout    time.Duration
 	offload    bool
@@ -66,7 +73,7 @@ type options struct {
 
 func main() {
 	var o options
-	var size, ks, trs string
+	var size, ks, trs, cks string
 	flag.IntVar(&o.peers, "peers", 4, "peers, one per site")
 	flag.DurationVar(&o.rtt, "rtt", 100*time.Millisecond, "round-trip time between two sites")
 	flag.Float64Var(&o.linkMbit, "link-mbit", 1000, "capacity of every directed link between sites, Mbit/s")
@@ -77,6 +84,7 @@ func main() {
 	flag.StringVar(&ks, "ks", "1,4,8,16,32,64", "pool sizes to measure")
 	flag.StringVar(&trs, "transports", "tcp,tls,quic", "transports to measure")
 	flag.IntVar(&o.cappedK, "capped-k", 16, "pool size of the capped-connection runs")
+	flag.StringVar(&cks, "ceiling-ks", "16", "pool sizes of --ks whose stream ceiling is measured too (empty: none)")
 	flag.IntVar(&o.partBytes, "part-bytes", 1<<20, "frame size")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "limit on one configuration")
 	flag.Parse()
@@ -84,12 +92,13 @@ func main() {
 	if o.size, err = parseSize(size); err != nil {
 		fail(err)
 	}
-	for _, s := range strings.Split(ks, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || k < 1 || k > 64 {
-			fail(fmt.Errorf("--ks: %q is not a pool size in [1, 64]", s))
+	if o.ks, err = parseKs("--ks", ks); err != nil {
+		fail(err)
+	}
+	if cks != "" {
+		if o.ceilingKs, err = parseKs("--ceiling-ks", cks); err != nil {
+			fail(err)
 		}
-		o.ks = append(o.ks, k)
 	}
 	o.transports = strings.Split(trs, ",")
 	for _, name := range o.transports {
@@ -114,6 +123,19 @@ func fail(err error) {
 	os.Exit(1)
 }
 
+// parseKs reads a comma-separated list of pool sizes, each in [1, 64], for the flag called name.
+func parseKs(name, list string) ([]int, error) {
+	var ks []int
+	for _, s := range strings.Split(list, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || k < 1 || k > 64 {
+			return nil, fmt.Errorf("%s: %q is not a pool size in [1, 64]", name, s)
+		}
+		ks = append(ks, k)
+	}
+	return ks, nil
+}
+
 func parseSize(s string) (int, error) {
 	mult := 1
 	for suf, m := range map[string]int{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
@@ -134,6 +156,8 @@ type result struct {
 	IdealMbit      float64                       `json:"ideal_mbit"`
 	ThroughputMbit map[string]map[string]float64 `json:"throughput_mbit"`
 	Seconds        map[string]map[string]float64 `json:"seconds"`
+	// CeilingMbit is the stream ceiling (ceiling.go) per transport and pool size of --ceiling-ks.
+	CeilingMbit    map[string]map[string]float64 `json:"stream_ceiling_mbit"`
 	Efficiency     map[string]float64            `json:"-"`
 	AdaptiveCapped float64                       `json:"adaptive_capped_efficiency"`
 	EvenCapped     float64                       `json:"even_capped_efficiency"`
@@ -173,10 +197,11 @@ func run(o options) (*result, error) {
 	res := &result{
 		Config: map[string]any{"peers": o.peers, "rtt": o.rtt.String(), "link_mbit": o.linkMbit,
 			"flow_mbit": o.flowMbit, "size_bytes": o.size, "mtu": o.mtu, "offload": o.offload, "part_bytes": o.partBytes,
-			"ks": o.ks, "transports": o.transports, "capped_k": o.cappedK},
+			"ks": o.ks, "transports": o.transports, "capped_k": o.cappedK, "ceiling_ks": o.ceilingKs},
 		IdealMbit:      o.linkMbit,
 		ThroughputMbit: map[string]map[string]float64{},
 		Seconds:        map[string]map[string]float64{},
+		CeilingMbit:    map[string]map[string]float64{},
 		Efficiency:     map[string]float64{},
 	}
 	secret := make([]byte, 32)
@@ -200,6 +225,21 @@ func run(o options) (*result, error) {
 				res.Efficiency[name+"_k16_efficiency"] = round(mbit / o.linkMbit)
 			}
 			fmt.Fprintf(os.Stderr, "wan: %s k=%d: %.2fs, %.0f Mbit/s\n", name, k, t.Seconds(), mbit)
+			if !slices.Contains(o.ceilingKs, k) {
+				continue
+			}
+			port += 2
+			ceil, err := b.ceiling(name, secret, port, k)
+			if err != nil {
+				res.Errors = append(res.Errors, fmt.Sprintf("%s k=%d stream ceiling: %v", name, k, err))
+				continue
+			}
+			if res.CeilingMbit[name] == nil {
+				res.CeilingMbit[name] = map[string]float64{}
+			}
+			res.CeilingMbit[name][strconv.Itoa(k)] = round(ceil)
+			res.Efficiency[fmt.Sprintf("%s_k%d_of_ceiling", name, k)] = round(mbit / ceil)
+			fmt.Fprintf(os.Stderr, "wan: %s k=%d: stream ceiling %.0f Mbit/s, AllReduce at %.2f of it\n", name, k, ceil, mbit/ceil)
 		}
 	}
 	for _, even := range []bool{false, true} {
