@@ -84,7 +84,7 @@ func main() {
 	flag.StringVar(&ks, "ks", "1,4,8,16,32,64", "pool sizes to measure")
 	flag.StringVar(&trs, "transports", "tcp,tls,quic", "transports to measure")
 	flag.IntVar(&o.cappedK, "capped-k", 16, "pool size of the capped-connection runs")
-	flag.StringVar(&cks, "ceiling-ks", "16", "pool sizes of --ks whose stream ceiling is measured too (empty: none)")
+	flag.StringVar(&cks, "ceiling-ks", "16", "pool sizes of --ks whose stream ceiling is measured too (empty: none; the default applies where --ks has 16)")
 	flag.IntVar(&o.partBytes, "part-bytes", 1<<20, "frame size")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "limit on one configuration")
 	flag.Parse()
@@ -98,6 +98,15 @@ func main() {
 	if cks != "" {
 		if o.ceilingKs, err = parseKs("--ceiling-ks", cks); err != nil {
 			fail(err)
+		}
+		// The default (16) applies where --ks has it; a pool size named on the command line must be
+		// one that is measured.
+		explicit := false
+		flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "ceiling-ks" })
+		for _, k := range o.ceilingKs {
+			if explicit && !slices.Contains(o.ks, k) {
+				fail(fmt.Errorf("--ceiling-ks: %d is not among --ks %s", k, ks))
+			}
 		}
 	}
 	o.transports = strings.Split(trs, ",")
