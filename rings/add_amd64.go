@@ -41,3 +41,34 @@ func addF64Vec(d, s []float64) int {
 	addF64AVX(&d[0], &s[0], n)
 	return n
 }
+
+// addF32OntoAVX sets d[i] = s[i] + d[i] for i < n, where n is a multiple of 32: s's element is
+// VADDPS's first source operand.
+//
+//go:noescape
+func addF32OntoAVX(d, s *float32, n int)
+
+// addF64OntoAVX is addF32OntoAVX for float64; n is a multiple of 16.
+//
+//go:noescape
+func addF64OntoAVX(d, s *float64, n int)
+
+// addF32OntoVec is addF32Vec for d[i] = s[i] + d[i].
+func addF32OntoVec(d, s []float32) int {
+	n := len(d) &^ 31
+	if !haveAVX || n == 0 {
+		return 0
+	}
+	addF32OntoAVX(&d[0], &s[0], n)
+	return n
+}
+
+// addF64OntoVec is addF64Vec for d[i] = s[i] + d[i].
+func addF64OntoVec(d, s []float64) int {
+	n := len(d) &^ 15
+	if !haveAVX || n == 0 {
+		return 0
+	}
+	addF64OntoAVX(&d[0], &s[0], n)
+	return n
+}

@@ -6,3 +6,7 @@ package rings
 func addF32Vec(d, s []float32) int { return 0 }
 
 func addF64Vec(d, s []float64) int { return 0 }
+
+func addF32OntoVec(d, s []float32) int { return 0 }
+
+func addF64OntoVec(d, s []float64) int { return 0 }

@@ -56,6 +56,36 @@ func Accumulate(dt DType, op Op, dst, src []byte) {
 	}
 }
 
+// accumulateOnto sets dst[i] = src[i] op dst[i], the value Accumulate stores in src, with src
+// left as it is. It reports false, doing nothing, for the element types and ops it does not cover
+// (those whose result depends on the operand order beyond a NaN's payload: Min and Max of
+// floating-point types; Prod of floating-point types and the 16-bit float formats, left to
+// Accumulate for simplicity). Integer ops commute exactly, and a floating-point sum is computed with
+// src as the first operand, as Accumulate's is.
+func accumulateOnto(dt DType, op Op, dst, src []byte) bool {
+	checkKernelArgs(dt, op, dst)
+	if len(src) != len(dst) {
+		panic(fmt.Sprintf("rings: accumulateOnto with %d dst bytes and %d src bytes", len(dst), len(src)))
+	}
+	switch dt {
+	case F32, F64:
+		if op != Sum && op != Avg {
+			return false
+		}
+		if dt == F32 {
+			addFloatOnto(View[float32](dst), View[float32](src))
+		} else {
+			addFloatOnto(View[float64](dst), View[float64](src))
+		}
+		return true
+	case F16, BF16:
+		return false
+	}
+	// Integer Sum, Prod (both wrap around) and Min, Max (equal values are the same bits) commute.
+	Accumulate(dt, op, dst, src)
+	return true
+}
+
 // Finalize applies the last step of op to buf, a fully reduced buffer of elements of type dt. For Avg it
 // divides every element by world: floating-point types divide in their own precision (f16 and bf16 in
 // float32, then round to nearest even); integer types use Go integer division, which truncates toward
@@ -225,6 +255,22 @@ func addFloat[T float](d, s []T) {
 		done = addF64Vec(dd, any(s).([]float64))
 	}
 	addSlice(d[done:], s[done:])
+}
+
+// addFloatOnto sets d[i] = s[i] + d[i]: addFloat with the operands' roles swapped, s the first.
+func addFloatOnto[T float](d, s []T) {
+	s = s[:len(d)]
+	done := 0
+	switch dd := any(d).(type) {
+	case []float32:
+		done = addF32OntoVec(dd, any(s).([]float32))
+	case []float64:
+		done = addF64OntoVec(dd, any(s).([]float64))
+	}
+	d, s = d[done:], s[done:]
+	for i, b := range s {
+		d[i] = b + d[i]
+	}
 }
 
 func mulSlice[T integer | float](d, s []T) {

@@ -231,3 +231,79 @@ func BenchmarkAccumulateOthers(b *testing.B) {
 		b.Run(fmt.Sprintf("%v-%v", c.dt, c.op), func(b *testing.B) { benchmarkAccumulate(b, c.dt, c.op) })
 	}
 }
+
+// TestAccumulateOntoMatchesAccumulate checks that accumulateOnto(dst, src) stores in dst what
+// Accumulate(src, dst) stores in src, bit for bit (NaN payloads included, except where both operands
+// are NaN and the scalar tail's operand order is the compiler's), for every type and op it covers,
+// and that it leaves alone the ones it does not.
+func TestAccumulateOntoMatchesAccumulate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, dt := range allDTypes {
+		for _, op := range allOps {
+			for _, n := range []int{0, 1, 7, 31, 32, 33, 100, 1000} {
+				dst := randomElements(rng, dt, n)
+				src := randomElements(rng, dt, n)
+				want := append([]byte(nil), src...)
+				Accumulate(dt, op, want, dst)
+				got := append([]byte(nil), dst...)
+				srcCopy := append([]byte(nil), src...)
+				covered := accumulateOnto(dt, op, got, src)
+				if string(src) != string(srcCopy) {
+					t.Fatalf("%v %v n=%d: src changed", dt, op, n)
+				}
+				float := dt == F32 || dt == F64 || dt == F16 || dt == BF16
+				if wantCovered := !float || ((dt == F32 || dt == F64) && (op == Sum || op == Avg)); covered != wantCovered {
+					t.Fatalf("%v %v: covered %v, want %v", dt, op, covered, wantCovered)
+				}
+				if !covered {
+					if string(got) != string(dst) {
+						t.Fatalf("%v %v n=%d: dst changed though not covered", dt, op, n)
+					}
+					continue
+				}
+				// The vector kernels' prefix (none without them) has its operand order fixed.
+				vec := addF32OntoVec(make([]float32, n), make([]float32, n))
+				if dt == F64 {
+					vec = addF64OntoVec(make([]float64, n), make([]float64, n))
+				}
+				for i := range n {
+					g, w := loadBits(dt, got, i), loadBits(dt, want, i)
+					bothNaN := float && refIsNaN(dt, loadBits(dt, dst, i)) && refIsNaN(dt, loadBits(dt, src, i))
+					if g != w && !(bothNaN && i >= vec) {
+						t.Fatalf("%v %v n=%d [%d]: %#x, Accumulate gives %#x", dt, op, n, i, g, w)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAccumulateOntoNaNOrder checks the operand order where it shows: when both operands are NaN,
+// the sum keeps the payload of the first operand, which for accumulateOnto(dst, src) is src's, as
+// Accumulate(src, dst) keeps src's.
+func TestAccumulateOntoNaNOrder(t *testing.T) {
+	const n = 64
+	d32, s32 := make([]float32, n), make([]float32, n)
+	d64, s64 := make([]float64, n), make([]float64, n)
+	for i := range n {
+		d32[i], s32[i] = math.Float32frombits(0x7fc00001), math.Float32frombits(0xffc00002)
+		d64[i], s64[i] = math.Float64frombits(0x7ff8000000000001), math.Float64frombits(0xfff8000000000002)
+	}
+	w32, w64 := append([]float32(nil), s32...), append([]float64(nil), s64...)
+	Accumulate(F32, Sum, Bytes(w32), Bytes(d32))
+	Accumulate(F64, Sum, Bytes(w64), Bytes(d64))
+	accumulateOnto(F32, Sum, Bytes(d32), Bytes(s32))
+	accumulateOnto(F64, Sum, Bytes(d64), Bytes(s64))
+	vec32 := addF32OntoVec(make([]float32, n), make([]float32, n))
+	vec64 := addF64OntoVec(make([]float64, n), make([]float64, n))
+	for i := range vec32 {
+		if math.Float32bits(d32[i]) != math.Float32bits(w32[i]) {
+			t.Fatalf("float32 [%d]: %#x, Accumulate gives %#x", i, math.Float32bits(d32[i]), math.Float32bits(w32[i]))
+		}
+	}
+	for i := range vec64 {
+		if math.Float64bits(d64[i]) != math.Float64bits(w64[i]) {
+			t.Fatalf("float64 [%d]: %#x, Accumulate gives %#x", i, math.Float64bits(d64[i]), math.Float64bits(w64[i]))
+		}
+	}
+}

@@ -508,6 +508,9 @@ func (r *run) reduce(id ChunkID, dst, own []byte) error {
 	if err := r.s.Recv(id, tmp); err != nil {
 		return err
 	}
+	if accumulateOnto(r.dt, r.op, dst, tmp) { // dst = tmp op dst, without a copy back
+		return nil
+	}
 	Accumulate(r.dt, r.op, tmp, own)
 	copy(dst, tmp)
 	return nil
