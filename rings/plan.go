@@ -101,9 +101,11 @@ type Plan struct {
 // and every later phase works in place on the staging buffer. After the last phase Execute calls commit (if not
 // nil) once, and only if commit returns nil copies the staging buffer into recv, with one copy. send and
 // recv have the same length (a multiple of the element size) and may be the same slice. A plan of one
-// unquantized all-reduce phase over the whole buffer, with send and recv the same slice and a Stream
-// that is not a Retainer, works in the buffer itself instead, saving each part's original bytes before it first writes them and putting
-// them back on failure: the result needs no copy after the commit.
+// unquantized all-reduce phase over the whole buffer, with send and recv the same slice, works in the
+// buffer itself instead, saving each part's original bytes before it first writes them and putting
+// them back on failure: the result needs no copy after the commit. With a Retainer the bytes are put
+// back only once AwaitAcked has returned for every frame sent, when the Stream reads none of them
+// any more.
 //
 // Any failure leaves send and recv exactly as they were. On the first error of a phase or when ctx is
 // done, Execute aborts every Stream of the plan (so that the peers of later phases stop too) and waits
@@ -162,16 +164,14 @@ func (p Plan) Execute(ctx context.Context, send, recv []byte, commit func() erro
 
 // inPlace reports whether the plan runs on the caller's buffer with a backup instead of a staging
 // buffer: one all-reduce phase over the whole buffer, without quantization, in a ring of more than
-// one peer, with send and recv the same slice, over a Stream that keeps no payload after Send (a
-// Retainer's frames would be rewritten by the restore after an abort).
+// one peer, with send and recv the same slice. A Retainer is no obstacle: a failed run waits for
+// AwaitAcked of every frame it sent before it returns, so the restore rewrites no frame the Stream
+// may still read.
 func (p Plan) inPlace(send, recv []byte) bool {
 	if len(p.Phases) != 1 || len(send) == 0 {
 		return false
 	}
 	ph := p.Phases[0]
-	if _, retains := ph.Stream.(Retainer); retains {
-		return false
-	}
 	return ph.Kind == KindAllReduce && ph.Off == 0 && ph.Len == len(send) && ph.Quant == NoQuant &&
 		ph.World > 1 && &send[0] == &recv[0]
 }

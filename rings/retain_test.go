@@ -19,11 +19,14 @@ import (
 
 var retainSeed = maphash.MakeSeed()
 
-// retained is one frame in flight: the caller's payload itself, and its hash at Send.
+// retained is one frame in flight: the caller's payload itself, and its hash at Send. withdrawn
+// (guarded by the link's mu) marks a frame whose AwaitAcked gave up after an abort: like a real
+// transport skipping the frames of an aborted operation, the link no longer reads its payload.
 type retained struct {
-	id      ChunkID
-	payload []byte
-	sum     uint64
+	id        ChunkID
+	payload   []byte
+	sum       uint64
+	withdrawn bool
 }
 
 // retainLink is one direction of a ring edge. Acknowledgements are held back and given in a shuffled
@@ -146,6 +149,9 @@ func (s *retainStream) Recv(id ChunkID, dst []byte) error {
 	l := s.in
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if f.withdrawn {
+		return fmt.Errorf("frame %v withdrawn by its aborted sender", f.id)
+	}
 	if maphash.Bytes(retainSeed, f.payload) != f.sum {
 		l.violations = append(l.violations, fmt.Sprintf("frame %v modified before it was received", f.id))
 	}
@@ -187,7 +193,10 @@ func (s *retainStream) AwaitAcked(id ChunkID) error {
 		}
 		l.mu.Lock()
 		l.waiting--
-		if err != nil && l.unacked[id] != nil {
+		if f := l.unacked[id]; err != nil && f != nil {
+			// The stream reads the payload only until AwaitAcked returns: withdraw the frame.
+			f.withdrawn = true
+			delete(l.unacked, id)
 			return err
 		}
 	}

@@ -35,7 +35,8 @@ type Stream interface {
 // The collectives of this package, given a Stream that is a Retainer, never modify a region of their
 // working buffer (or the caller's send buffer) that was passed to Send as frame id until
 // AwaitAcked(id) returned nil, and call AwaitAcked for every frame they sent before they return, on
-// success and on failure. In return the Stream reads payload only until AwaitAcked(id) returns,
+// success and on failure; after a failure, once every such call has returned, an in-place all-reduce
+// puts the caller's original bytes back (see [Plan.Execute]). In return the Stream reads payload only until AwaitAcked(id) returns,
 // whatever it returns. A Send that returned an error keeps no reference to its payload. Sending an id
 // again (a later phase of a Plan on the same Stream) starts a new frame: AwaitAcked then refers to the
 // latest Send of that id.
