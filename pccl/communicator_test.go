@@ -2,10 +2,12 @@ package pccl_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +32,7 @@ type group struct {
 	cancel context.CancelFunc
 	done   chan error
 	n      int
+	parts  map[string]int // Config.PartBytes by host, where not 4096
 }
 
 func newGroup(t *testing.T, cfg master.Config) *group {
@@ -63,7 +66,7 @@ func (g *group) connect(ctx context.Context, host string) (*pccl.Communicator, e
 		Master:     g.addr,
 		ListenAddr: host + ":9000",
 		Transport:  g.net.Host(host),
-		PartBytes:  4096,
+		PartBytes:  cmp.Or(g.parts[host], 4096),
 	})
 }
 
@@ -216,6 +219,33 @@ func TestDescriptorMismatch(t *testing.T) {
 	for i, err := range errs {
 		if !errors.Is(err, pccl.ErrDescriptorMismatch) {
 			t.Errorf("peer %d: %v, want ErrDescriptorMismatch", i, err)
+		}
+	}
+}
+
+// TestPartBytesMismatch: a peer that cuts its frames differently (Config.PartBytes) could not match
+// the others' frames; the operation's descriptor carries the part size, so every caller gets
+// ErrDescriptorMismatch at once instead of a stalled or garbled collective, and buffers stay as
+// they were.
+func TestPartBytesMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g := newGroup(t, master.Config{})
+	g.parts = map[string]int{"peer3": 8192}
+	comms, _ := g.start(ctx, 3)
+	defer closeAll(comms)
+	const count = 1 << 12
+	bufs := make([][]float32, len(comms))
+	errs := each(comms, func(i int, c *pccl.Communicator) error {
+		bufs[i] = fill(count, c.ID())
+		return c.AllReduce(ctx, pccl.Bytes(bufs[i]), pccl.Bytes(bufs[i]), pccl.Desc{Tag: 5, Count: count, DType: pccl.F32, Op: pccl.Sum})
+	})
+	for i, err := range errs {
+		if !errors.Is(err, pccl.ErrDescriptorMismatch) {
+			t.Errorf("peer %d: %v, want ErrDescriptorMismatch", i, err)
+		}
+		if want := fill(count, comms[i].ID()); !slices.Equal(bufs[i], want) {
+			t.Errorf("peer %d: buffer changed", i)
 		}
 	}
 }

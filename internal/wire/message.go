@@ -82,7 +82,7 @@ func Decode(t Type, p []byte) (Message, error) {
 	case TypeVotePending:
 		m = &VotePending{}
 	case TypeInitiate:
-		v := &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant")}}
+		v := &Initiate{Tag: d.u64("tag"), Desc: Desc{Count: d.u64("count"), DType: d.u8("dtype"), Op: d.u8("op"), Quant: d.u8("quant"), Part: d.u32("part")}}
 		if d.boolean("stats") {
 			v.Stats = &Contribution{Finite: d.boolean("finite"), Norm: d.f64("norm")}
 		}
@@ -275,6 +275,9 @@ type Desc struct {
 	DType uint8
 	Op    uint8
 	Quant uint8
+	// Part is the pipelining granularity in bytes the peer cuts the operation's frames by: peers
+	// that cut differently could not match each other's frames, so it must agree like the rest.
+	Part uint32
 }
 
 // Initiate is a peer's vote to start the collective on Tag.
@@ -547,6 +550,7 @@ func (m *Initiate) Append(b []byte) []byte {
 	b = appendU64(b, m.Tag)
 	b = appendU64(b, m.Desc.Count)
 	b = append(b, m.Desc.DType, m.Desc.Op, m.Desc.Quant)
+	b = appendU32(b, m.Desc.Part)
 	b = appendBool(b, m.Stats != nil)
 	if m.Stats != nil {
 		b = appendBool(b, m.Stats.Finite)

@@ -183,8 +183,8 @@ func (m *Machine) initiate(p *peer, v *wire.Initiate) {
 }
 
 func describeMismatch(a wire.Desc, pa PeerID, b wire.Desc, pb PeerID) string {
-	return fmt.Sprintf("peer %d passed count %d dtype %d op %d quant %d, peer %d passed count %d dtype %d op %d quant %d",
-		pa, a.Count, a.DType, a.Op, a.Quant, pb, b.Count, b.DType, b.Op, b.Quant)
+	return fmt.Sprintf("peer %d passed count %d dtype %d op %d quant %d part bytes %d, peer %d passed count %d dtype %d op %d quant %d part bytes %d",
+		pa, a.Count, a.DType, a.Op, a.Quant, a.Part, pb, b.Count, b.DType, b.Op, b.Quant, b.Part)
 }
 
 // checkOp commences o when every accepted peer of g voted, and retires it when it is over.

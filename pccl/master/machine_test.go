@@ -30,7 +30,7 @@ import (
 //	links ID epoch=E [fail=P]              LinksReady (ok unless fail names an unreachable peer)
 //	topo ID [rewire]                       VoteTopology
 //	pending ID                             VotePending
-//	init ID tag=T count=N [dtype=D] [op=O] [quant=Q]
+//	init ID tag=T count=N [dtype=D] [op=O] [quant=Q] [part=P]
 //	done ID tag=T seq=S [code=peer-left|aborted]
 //	heartbeat ID | bye ID | close ID
 //	illegal ID                             a master-to-peer message sent by a peer
@@ -159,7 +159,8 @@ func runScenario(t *testing.T, file string) string {
 			in = Received{id(), &wire.VotePending{}}
 		case "init":
 			in = Received{id(), &wire.Initiate{Tag: num("tag", 0), Desc: wire.Desc{Count: num("count", 0),
-				DType: uint8(num("dtype", 3)), Op: uint8(num("op", 1)), Quant: uint8(num("quant", 0))}}}
+				DType: uint8(num("dtype", 3)), Op: uint8(num("op", 1)), Quant: uint8(num("quant", 0)),
+				Part: uint32(num("part", 0))}}}
 		case "done":
 			d := &wire.Done{Tag: num("tag", 0), Seq: num("seq", 0)}
 			switch args["code"] {
