@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/concord-ccl/concord/rings"
 )
 
 // Config configures a Communicator. Only Master is required; every other zero field takes the
@@ -53,7 +55,12 @@ type Config struct {
 	// EvenStriping sends part p of a collective on connection (seq+p) mod PoolSize, an even split,
 	// instead of by measured rate. It is there to compare the two; default false (adaptive).
 	EvenStriping bool
-	// PartBytes is the pipelining granularity of collectives in bytes. Default 1 MiB.
+	// PartBytes is the pipelining granularity of collectives in bytes: the payload of one data frame.
+	// Every peer of a run must use the same: it travels in each operation's descriptor, and peers
+	// that differ get ErrDescriptorMismatch. Default 1 MiB (rings.DefaultPartBytes) and in the WAN
+	// preset, where a part crosses a slow link in tens of milliseconds and smaller parts fill the
+	// pipeline sooner; the LAN preset uses 4 MiB, which moves the same bytes in fewer frames, system
+	// calls and wake-ups. At most 64 MiB.
 	PartBytes int
 	// DialTimeout bounds opening one link to a neighbour. Default 5s.
 	DialTimeout time.Duration
@@ -90,12 +97,17 @@ type Config struct {
 }
 
 // LAN returns the preset for peers on one network (fill in Master).
-func LAN() Config { return Config{PoolSize: 1} }
+func LAN() Config { return Config{PoolSize: 1, PartBytes: lanPartBytes} }
+
+// lanPartBytes is the LAN preset's PartBytes. Over TCP's local path on a 2-core machine (bench/
+// allreduce, 64 MiB, five alternating runs at 4 peers), 4 MiB parts took 0.073–0.097 s per
+// AllReduce against 0.098–0.113 s with 1 MiB.
+const lanPartBytes = 4 << 20
 
 // WAN returns the preset for peers across the internet (fill in Master): four connections per
 // neighbour for long fat pipes, and more patience with the master.
 func WAN() Config {
-	return Config{PoolSize: 4, DialTimeout: 15 * time.Second, MasterTimeout: 30 * time.Second}
+	return Config{PoolSize: 4, PartBytes: rings.DefaultPartBytes, DialTimeout: 15 * time.Second, MasterTimeout: 30 * time.Second}
 }
 
 func (c Config) withDefaults() Config {
@@ -133,8 +145,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Config.Master is empty", ErrInvalid)
 	case c.PoolSize < 0 || c.PoolSize > 64:
 		return fmt.Errorf("%w: Config.PoolSize is %d, must be in [0, 64]", ErrInvalid, c.PoolSize)
-	case c.PartBytes < 0:
-		return fmt.Errorf("%w: Config.PartBytes is %d, must be >= 0", ErrInvalid, c.PartBytes)
+	case c.PartBytes < 0 || c.PartBytes > maxPayload:
+		return fmt.Errorf("%w: Config.PartBytes is %d, must be between 0 and %d", ErrInvalid, c.PartBytes, maxPayload)
 	case c.DialTimeout < 0:
 		return fmt.Errorf("%w: Config.DialTimeout is %v, must be >= 0", ErrInvalid, c.DialTimeout)
 	case c.ProgressTimeout < 0:

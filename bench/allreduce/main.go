@@ -41,6 +41,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -163,7 +164,7 @@ func run() int {
 	iters := fs.Int("iters", 5, "timed iterations")
 	warmup := fs.Int("warmup", 1, "untimed warm-up iterations")
 	pool := fs.Int("pool", 0, "connections per neighbour (0: the library's default)")
-	partStr := fs.String("part", "0", "pipelining granularity in bytes (0: the library's default)")
+	partStr := fs.String("part", "0", "pipelining granularity in bytes (0: the LAN preset's, pccl.LAN)")
 	ringReps := fs.Int("ring-reps", 5, "timed repetitions of the loopback ring measurement")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
 	profDir := fs.String("cpuprofile-dir", "", "write a CPU profile of every peer's timed iterations to this directory")
@@ -279,7 +280,7 @@ func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (res
 	if p.Transport == "" {
 		p.Transport = "tcp"
 	}
-	res := result{Transport: p.Transport, Peers: n, Bytes: p.Bytes, Iters: p.Iters, Warmup: p.Warmup, Pool: p.Pool, PartBytes: p.Part}
+	res := result{Transport: p.Transport, Peers: n, Bytes: p.Bytes, Iters: p.Iters, Warmup: p.Warmup, Pool: p.Pool, PartBytes: cmp.Or(p.Part, pccl.LAN().PartBytes)}
 	// The limit's ring runs over the path the peers' bytes take: the local path for tcp and tls (when
 	// on), loopback TCP otherwise (for quic, whose UDP has no ring of its own here).
 	res.Local = !p.NoLocal && p.Transport != "quic"
@@ -491,7 +492,9 @@ func peer() error {
 	if p.Pool > 0 {
 		cfg.PoolSize = p.Pool
 	}
-	cfg.PartBytes = p.Part
+	if p.Part > 0 {
+		cfg.PartBytes = p.Part
+	}
 	tr, err := childTransport(p)
 	if err != nil {
 		return err

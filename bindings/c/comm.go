@@ -596,7 +596,7 @@ func concordSetPreset(p *C.pcclComm_t, preset *C.char) C.pcclResult_t {
 		if !c.explicit.pool {
 			c.cfg.PoolSize = base.PoolSize
 		}
-		c.cfg.DialTimeout, c.cfg.MasterTimeout = base.DialTimeout, base.MasterTimeout
+		c.cfg.DialTimeout, c.cfg.MasterTimeout, c.cfg.PartBytes = base.DialTimeout, base.MasterTimeout, base.PartBytes
 		return nil
 	})
 }
