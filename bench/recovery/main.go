@@ -6,8 +6,10 @@
 // --peers peer processes (this program, re-executed) that loop like a training job: if peers are
 // pending, UpdateTopology; AllReduce --size bytes (256 MiB); on ErrPeerLeft or ErrAborted, check that
 // the buffer is unchanged (xxh3 of the buffer before the call; a restored buffer keeps that hash for
-// the retry, so the check costs one hash per failure), UpdateTopology and retry. Every peer
-// reports each event as a JSON line stamped with the machine's wall clock.
+// the retry, so the check costs one hash per failure, and it runs while the peer waits in
+// UpdateTopology), UpdateTopology and retry. Every peer reports each event as a JSON line stamped
+// with the machine's wall clock. --gomaxprocs (auto by default, as in bench/allreduce) gives every
+// child its share of the cores.
 //
 // Kill rounds (--kills, 20): while an AllReduce is in flight on every peer, after a random delay
 // within the expected duration of the call, SIGKILL one peer. abort_ms is the time from the kill
@@ -150,7 +152,7 @@ func run() int {
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
 	seed := fs.Uint64("seed", 1, "seed of the victims and kill delays")
 	verbose := fs.Bool("v", false, "print every line of every peer to stderr")
-	procsFlag := fs.String("gomaxprocs", "0", measure.ProcsUsage)
+	procsFlag := fs.String("gomaxprocs", "auto", measure.ProcsUsage)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}

@@ -102,20 +102,26 @@ func peerMain() int {
 	// so the retry does not hash it again.
 	var before uint64
 	hashed := false
-	// resume handles a failed call: it returns false when the peer must leave.
-	resume := func(err error) bool {
+	// recoverFrom handles a failed call: it returns false, with the event to report, when the peer must
+	// leave.
+	recoverFrom := func(err error) (peerEvent, bool) {
 		if !pccl.Retryable(err) {
-			emit(peerEvent{Event: "exit", Kind: errorKind(err), Detail: err.Error()})
-			return false
+			return peerEvent{Event: "exit", Kind: errorKind(err), Detail: err.Error()}, false
 		}
 		if errors.Is(err, pccl.ErrTooFewPeers) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		if err := comm.UpdateTopology(ctx); err != nil && !pccl.Retryable(err) {
-			emit(peerEvent{Event: "exit", Kind: errorKind(err), Detail: "update topology: " + err.Error()})
-			return false
+			return peerEvent{Event: "exit", Kind: errorKind(err), Detail: "update topology: " + err.Error()}, false
 		}
-		return true
+		return peerEvent{}, true
+	}
+	resume := func(err error) bool {
+		exit, ok := recoverFrom(err)
+		if !ok {
+			emit(exit)
+		}
+		return ok
 	}
 	for seq := 1; ; seq++ {
 		// Every member asks first, so that the answer is a vote of the whole group; after any
@@ -158,10 +164,17 @@ func peerMain() int {
 		ev := peerEvent{Event: "aborted", Seq: seq, Rank: rank, World: world, Kind: errorKind(err), Detail: err.Error(),
 			Links: comm.Stats().LinksOpened, Gone: watched.Gone()}
 		ev.T = time.Now().UnixNano()
-		ev.Restored = workload.Hash(b) == before
+		// The check hashes the buffer while the peer waits for the group's new topology, as a
+		// training loop would overlap its own work with that wait; the buffer is not touched again
+		// before the check is over.
+		restored := make(chan bool, 1)
+		go func() { restored <- workload.Hash(b) == before }()
+		exit, ok := recoverFrom(err)
+		ev.Restored = <-restored
 		hashed = ev.Restored
 		cluster.Emit(ev)
-		if !resume(err) {
+		if !ok {
+			emit(exit)
 			return 0
 		}
 	}
