@@ -341,42 +341,52 @@ func TestRetainerPayloadsUntouchedUntilAcked(t *testing.T) {
 // its own schedule fails at the commit, which stands for the group's agreement.)
 func TestRetainerAwaitsOnFailure(t *testing.T) {
 	rng := rand.New(rand.NewPCG(43, 44))
-	const world, dt, count = 3, F64, 24
-	total := framesPerRank(world, count, 2)
-	for k := 1; k <= total; k++ {
-		streams := newRetainRing(world, 1<<30, uint64(k))
-		streams[1].failSendAt = k
-		send := make([][]byte, world)
-		before := make([][]byte, world)
-		for r := range world {
-			send[r] = randomElements(rng, dt, count)
-			before[r] = bytes.Clone(send[r])
-		}
-		vote := newBallot(world)
-		errs := onEveryRank(world, func(r int) error {
-			voted := false
-			commit := func() error {
-				voted = true
-				vote.vote(true)
-				return vote.result()
-			}
-			err := AllReduce(context.Background(), streams[r], r, world, send[r], send[r], dt, Sum, Options{PartBytes: 16}, commit)
-			if !voted {
-				vote.vote(false)
-			}
-			return err
-		})
-		for r := range world {
-			if !errors.Is(errs[r], ErrAborted) {
-				t.Fatalf("k=%d: rank %d: %v", k, r, errs[r])
-			}
-			if !bytes.Equal(send[r], before[r]) {
-				t.Fatalf("k=%d: rank %d: buffer modified", k, r)
-			}
-			streams[r].check(t, fmt.Sprintf("k=%d", k), r)
+	const dt = F64
+	// In a ring of 5 the reduce-scatter's first two hops fold in the backup, the third in the buffer.
+	for _, world := range []int{3, 5} {
+		count := 8 * world
+		total := framesPerRank(world, count, 2)
+		for k := 1; k <= total; k++ {
+			retainerFailAt(t, rng, world, dt, count, k)
 		}
 	}
 	goleak.VerifyNone(t)
+}
+
+// retainerFailAt runs one case of TestRetainerAwaitsOnFailure: rank 1's k-th Send fails.
+func retainerFailAt(t *testing.T, rng *rand.Rand, world int, dt DType, count, k int) {
+	t.Helper()
+	streams := newRetainRing(world, 1<<30, uint64(k))
+	streams[1].failSendAt = k
+	send := make([][]byte, world)
+	before := make([][]byte, world)
+	for r := range world {
+		send[r] = randomElements(rng, dt, count)
+		before[r] = bytes.Clone(send[r])
+	}
+	vote := newBallot(world)
+	errs := onEveryRank(world, func(r int) error {
+		voted := false
+		commit := func() error {
+			voted = true
+			vote.vote(true)
+			return vote.result()
+		}
+		err := AllReduce(context.Background(), streams[r], r, world, send[r], send[r], dt, Sum, Options{PartBytes: 16}, commit)
+		if !voted {
+			vote.vote(false)
+		}
+		return err
+	})
+	for r := range world {
+		if !errors.Is(errs[r], ErrAborted) {
+			t.Fatalf("W=%d k=%d: rank %d: %v", world, k, r, errs[r])
+		}
+		if !bytes.Equal(send[r], before[r]) {
+			t.Fatalf("W=%d k=%d: rank %d: buffer modified", world, k, r)
+		}
+		streams[r].check(t, fmt.Sprintf("W=%d k=%d", world, k), r)
+	}
 }
 
 // TestRetainStreamDetectsModification checks the checker: a payload changed after Send and before its

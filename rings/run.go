@@ -13,8 +13,8 @@ import (
 // part of step s+1 is sent once the receiver has produced the same part of step s, except at the first
 // step, whose data is there from the start.
 //
-// Ownership: the sender goroutine reads src and work and writes nsent; the receiver goroutine writes
-// work (and scratch) and reads src; nsent is read only after the sender returned. A region of work is
+// Ownership: the sender goroutine reads src, work and backup and writes nsent; the receiver goroutine
+// writes work, scratch and backup and reads src; nsent is read only after the sender returned. A region of work is
 // written by the receiver before the sender reads it, ordered by a notice on ready. The owned chunk of
 // an all-gather is written (adopted) by the sender only. quit and cause belong to the goroutine in
 // execute: it closes quit and writes cause once, and reads cause only after both workers have returned.
@@ -68,6 +68,13 @@ type run struct {
 	// the original bytes of every part before its first write, so that a failure can put them back:
 	// saved[partBase[c]+p] says part p of chunk c has been saved. Both are written by the receiver
 	// goroutine only, and read by restore after both goroutines returned.
+	//
+	// Until then the reduce-scatter leaves work alone: every hop but the last receives its partial
+	// value into the part's region of backup and folds the local contribution in there, and the
+	// sender sends it on from there (see inBackup). A failure in those steps has nothing to restore.
+	// The last hop writes the reduced value into work (saving the original first), and every
+	// all-gather step saves the original of the region it receives before it writes it: by then the
+	// partial value in backup has been sent (and acknowledged, see release), so the region is free.
 	backup []byte
 	saved  []bool
 
@@ -335,8 +342,11 @@ func (r *run) eachSent(n int, f func(ChunkID) error) error {
 func (r *run) sendLoop() error {
 	for step := r.first; step <= r.last; step++ {
 		src := r.work
-		if step == 0 {
+		switch {
+		case step == 0:
 			src = r.src
+		case r.inBackup(step - 1):
+			src = r.backup
 		}
 		c := r.sendChunk(step)
 		for p := range r.parts(c) {
@@ -396,11 +406,13 @@ func (r *run) sendLoop() error {
 // sender sent during the reduce-scatter. The final value of a part can only arrive after every peer
 // folded in its contribution, which includes the partial value this rank sent for that part, so by
 // causality our Send of that part is over before the final value arrives; with a Retainer, release
-// also waits for its acknowledgement. With quantization the all-gather receives into qwork, which a
-// both-phase reduce-scatter sent from; the same argument (and release) covers those regions. A
-// reduce-scatter step never receives a chunk sent earlier in the same phase (with a both-phase
-// encoding it receives a chunk's region, folds it and encodes into it before the sender sends it at
-// the next step), and an all-gather alone receives each chunk before sending it.
+// also waits for its acknowledgement. In place, the all-gather saves the original into a backup
+// region the reduce-scatter sent from, after the same release. With quantization the all-gather
+// receives into qwork, which a both-phase reduce-scatter sent from; the same argument (and release)
+// covers those regions. A reduce-scatter step never receives a chunk sent earlier in the same phase
+// (with a both-phase encoding, or in place in backup, it receives a chunk's region and folds into it
+// before the sender sends it at the next step), and an all-gather alone receives each chunk before
+// sending it.
 func (r *run) recvLoop() error {
 	for step := r.first; step <= r.last; step++ {
 		c := r.recvChunk(step)
@@ -422,6 +434,12 @@ func (r *run) recvLoop() error {
 				if err != nil {
 					return err
 				}
+			case r.inBackup(step):
+				acc := r.backup[lo:hi]
+				if err := r.s.Recv(id, acc); err != nil {
+					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
+				}
+				Accumulate(r.dt, r.op, acc, r.src[lo:hi]) // received op own, as out of place
 			case step < r.world-1:
 				r.save(c, p)
 				if err := r.reduce(id, dst, r.src[lo:hi]); err != nil {
@@ -521,6 +539,12 @@ func (r *run) reduce(id ChunkID, dst, own []byte) error {
 func (r *run) keepOriginal(backup []byte) {
 	r.backup = backup
 	r.saved = make([]bool, r.indexParts())
+}
+
+// inBackup reports whether the receiver folds the partial value of reduce-scatter step into backup
+// rather than work: in place with a backup, at every reduce-scatter step but the last.
+func (r *run) inBackup(step int) bool {
+	return r.backup != nil && step < r.world-2
 }
 
 // indexParts fills partBase (partBase[c]: the parts of the chunks before c) and returns the number
