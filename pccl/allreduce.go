@@ -73,15 +73,6 @@ func (c *Communicator) AllReduce(ctx context.Context, send, recv []byte, d Desc)
 	return cleanError(c.allReduce(ctx, send, recv, d))
 }
 
-// partBytes returns the pipelining granularity of this peer's collectives: Config.PartBytes, or
-// rings' default.
-func (c *Communicator) partBytes() int {
-	if c.cfg.PartBytes > 0 {
-		return c.cfg.PartBytes
-	}
-	return rings.DefaultPartBytes
-}
-
 func (c *Communicator) allReduce(ctx context.Context, send, recv []byte, d Desc) error {
 	what := fmt.Sprintf("pccl: allreduce tag %d", d.Tag)
 	if err := d.validate(send, recv); err != nil {
@@ -89,7 +80,7 @@ func (c *Communicator) allReduce(ctx context.Context, send, recv []byte, d Desc)
 	}
 	call, ch := c.newCall()
 	h := newOpHandle()
-	desc := wire.Desc{Count: uint64(d.Count), DType: uint8(d.DType), Op: uint8(d.Op), Quant: uint8(d.Quant), Part: uint32(c.partBytes())}
+	desc := wire.Desc{Count: uint64(d.Count), DType: uint8(d.DType), Op: uint8(d.Op), Quant: uint8(d.Quant), Part: uint32(c.cfg.PartBytes)}
 	var stats *wire.Contribution
 	if c.cfg.ContributionStats {
 		stats = contribution(send, d.DType)
@@ -181,7 +172,7 @@ func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h 
 		verdict = c.report(call, ch, d.Tag, done, what)
 		return verdict
 	}
-	opt := rings.Options{PartBytes: c.partBytes(), Quant: d.Quant}
+	opt := rings.Options{PartBytes: c.cfg.PartBytes, Quant: d.Quant}
 	err := rings.AllReduce(ctx, s, rank, world, send, recv, d.DType, d.Op, opt, commit)
 	if err == nil {
 		return nil

@@ -120,6 +120,9 @@ func (c Config) withDefaults() Config {
 	if c.PoolSize == 0 {
 		c.PoolSize = 1
 	}
+	if c.PartBytes == 0 {
+		c.PartBytes = rings.DefaultPartBytes
+	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 5 * time.Second
 	}

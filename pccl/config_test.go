@@ -25,7 +25,7 @@ func TestPartBytes(t *testing.T) {
 	if got := WAN().PartBytes; got != rings.DefaultPartBytes {
 		t.Errorf("WAN preset: PartBytes %d, want %d", got, rings.DefaultPartBytes)
 	}
-	if got := (&Communicator{}).partBytes(); got != rings.DefaultPartBytes {
+	if got := (Config{}).withDefaults().PartBytes; got != rings.DefaultPartBytes {
 		t.Errorf("zero Config: part bytes %d, want %d", got, rings.DefaultPartBytes)
 	}
 }

@@ -738,7 +738,7 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 			ps[k].gather = take()
 		}
 	}
-	p := hv.plan(d.Count, d, c.partBytes(), c.site, fab, segs, ps)
+	p := hv.plan(d.Count, d, c.cfg.PartBytes, c.site, fab, segs, ps)
 	err = p.Execute(rctx, send, recv, commit)
 	if fab != nil {
 		c.site.account(fab)

@@ -14,10 +14,11 @@ import (
 // step, whose data is there from the start.
 //
 // Ownership: the sender goroutine reads src, work and backup and writes nsent; the receiver goroutine
-// writes work, scratch and backup and reads src; nsent is read only after the sender returned. A region of work is
-// written by the receiver before the sender reads it, ordered by a notice on ready. The owned chunk of
-// an all-gather is written (adopted) by the sender only. quit and cause belong to the goroutine in
-// execute: it closes quit and writes cause once, and reads cause only after both workers have returned.
+// writes work, scratch and backup and reads src; nsent is read only after the sender returned. A
+// region of work (or backup) is written by the receiver before the sender reads it, ordered by a
+// notice on ready. The owned chunk of an all-gather is written (adopted) by the sender only. quit and
+// cause belong to the goroutine in execute: it closes quit and writes cause once, and reads cause
+// only after both workers have returned.
 type run struct {
 	s       Stream
 	ret     Retainer // s, if it keeps payloads until acknowledged; nil otherwise

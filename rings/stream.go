@@ -36,10 +36,10 @@ type Stream interface {
 // working buffer (or the caller's send buffer) that was passed to Send as frame id until
 // AwaitAcked(id) returned nil, and call AwaitAcked for every frame they sent before they return, on
 // success and on failure; after a failure, once every such call has returned, an in-place all-reduce
-// puts the caller's original bytes back (see [Plan.Execute]). In return the Stream reads payload only until AwaitAcked(id) returns,
-// whatever it returns. A Send that returned an error keeps no reference to its payload. Sending an id
-// again (a later phase of a Plan on the same Stream) starts a new frame: AwaitAcked then refers to the
-// latest Send of that id.
+// puts the caller's original bytes back (see [Plan.Execute]). In return the Stream reads payload only
+// until AwaitAcked(id) returns, whatever it returns. A Send that returned an error keeps no reference
+// to its payload. Sending an id again (a later phase of a Plan on the same Stream) starts a new frame:
+// AwaitAcked then refers to the latest Send of that id.
 //
 // AwaitAcked is called from the goroutines that call Send and Recv, concurrently with both.
 type Retainer interface {

@@ -101,13 +101,16 @@ func main() {
 		}
 		// The default (16) applies where --ks has it; a pool size named on the command line must be
 		// one that is measured.
-		explicit := false
-		flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "ceiling-ks" })
-		for _, k := range o.ceilingKs {
-			if explicit && !slices.Contains(o.ks, k) {
-				fail(fmt.Errorf("--ceiling-ks: %d is not among --ks %s", k, ks))
+		flag.Visit(func(f *flag.Flag) {
+			if f.Name != "ceiling-ks" {
+				return
 			}
-		}
+			for _, k := range o.ceilingKs {
+				if !slices.Contains(o.ks, k) {
+					fail(fmt.Errorf("--ceiling-ks: %d is not among --ks %s", k, ks))
+				}
+			}
+		})
 	}
 	o.transports = strings.Split(trs, ",")
 	for _, name := range o.transports {
