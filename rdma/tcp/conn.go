@@ -11,35 +11,55 @@ import (
 	"github.com/concord-ccl/concord/rdma"
 )
 
-// conn is one end of a connection: a socket bound to a local NIC. Its writer goroutine owns writing to
-// the socket, its reader goroutine owns reading; both start when the socket is paired (attach). Fields
-// under mu are shared; downSent belongs to the event context.
+// Every connection is two sockets, its lanes. A lane carries the requests of one end (chunks and
+// probes) and, the other way, the other end's answers to them (acks and probe replies). So an ack
+// never waits in a socket buffer behind chunks that its sender is sending the other way: on a link
+// that carries data in both directions (two rings running opposite ways, say), a single socket would
+// hold each end's acks back by as many bytes as its send buffer holds, and the far end, waiting for
+// them to open its window, would leave its NIC idle. An RDMA completion does not queue behind data
+// either. The dialing end's requests go on lane 0, the accepting end's on lane 1.
+const lanes = 2
+
+// conn is one end of a connection: two sockets (lanes) bound to a local NIC. Per lane, a writer
+// goroutine owns writing to its socket and a reader goroutine owns reading; they start when the lane's
+// socket is paired (attach), and the connection is up once both are. Fields under mu are shared;
+// downSent belongs to the event context.
 type conn struct {
 	e    *Endpoint
 	spec rdma.ConnSpec
-	wake chan struct{} // capacity 1: tells the writer there is work or a failure
+	out  int                  // the lane this end's requests go on; its answers go on the other
+	wake [lanes]chan struct{} // capacity 1 each: tells a lane's writer there is work or a failure
 
-	mu     sync.Mutex
-	sock   net.Conn             // guarded by mu: set once dialed or paired
-	ctrl   []byte               // guarded by mu: queued acks, probes and probe replies, sent before chunks
-	chunks []rdma.Chunk         // guarded by mu: queued chunks, in order
-	probes map[uint64]time.Time // guarded by mu: probes sent and not answered, by id
-	err    error                // guarded by mu: why the connection failed; nil while it works
-	closed bool                 // guarded by mu: Close was called (no ConnDown then)
+	mu       sync.Mutex
+	socks    [lanes]net.Conn      // guarded by mu: set once dialed or paired
+	attached int                  // guarded by mu: lanes paired so far
+	probeOut []byte               // guarded by mu: queued probes, sent on the out lane before chunks
+	answers  []byte               // guarded by mu: queued acks and probe replies, for the in lane
+	chunks   []rdma.Chunk         // guarded by mu: queued chunks, in order
+	probes   map[uint64]time.Time // guarded by mu: probes sent and not answered, by id
+	err      error                // guarded by mu: why the connection failed; nil while it works
+	closed   bool                 // guarded by mu: Close was called (no ConnDown then)
 
 	downSent bool // event context only: ConnDown delivered, deliver nothing more
 }
 
 var _ rdma.Conn = (*conn)(nil)
 
-func newConn(e *Endpoint, spec rdma.ConnSpec) *conn {
-	return &conn{e: e, spec: spec, wake: make(chan struct{}, 1), probes: make(map[uint64]time.Time)}
+func newConn(e *Endpoint, spec rdma.ConnSpec, dialing bool) *conn {
+	c := &conn{e: e, spec: spec, probes: make(map[uint64]time.Time)}
+	if !dialing {
+		c.out = 1
+	}
+	for i := range c.wake {
+		c.wake[i] = make(chan struct{}, 1)
+	}
+	return c
 }
 
 // Spec returns the connection's spec from this end.
 func (c *conn) Spec() rdma.ConnSpec { return c.spec }
 
-// Send queues a chunk for the writer.
+// Send queues a chunk for the out lane's writer.
 func (c *conn) Send(ch rdma.Chunk) error {
 	if c.spec.Class == rdma.ProbeClass {
 		return rdma.ErrWrongClass
@@ -51,7 +71,7 @@ func (c *conn) Send(ch rdma.Chunk) error {
 	}
 	c.chunks = append(c.chunks, ch)
 	c.mu.Unlock()
-	c.signal()
+	c.signal(c.out)
 	return nil
 }
 
@@ -75,9 +95,9 @@ func (c *conn) Probe(id uint64) error {
 		return nil
 	}
 	c.probes[id] = time.Now()
-	c.ctrl = appendID(c.ctrl, kindProbe, id)
+	c.probeOut = appendID(c.probeOut, kindProbe, id)
 	c.mu.Unlock()
-	c.signal()
+	c.signal(c.out)
 	return nil
 }
 
@@ -90,9 +110,9 @@ func (c *conn) Close() error {
 	return nil
 }
 
-func (c *conn) signal() {
+func (c *conn) signal(lane int) {
 	select {
-	case c.wake <- struct{}{}:
+	case c.wake[lane] <- struct{}{}:
 	default:
 	}
 }
@@ -103,19 +123,19 @@ func (c *conn) isFailed() bool {
 	return c.err != nil
 }
 
-// setDialing records the socket being dialed, so that a failure meanwhile closes it. It reports false
-// when the connection already failed.
-func (c *conn) setDialing(sock net.Conn) bool {
+// setDialing records the socket being dialed for lane, so that a failure meanwhile closes it. It
+// reports false when the connection already failed.
+func (c *conn) setDialing(lane int, sock net.Conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
 		return false
 	}
-	c.sock = sock
+	c.socks[lane] = sock
 	return true
 }
 
-// fail records the first failure, closes the socket, drops the queues and reports ConnDown unless the
+// fail records the first failure, closes the sockets, drops the queues and reports ConnDown unless the
 // connection was closed by its owner or the endpoint.
 func (c *conn) fail(err error) {
 	c.mu.Lock()
@@ -124,14 +144,16 @@ func (c *conn) fail(err error) {
 		return
 	}
 	c.err = err
-	sock := c.sock
-	c.chunks, c.ctrl, c.probes = nil, nil, nil
+	socks := c.socks
+	c.chunks, c.probeOut, c.answers, c.probes = nil, nil, nil, nil
 	closed := c.closed
 	c.mu.Unlock()
-	if sock != nil {
-		sock.Close()
+	for lane, sock := range socks {
+		if sock != nil {
+			sock.Close()
+		}
+		c.signal(lane)
 	}
-	c.signal()
 	c.e.forget(c)
 	if !closed {
 		c.e.loop.post(func() {
@@ -143,33 +165,40 @@ func (c *conn) fail(err error) {
 	}
 }
 
-// attach takes the paired socket, answers the hello on the accepting end, reports ConnUp and starts the
-// reader and the writer.
-func (c *conn) attach(sock net.Conn, dialed bool) {
+// attach takes lane's paired socket, answers the hello on the accepting end and starts the lane's
+// reader and writer; once both lanes are attached it reports ConnUp. A lane's goroutines start at
+// once, so that the far end closing a lane while the other is still being paired fails the connection
+// rather than leaving it half open.
+func (c *conn) attach(lane int, sock net.Conn, dialed bool) {
+	if !dialed {
+		sock.SetWriteDeadline(time.Now().Add(c.e.cfg.ConnectTimeout))
+		if _, err := sock.Write(appendPrefix(nil, kindHelloAck, 0)); err != nil {
+			sock.Close()
+			c.fail(fmt.Errorf("tcp: %v: lane %d: helloAck: %w", c.spec, lane, err))
+			return
+		}
+		sock.SetWriteDeadline(time.Time{})
+	}
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
 		sock.Close()
 		return
 	}
-	c.sock = sock
+	c.socks[lane] = sock
+	c.attached++
+	up := c.attached == lanes
 	c.mu.Unlock()
-	if !dialed {
-		sock.SetWriteDeadline(time.Now().Add(c.e.cfg.ConnectTimeout))
-		if _, err := sock.Write(appendPrefix(nil, kindHelloAck, 0)); err != nil {
-			c.fail(fmt.Errorf("tcp: %v: helloAck: %w", c.spec, err))
-			return
-		}
-		sock.SetWriteDeadline(time.Time{})
+	if up {
+		c.e.loop.post(func() {
+			if !c.downSent {
+				c.e.loop.handler(rdma.ConnUp{Conn: c})
+			}
+		})
 	}
-	c.e.loop.post(func() {
-		if !c.downSent {
-			c.e.loop.handler(rdma.ConnUp{Conn: c})
-		}
-	})
 	c.e.wg.Add(2)
-	go c.write(sock)
-	go c.read(sock)
+	go c.write(lane, sock)
+	go c.read(lane, sock)
 }
 
 // deliver queues ev for the handler unless ConnDown was already delivered.
@@ -181,17 +210,28 @@ func (c *conn) deliver(ev rdma.Event) {
 	})
 }
 
-// write sends queued control frames first, then chunks in order, until the connection fails.
-func (c *conn) write(sock net.Conn) {
+// hasWork reports whether the out lane's writer (out) or the in lane's has frames queued. Call with mu
+// held.
+func (c *conn) hasWork(out bool) bool {
+	if out {
+		return len(c.probeOut) > 0 || len(c.chunks) > 0
+	}
+	return len(c.answers) > 0
+}
+
+// write sends lane's frames until the connection fails: on the out lane queued probes first, then
+// chunks in order; on the in lane the queued answers.
+func (c *conn) write(lane int, sock net.Conn) {
 	defer c.e.wg.Done()
+	out := lane == c.out
 	var ctrl []byte
 	head := make([]byte, 0, prefixLen+chunkHeadLen)
 	for {
 		c.mu.Lock()
-		for c.err == nil && len(c.ctrl) == 0 && len(c.chunks) == 0 {
+		for c.err == nil && !c.hasWork(out) {
 			c.mu.Unlock()
 			select {
-			case <-c.wake:
+			case <-c.wake[lane]:
 			case <-c.e.done:
 				return
 			}
@@ -203,9 +243,12 @@ func (c *conn) write(sock net.Conn) {
 		}
 		var chunk rdma.Chunk
 		hasChunk := false
-		if len(c.ctrl) > 0 {
-			ctrl, c.ctrl = c.ctrl, ctrl[:0]
-		} else {
+		switch {
+		case !out:
+			ctrl, c.answers = c.answers, ctrl[:0]
+		case len(c.probeOut) > 0:
+			ctrl, c.probeOut = c.probeOut, ctrl[:0]
+		default:
 			chunk, hasChunk = c.chunks[0], true
 			c.chunks[0] = rdma.Chunk{}
 			c.chunks = c.chunks[1:]
@@ -220,7 +263,7 @@ func (c *conn) write(sock net.Conn) {
 			_, err = sock.Write(ctrl)
 		}
 		if err != nil {
-			c.fail(fmt.Errorf("tcp: %v: write: %w", c.spec, c.e.errNICDown(c.spec.Local, err)))
+			c.fail(fmt.Errorf("tcp: %v: lane %d: write: %w", c.spec, lane, c.e.errNICDown(c.spec.Local, err)))
 			return
 		}
 	}
@@ -237,24 +280,36 @@ const recvBuffers = 4
 // read decodes frames until the connection fails. A chunk's data is read into a free buffer of the
 // connection's pool, acknowledged at once and delivered as an Arrived event; the buffer returns to the
 // pool when the handler has returned from that event.
-func (c *conn) read(sock net.Conn) {
+func (c *conn) read(lane int, sock net.Conn) {
 	defer c.e.wg.Done()
 	prefix := make([]byte, prefixLen)
 	body := make([]byte, helloLen)
-	free := make(chan []byte, recvBuffers)
-	for range recvBuffers {
-		free <- nil // allocated on first use, to the size of the first chunk read into it
+	var free chan []byte
+	if lane != c.out { // the in lane carries the peer's chunks
+		free = make(chan []byte, recvBuffers)
+		for range recvBuffers {
+			free <- nil // allocated on first use, to the size of the first chunk read into it
+		}
 	}
 	for {
-		err := c.readFrame(sock, prefix, body, free)
+		err := c.readFrame(lane, lane == c.out, sock, prefix, body, free)
 		if err != nil {
-			c.fail(fmt.Errorf("tcp: %v: read: %w", c.spec, c.e.errNICDown(c.spec.Local, err)))
+			c.fail(fmt.Errorf("tcp: %v: lane %d: read: %w", c.spec, lane, c.e.errNICDown(c.spec.Local, err)))
 			return
 		}
 	}
 }
 
-func (c *conn) readFrame(sock net.Conn, prefix, body []byte, free chan []byte) error {
+// laneCarries names what a lane brings in: answers on the out lane, requests on the in lane.
+func laneCarries(out bool) string {
+	if out {
+		return "acks and probe replies"
+	}
+	return "chunks and probes"
+}
+
+// readFrame reads one frame from a lane: answers on the out lane, requests on the in lane.
+func (c *conn) readFrame(lane int, out bool, sock net.Conn, prefix, body []byte, free chan []byte) error {
 	if _, err := io.ReadFull(sock, prefix); err != nil {
 		return err
 	}
@@ -271,6 +326,9 @@ func (c *conn) readFrame(sock net.Conn, prefix, body []byte, free chan []byte) e
 	var f frame
 	if err := decodeBody(kind, body[:n], &f); err != nil {
 		return err
+	}
+	if answer := kind == kindAck || kind == kindProbeReply; answer != out {
+		return fmt.Errorf("%w: kind %d on lane %d, which carries only %s", errFrame, kind, lane, laneCarries(out))
 	}
 	switch kind {
 	case kindChunk:
@@ -300,11 +358,11 @@ func (c *conn) readFrame(sock net.Conn, prefix, body []byte, free chan []byte) e
 			}
 			free <- buf
 		})
-		c.queueCtrl(func(b []byte) []byte { return appendAck(b, f.Tag, f.Seq) })
+		c.answer(func(b []byte) []byte { return appendAck(b, f.Tag, f.Seq) })
 	case kindAck:
 		c.deliver(rdma.Completed{Conn: c, Tag: f.Tag, Seq: f.Seq})
 	case kindProbe:
-		c.queueCtrl(func(b []byte) []byte { return appendID(b, kindProbeReply, f.ID) })
+		c.answer(func(b []byte) []byte { return appendID(b, kindProbeReply, f.ID) })
 	case kindProbeReply:
 		c.mu.Lock()
 		sent, ok := c.probes[f.ID]
@@ -319,14 +377,15 @@ func (c *conn) readFrame(sock net.Conn, prefix, body []byte, free chan []byte) e
 	return nil
 }
 
-// queueCtrl appends a control frame for the writer, unless the connection failed.
-func (c *conn) queueCtrl(add func([]byte) []byte) {
+// answer appends an answer (an ack or a probe reply) for the in lane's writer, unless the connection
+// failed.
+func (c *conn) answer(add func([]byte) []byte) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
 		return
 	}
-	c.ctrl = add(c.ctrl)
+	c.answers = add(c.answers)
 	c.mu.Unlock()
-	c.signal()
+	c.signal(1 - c.out)
 }

@@ -16,18 +16,22 @@
 //
 // # Message flow
 //
-// Of the two nodes of a connection, the one with the smaller id dials the peer NIC's listen address
-// and sends a hello (its node, the target node, both NICs, class and index); the acceptor pairs the
-// socket with its own Connect of the mirrored spec (parking it until that call comes) and answers
-// helloAck. Both ends then report ConnUp. On the socket, chunk frames carry (tag, seq, data); the
-// receiver reads each whole into one of a few buffers of the connection, queues it for its handler as
-// an Arrived event and sends an ack at once, which the sender reports as Completed: the ack means the
-// chunk is in the receiver's memory, as an RDMA completion does, not that the handler ran. When every
-// buffer waits for the handler, the reader stops and TCP flow control holds the sender back. Probe
-// connections carry probe and probeReply frames
-// only. Each connection has a writer goroutine, which sends acks and probes before any queued chunk,
-// and a reader goroutine; events go through the endpoint's one event goroutine. The frame layout is in
-// wire.go.
+// A connection is two sockets, its lanes: each carries one end's requests (chunks, probes) and, the
+// other way, the other end's answers (acks, probe replies). An ack thus never waits in a socket buffer
+// behind chunks its sender sends the other way, as an RDMA completion never waits behind data; on a
+// link loaded both ways a single socket would delay acks by a whole send buffer and idle the far end's
+// window. Of the two nodes, the one with the smaller id dials both lanes to the peer NIC's listen
+// address, one after the other, each with a hello (its node, the target node, both NICs, class, index
+// and lane); the acceptor pairs each socket with its own Connect of the mirrored spec (parking it until
+// that call comes) and answers helloAck. Both ends report ConnUp once both lanes are paired. Chunk
+// frames carry (tag, seq, data); the receiver reads each whole into one of a few buffers of the
+// connection, queues it for its handler as an Arrived event and sends an ack at once, which the sender
+// reports as Completed: the ack means the chunk is in the receiver's memory, as an RDMA completion
+// does, not that the handler ran. When every buffer waits for the handler, the reader stops and TCP
+// flow control holds the sender back. Probe connections carry probe and probeReply frames only. Each
+// lane has a writer goroutine (on the request lane probes go before queued chunks) and a reader
+// goroutine; a frame on the wrong lane fails the connection. Events go through the endpoint's one
+// event goroutine. The frame layout is in wire.go.
 //
 // # Namespaces
 //

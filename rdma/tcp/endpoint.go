@@ -19,24 +19,25 @@ import (
 	"github.com/concord-ccl/concord/rdma"
 )
 
-// pairKey identifies a connection at its acceptor: the peer, this node's NIC, the peer's NIC, class and
-// index.
+// pairKey identifies one lane of a connection at its acceptor: the peer, this node's NIC, the peer's
+// NIC, class, index and lane.
 type pairKey struct {
 	peer          rdma.NodeID
 	local, remote rdma.NICID
 	class         rdma.Class
 	index         uint32
+	lane          uint8
 }
 
-func keyOf(s rdma.ConnSpec) pairKey {
-	return pairKey{s.Peer, s.Local, s.Remote, s.Class, s.Index}
+func keyOf(s rdma.ConnSpec, lane int) pairKey {
+	return pairKey{s.Peer, s.Local, s.Remote, s.Class, s.Index, uint8(lane)}
 }
 
 // Endpoint is a node's access to the tcp fabric: one listening socket per NIC, bound to the NIC's
 // address and interface, and a link-state watch on the NICs' interfaces. It implements rdma.Endpoint.
 //
 // Goroutines: one accept loop per NIC, the link watch, the event loop, and per connection a dialer
-// (dialing end, until the connection is up), a reader and a writer. Close stops them all.
+// (dialing end, until both lanes are up) and a reader and a writer per lane. Close stops them all.
 type Endpoint struct {
 	cfg   Config
 	nics  []rdma.NIC
@@ -53,8 +54,8 @@ type Endpoint struct {
 	peers   map[rdma.NodeID][]netip.AddrPort // guarded by mu
 	health  []rdma.Health                    // guarded by mu
 	conns   map[*conn]struct{}               // guarded by mu: every connection not yet failed or closed
-	pending map[pairKey]*conn                // guarded by mu: accepting connections still without a socket
-	parked  map[pairKey]net.Conn             // guarded by mu: accepted sockets still without a Connect
+	pending map[pairKey]*conn                // guarded by mu: accepting connections' lanes still without a socket
+	parked  map[pairKey]net.Conn             // guarded by mu: accepted lanes still without a Connect
 	regions map[uint64]*rdma.Region          // guarded by mu
 	nextKey uint64                           // guarded by mu
 	closed  bool                             // guarded by mu
@@ -305,10 +306,10 @@ func (e *Endpoint) Connect(spec rdma.ConnSpec) (rdma.Conn, error) {
 			return nil, fmt.Errorf("tcp: connect %v: no address for the peer's NIC: %w", spec, rdma.ErrInvalid)
 		}
 		target = addrs[spec.Remote]
-	} else if _, dup := e.pending[keyOf(spec)]; dup {
+	} else if _, dup := e.pending[keyOf(spec, 0)]; dup {
 		return nil, fmt.Errorf("tcp: connect %v: already connecting: %w", spec, rdma.ErrInvalid)
 	}
-	c := newConn(e, spec)
+	c := newConn(e, spec, dialing)
 	e.conns[c] = struct{}{}
 	if e.health[spec.Local] != rdma.Healthy {
 		e.wg.Add(1)
@@ -323,31 +324,40 @@ func (e *Endpoint) Connect(spec rdma.ConnSpec) (rdma.Conn, error) {
 		go e.dial(c, target)
 		return c, nil
 	}
-	if sock, ok := e.parked[keyOf(spec)]; ok {
-		delete(e.parked, keyOf(spec))
+	for lane := range lanes {
+		k := keyOf(spec, lane)
+		sock, ok := e.parked[k]
+		if !ok {
+			e.pending[k] = c
+			continue
+		}
+		delete(e.parked, k)
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			c.attach(sock, false)
+			c.attach(lane, sock, false)
 		}()
-		return c, nil
 	}
-	e.pending[keyOf(spec)] = c
 	return c, nil
 }
 
-// dial connects c's socket, retrying while the peer refuses or drops it, until ConnectTimeout.
+// dial connects c's sockets, one lane after the other, retrying while the peer refuses or drops them,
+// until ConnectTimeout.
 func (e *Endpoint) dial(c *conn, target netip.AddrPort) {
 	defer e.wg.Done()
 	nic := e.cfg.NICs[c.spec.Local]
 	deadline := time.Now().Add(e.cfg.ConnectTimeout)
 	backoff := 5 * time.Millisecond
 	var last error
+	lane := 0
 	for time.Now().Before(deadline) {
-		sock, err := e.dialOnce(c, nic, target, deadline)
+		sock, err := e.dialOnce(c, lane, nic, target, deadline)
 		if err == nil {
-			c.attach(sock, true)
-			return
+			c.attach(lane, sock, true)
+			if lane++; lane == lanes {
+				return
+			}
+			continue
 		}
 		last = err
 		if c.isFailed() {
@@ -367,8 +377,9 @@ func (e *Endpoint) dial(c *conn, target netip.AddrPort) {
 	c.fail(fmt.Errorf("tcp: %v: dial %v: %w", c.spec, target, last))
 }
 
-// dialOnce dials target from the NIC, sends the hello and waits for the acceptor's helloAck.
-func (e *Endpoint) dialOnce(c *conn, nic NICConfig, target netip.AddrPort, deadline time.Time) (net.Conn, error) {
+// dialOnce dials lane's socket to target from the NIC, sends the hello and waits for the acceptor's
+// helloAck.
+func (e *Endpoint) dialOnce(c *conn, lane int, nic NICConfig, target netip.AddrPort, deadline time.Time) (net.Conn, error) {
 	d := net.Dialer{
 		LocalAddr:       net.TCPAddrFromAddrPort(netip.AddrPortFrom(nic.Addr, 0)),
 		Deadline:        deadline,
@@ -384,14 +395,14 @@ func (e *Endpoint) dialOnce(c *conn, nic NICConfig, target netip.AddrPort, deadl
 	if err != nil {
 		return nil, err
 	}
-	if !c.setDialing(sock) { // closed meanwhile
+	if !c.setDialing(lane, sock) { // closed meanwhile
 		sock.Close()
 		return nil, rdma.ErrClosed
 	}
 	defer context.AfterFunc(e.ctx, func() { sock.Close() })() // Close ends the handshake
 	sock.SetDeadline(deadline)
 	h := hello{Version: version, From: e.cfg.Node, To: c.spec.Peer, FromNIC: c.spec.Local, ToNIC: c.spec.Remote,
-		Class: c.spec.Class, Index: c.spec.Index}
+		Class: c.spec.Class, Index: c.spec.Index, Lane: uint8(lane)}
 	if _, err := sock.Write(appendHello(nil, h)); err != nil {
 		sock.Close()
 		return nil, err
@@ -444,12 +455,12 @@ func (e *Endpoint) greet(nic rdma.NICID, sock net.Conn) {
 	f, _, err := decodeFrame(buf, 0)
 	h := f.Hello
 	if err != nil || f.Kind != kindHello || h.Version != version || h.To != e.cfg.Node || h.ToNIC != nic ||
-		h.From == e.cfg.Node {
+		h.From == e.cfg.Node || int(h.Lane) >= lanes {
 		sock.Close()
 		return
 	}
 	sock.SetReadDeadline(time.Time{})
-	key := pairKey{peer: h.From, local: h.ToNIC, remote: h.FromNIC, class: h.Class, index: h.Index}
+	key := pairKey{peer: h.From, local: h.ToNIC, remote: h.FromNIC, class: h.Class, index: h.Index, lane: h.Lane}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -467,7 +478,7 @@ func (e *Endpoint) greet(nic rdma.NICID, sock net.Conn) {
 	}
 	e.mu.Unlock()
 	if ok {
-		c.attach(sock, false)
+		c.attach(int(h.Lane), sock, false)
 	}
 }
 
@@ -476,8 +487,10 @@ func (e *Endpoint) forget(c *conn) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.conns, c)
-	if e.pending[keyOf(c.spec)] == c {
-		delete(e.pending, keyOf(c.spec))
+	for lane := range lanes {
+		if e.pending[keyOf(c.spec, lane)] == c {
+			delete(e.pending, keyOf(c.spec, lane))
+		}
 	}
 }
 

@@ -156,12 +156,13 @@ func TestChunksAndAcksOnEveryNIC(t *testing.T) {
 				node int
 				peer int
 			}{{ca, i, (i + 1) % len(nodes)}, {cb, (i + 1) % len(nodes), i}} {
-				sock := side.c.(*conn).sock
-				if got := sock.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); got != netlab.Addr(side.node, r) {
-					t.Errorf("node %d nic%d: local address %v, want %v", side.node, r, got, netlab.Addr(side.node, r))
-				}
-				if got := sock.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(); got != netlab.Addr(side.peer, r) {
-					t.Errorf("node %d nic%d: remote address %v, want %v", side.node, r, got, netlab.Addr(side.peer, r))
+				for lane, sock := range side.c.(*conn).socks {
+					if got := sock.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); got != netlab.Addr(side.node, r) {
+						t.Errorf("node %d nic%d lane %d: local address %v, want %v", side.node, r, lane, got, netlab.Addr(side.node, r))
+					}
+					if got := sock.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(); got != netlab.Addr(side.peer, r) {
+						t.Errorf("node %d nic%d lane %d: remote address %v, want %v", side.node, r, lane, got, netlab.Addr(side.peer, r))
+					}
 				}
 			}
 			// Both directions at once; each side checks arrivals in order and completions in order.
@@ -487,5 +488,49 @@ func TestChunksCompleteOnArrival(t *testing.T) {
 		if got.Tag != 7 || got.Seq != uint64(seq) || !bytes.Equal(got.Data, payload(seq)) {
 			t.Fatalf("arrival %d: tag %d seq %d, %d bytes starting %v", seq, got.Tag, got.Seq, len(got.Data), got.Data[:1])
 		}
+	}
+}
+
+// TestFrameOnTheWrongLaneFailsTheConnection writes a chunk on the lane that brings the dialer its
+// answers: the dialer fails the connection with a malformed-frame error, and the acceptor learns it
+// from its socket.
+func TestFrameOnTheWrongLaneFailsTheConnection(t *testing.T) {
+	_, nodes := newCluster(t, 2, 1)
+	a, b := nodes[0], nodes[1]
+	ca, cb := connect(t, a, b, rdma.ConnSpec{Class: rdma.DataClass})
+	answers := ca.(*conn).out // the dialer's request lane: the acceptor writes only answers on it
+	if answers != 0 || cb.(*conn).out != 1 {
+		t.Fatalf("request lanes: dialer %d, acceptor %d; want 0 and 1", answers, cb.(*conn).out)
+	}
+	frame := append(appendChunkHead(nil, 3, 4, 5), "stray"...)
+	cb.(*conn).mu.Lock()
+	sock := cb.(*conn).socks[answers]
+	cb.(*conn).mu.Unlock()
+	if _, err := sock.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	down := a.next(t, "ConnDown after a chunk on the answers lane", isConnDown(ca)).(rdma.ConnDown)
+	if !errors.Is(down.Err, errFrame) {
+		t.Errorf("dialer's ConnDown: %v, want errFrame", down.Err)
+	}
+	b.next(t, "the acceptor's ConnDown", isConnDown(cb))
+	if err := ca.Send(rdma.Chunk{Data: []byte("x")}); !errors.Is(err, rdma.ErrClosed) {
+		t.Errorf("Send after the failure: %v, want ErrClosed", err)
+	}
+}
+
+// TestEitherLaneClosingFailsTheConnection closes one socket of a connection under it, each lane in
+// turn: both ends report ConnDown, so a connection is never left working on one lane.
+func TestEitherLaneClosingFailsTheConnection(t *testing.T) {
+	_, nodes := newCluster(t, 2, 1)
+	a, b := nodes[0], nodes[1]
+	for lane := range lanes {
+		ca, cb := connect(t, a, b, rdma.ConnSpec{Class: rdma.DataClass, Index: uint32(lane)})
+		cb.(*conn).mu.Lock()
+		sock := cb.(*conn).socks[lane]
+		cb.(*conn).mu.Unlock()
+		sock.Close()
+		a.next(t, fmt.Sprintf("the dialer's ConnDown after lane %d closed", lane), isConnDown(ca))
+		b.next(t, fmt.Sprintf("the acceptor's ConnDown after lane %d closed", lane), isConnDown(cb))
 	}
 }

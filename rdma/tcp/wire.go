@@ -11,7 +11,7 @@ import (
 // Frames on a connection's socket: a 4-byte big-endian length of what follows, one kind byte, then the
 // kind's body. Only a chunk's body has a variable part (its data); every other body has a fixed size.
 //
-//	hello       version u8, from u32, to u32, fromNIC u16, toNIC u16, class u8, index u32
+//	hello       version u8, from u32, to u32, fromNIC u16, toNIC u16, class u8, index u32, lane u8
 //	helloAck    (empty): the acceptor paired the socket with its Connect
 //	chunk       tag u32, seq u64, data
 //	ack         tag u32, seq u64: the chunk was read whole into the receiver's memory
@@ -26,13 +26,14 @@ const (
 	kindProbeReply
 )
 
-// version is the protocol version sent in hello; a peer with another version is refused.
-const version = 1
+// version is the protocol version sent in hello; a peer with another version is refused. Version 2
+// has two sockets per connection (the lane in hello).
+const version = 2
 
 // Sizes of the fixed parts.
 const (
 	prefixLen    = 5 // length u32 + kind u8
-	helloLen     = 1 + 4 + 4 + 2 + 2 + 1 + 4
+	helloLen     = 1 + 4 + 4 + 2 + 2 + 1 + 4 + 1
 	chunkHeadLen = 4 + 8
 	ackLen       = 4 + 8
 	idLen        = 8
@@ -41,7 +42,8 @@ const (
 // errFrame reports a malformed frame; the connection that carried it is failed.
 var errFrame = errors.New("tcp: malformed frame")
 
-// hello opens every socket: the dialer names itself, the acceptor, and the connection it is for.
+// hello opens every socket: the dialer names itself, the acceptor, the connection it is for and which
+// of its two sockets this is (see [lane]).
 type hello struct {
 	Version uint8
 	From    rdma.NodeID
@@ -50,6 +52,7 @@ type hello struct {
 	ToNIC   rdma.NICID
 	Class   rdma.Class
 	Index   uint32
+	Lane    uint8
 }
 
 // frame is one decoded frame. Which fields mean something depends on Kind.
@@ -95,7 +98,8 @@ func appendHello(b []byte, h hello) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(h.FromNIC))
 	b = binary.BigEndian.AppendUint16(b, uint16(h.ToNIC))
 	b = append(b, byte(h.Class))
-	return binary.BigEndian.AppendUint32(b, h.Index)
+	b = binary.BigEndian.AppendUint32(b, h.Index)
+	return append(b, h.Lane)
 }
 
 // appendChunkHead appends the prefix and head of a chunk frame carrying n bytes of data; the data
@@ -140,6 +144,7 @@ func decodeBody(kind byte, body []byte, f *frame) error {
 			ToNIC:   rdma.NICID(binary.BigEndian.Uint16(body[11:])),
 			Class:   rdma.Class(body[13]),
 			Index:   binary.BigEndian.Uint32(body[14:]),
+			Lane:    body[18],
 		}
 	case kindChunk, kindAck:
 		f.Tag = binary.BigEndian.Uint32(body)

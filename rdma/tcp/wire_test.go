@@ -9,7 +9,7 @@ import (
 )
 
 func TestFramesRoundTrip(t *testing.T) {
-	h := hello{Version: version, From: 7, To: 9, FromNIC: 3, ToNIC: 1, Class: rdma.ProbeClass, Index: 42}
+	h := hello{Version: version, From: 7, To: 9, FromNIC: 3, ToNIC: 1, Class: rdma.ProbeClass, Index: 42, Lane: 1}
 	var b []byte
 	b = appendHello(b, h)
 	b = appendPrefix(b, kindHelloAck, 0)
@@ -64,7 +64,7 @@ func TestDecodeRejectsMalformedFrames(t *testing.T) {
 }
 
 func FuzzDecodeFrame(f *testing.F) {
-	f.Add(appendHello(nil, hello{Version: 1, From: 1, To: 2}))
+	f.Add(appendHello(nil, hello{Version: version, From: 1, To: 2, Lane: 1}))
 	f.Add(append(appendChunkHead(nil, 1, 2, 3), "abc"...))
 	f.Add(appendAck(nil, 1, 2))
 	f.Add(appendID(nil, kindProbe, 3))
