@@ -165,20 +165,13 @@ func (c *conn) fail(err error) {
 	}
 }
 
-// attach takes lane's paired socket, answers the hello on the accepting end and starts the lane's
-// reader and writer; once both lanes are attached it reports ConnUp. A lane's goroutines start at
-// once, so that the far end closing a lane while the other is still being paired fails the connection
-// rather than leaving it half open.
+// attach takes lane's paired socket, reports ConnUp once both lanes are attached, answers the hello on
+// the accepting end and starts the lane's reader and writer. A writer holds its end's chunks and
+// probes back until both lanes are attached, so every Arrived follows ConnUp: the acceptor queues
+// ConnUp before its second helloAck leaves, and the dialer starts reading its in lane only after
+// queueing its own. A lane's reader starts at once, so that the far end closing a lane while the
+// other is still being paired fails the connection rather than leaving it half open.
 func (c *conn) attach(lane int, sock net.Conn, dialed bool) {
-	if !dialed {
-		sock.SetWriteDeadline(time.Now().Add(c.e.cfg.ConnectTimeout))
-		if _, err := sock.Write(appendPrefix(nil, kindHelloAck, 0)); err != nil {
-			sock.Close()
-			c.fail(fmt.Errorf("tcp: %v: lane %d: helloAck: %w", c.spec, lane, err))
-			return
-		}
-		sock.SetWriteDeadline(time.Time{})
-	}
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -195,6 +188,17 @@ func (c *conn) attach(lane int, sock net.Conn, dialed bool) {
 				c.e.loop.handler(rdma.ConnUp{Conn: c})
 			}
 		})
+		for l := range lanes {
+			c.signal(l)
+		}
+	}
+	if !dialed {
+		sock.SetWriteDeadline(time.Now().Add(c.e.cfg.ConnectTimeout))
+		if _, err := sock.Write(appendPrefix(nil, kindHelloAck, 0)); err != nil {
+			c.fail(fmt.Errorf("tcp: %v: lane %d: helloAck: %w", c.spec, lane, err))
+			return
+		}
+		sock.SetWriteDeadline(time.Time{})
 	}
 	c.e.wg.Add(2)
 	go c.write(lane, sock)
@@ -210,11 +214,11 @@ func (c *conn) deliver(ev rdma.Event) {
 	})
 }
 
-// hasWork reports whether the out lane's writer (out) or the in lane's has frames queued. Call with mu
-// held.
+// hasWork reports whether the out lane's writer (out) or the in lane's has frames to send: the out
+// lane's wait until both lanes are attached. Call with mu held.
 func (c *conn) hasWork(out bool) bool {
 	if out {
-		return len(c.probeOut) > 0 || len(c.chunks) > 0
+		return c.attached == lanes && (len(c.probeOut) > 0 || len(c.chunks) > 0)
 	}
 	return len(c.answers) > 0
 }
