@@ -62,10 +62,11 @@ func TestOptimizeTopologyGroupsSites(t *testing.T) {
 	g.srv.ForceRing(worst) // applied at the next OptimizeTopology
 	before := worst
 	// The measurements run in real time on a shared machine, so a noisy round may leave the ring as
-	// it was; the sites must be grouped within three rounds (the first usually only measures, and the
+	// it was (under the race detector, beside other packages' tests, a round has measured some links
+	// as zero); the sites must be grouped within six rounds (the first usually only measures, and the
 	// background search's better ring applies at the next one).
 	var ring []uint64
-	for range 3 {
+	for range 6 {
 		optimize()
 		ring = comms[0].Ring()
 		if crossingsOf(ring, siteOfIDs(comms, hosts, site)) == 2 {
