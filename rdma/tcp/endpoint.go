@@ -306,8 +306,12 @@ func (e *Endpoint) Connect(spec rdma.ConnSpec) (rdma.Conn, error) {
 			return nil, fmt.Errorf("tcp: connect %v: no address for the peer's NIC: %w", spec, rdma.ErrInvalid)
 		}
 		target = addrs[spec.Remote]
-	} else if _, dup := e.pending[keyOf(spec, 0)]; dup {
-		return nil, fmt.Errorf("tcp: connect %v: already connecting: %w", spec, rdma.ErrInvalid)
+	} else {
+		for lane := range lanes {
+			if _, dup := e.pending[keyOf(spec, lane)]; dup {
+				return nil, fmt.Errorf("tcp: connect %v: already connecting: %w", spec, rdma.ErrInvalid)
+			}
+		}
 	}
 	c := newConn(e, spec, dialing)
 	e.conns[c] = struct{}{}

@@ -534,3 +534,41 @@ func TestEitherLaneClosingFailsTheConnection(t *testing.T) {
 		b.next(t, fmt.Sprintf("the acceptor's ConnDown after lane %d closed", lane), isConnDown(cb))
 	}
 }
+
+// TestSecondAcceptingConnectIsRefused opens the accepting end of the same spec twice before the dialer
+// comes: the second call is refused, and the first still pairs with the dialer's two lanes.
+func TestSecondAcceptingConnectIsRefused(t *testing.T) {
+	_, nodes := newCluster(t, 2, 1)
+	a, b := nodes[0], nodes[1]
+	spec := rdma.ConnSpec{Peer: a.ep.Node(), Class: rdma.DataClass}
+	cb, err := b.ep.Connect(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ep.Connect(spec); !errors.Is(err, rdma.ErrInvalid) {
+		t.Fatalf("second Connect of %v: %v, want ErrInvalid", spec, err)
+	}
+	ca, err := a.ep.Connect(rdma.ConnSpec{Peer: b.ep.Node(), Class: rdma.DataClass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, side := range []struct {
+		n *node
+		c rdma.Conn
+	}{{a, ca}, {b, cb}} {
+		side.n.next(t, "ConnUp", func(ev rdma.Event) bool {
+			up, ok := ev.(rdma.ConnUp)
+			return ok && up.Conn == side.c
+		})
+	}
+	if err := ca.Send(rdma.Chunk{Tag: 1, Seq: 2, Data: []byte("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	got := b.next(t, "Arrived", func(ev rdma.Event) bool {
+		ar, ok := ev.(rdma.Arrived)
+		return ok && ar.Conn == cb
+	}).(rdma.Arrived)
+	if got.Tag != 1 || got.Seq != 2 || string(got.Data) != "hello" {
+		t.Errorf("arrived tag %d seq %d %q", got.Tag, got.Seq, got.Data)
+	}
+}
