@@ -43,10 +43,10 @@ const evenBlocks = 1e-3
 // secondRingMargin is how much cheaper in the model a pair of rings must be than the single ring to
 // be chosen. The pair's blocks are more uneven and its pieces more numerous. On the netns testbed
 // (bench/schedules, 4 nodes × 4 NICs), with one NIC down, its modelled 4.5% gain (9/22 against 3/7)
-// does not show: 2.40–2.51 s against the single ring's 2.39–2.49 s. For two neighbouring nodes on
-// different rails its 10% (9/20 against 1/2) does: 2.54–2.66 s against Balance's 2.75–2.92 s, at
-// 1.05–1.10× its model (1.11–1.22× while a tcp connection was one socket, its acks queued behind the
-// chunks going the other way).
+// does not show: best calls of 2.40 and 2.51 s in two runs against the single ring's 2.39 and 2.41 s.
+// For two neighbouring nodes on different rails its 10% (9/20 against 1/2) does: 2.54–2.67 s against
+// Balance's 2.73–2.82 s, 1.05–1.10× its model (1.11–1.22× while a tcp connection was one socket, its
+// acks queued behind the chunks going the other way).
 const secondRingMargin = 0.06
 
 // costWeighted returns the cheapest of the single weighted ring over o, the pair of weighted rings
