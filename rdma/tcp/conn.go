@@ -11,13 +11,10 @@ import (
 	"github.com/concord-ccl/concord/rdma"
 )
 
-// Every connection is two sockets, its lanes. A lane carries the requests of one end (chunks and
-// probes) and, the other way, the other end's answers to them (acks and probe replies). So an ack
-// never waits in a socket buffer behind chunks that its sender is sending the other way: on a link
-// that carries data in both directions (two rings running opposite ways, say), a single socket would
-// hold each end's acks back by as many bytes as its send buffer holds, and the far end, waiting for
-// them to open its window, would leave its NIC idle. An RDMA completion does not queue behind data
-// either. The dialing end's requests go on lane 0, the accepting end's on lane 1.
+// lanes is how many sockets a connection has: one carries this end's requests (chunks, probes) and
+// the other end's answers (acks, probe replies) back, the other the reverse, so that an ack never
+// waits behind chunks going the other way (see the package doc). The dialing end's requests go on
+// lane 0, the accepting end's on lane 1.
 const lanes = 2
 
 // conn is one end of a connection: two sockets (lanes) bound to a local NIC. Per lane, a writer

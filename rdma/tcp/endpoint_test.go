@@ -115,24 +115,33 @@ func connect(t *testing.T, a, b *node, spec rdma.ConnSpec) (rdma.Conn, rdma.Conn
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, side := range []struct {
-		n *node
-		c rdma.Conn
-	}{{a, ca}, {b, cb}} {
-		ev := side.n.next(t, "ConnUp for "+side.c.Spec().String(), func(ev rdma.Event) bool {
-			switch ev := ev.(type) {
-			case rdma.ConnUp:
-				return ev.Conn == side.c
-			case rdma.ConnDown:
-				if ev.Conn == side.c {
-					t.Fatalf("node %d: %v: %v", side.n.ep.Node(), ev.Conn.Spec(), ev.Err)
-				}
-			}
-			return false
-		})
-		_ = ev
-	}
+	awaitUp(t, a, ca)
+	awaitUp(t, b, cb)
 	return ca, cb
+}
+
+// awaitUp waits for n's ConnUp of c and fails the test on its ConnDown.
+func awaitUp(t *testing.T, n *node, c rdma.Conn) {
+	t.Helper()
+	n.next(t, "ConnUp for "+c.Spec().String(), func(ev rdma.Event) bool {
+		switch ev := ev.(type) {
+		case rdma.ConnUp:
+			return ev.Conn == c
+		case rdma.ConnDown:
+			if ev.Conn == c {
+				t.Fatalf("node %d: %v: %v", n.ep.Node(), ev.Conn.Spec(), ev.Err)
+			}
+		}
+		return false
+	})
+}
+
+// laneSocket returns c's socket of the given lane.
+func laneSocket(c rdma.Conn, lane int) net.Conn {
+	cc := c.(*conn)
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.socks[lane]
 }
 
 func isConnDown(c rdma.Conn) func(rdma.Event) bool {
@@ -156,7 +165,8 @@ func TestChunksAndAcksOnEveryNIC(t *testing.T) {
 				node int
 				peer int
 			}{{ca, i, (i + 1) % len(nodes)}, {cb, (i + 1) % len(nodes), i}} {
-				for lane, sock := range side.c.(*conn).socks {
+				for lane := range lanes {
+					sock := laneSocket(side.c, lane)
 					if got := sock.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); got != netlab.Addr(side.node, r) {
 						t.Errorf("node %d nic%d lane %d: local address %v, want %v", side.node, r, lane, got, netlab.Addr(side.node, r))
 					}
@@ -503,10 +513,7 @@ func TestFrameOnTheWrongLaneFailsTheConnection(t *testing.T) {
 		t.Fatalf("request lanes: dialer %d, acceptor %d; want 0 and 1", answers, cb.(*conn).out)
 	}
 	frame := append(appendChunkHead(nil, 3, 4, 5), "stray"...)
-	cb.(*conn).mu.Lock()
-	sock := cb.(*conn).socks[answers]
-	cb.(*conn).mu.Unlock()
-	if _, err := sock.Write(frame); err != nil {
+	if _, err := laneSocket(cb, answers).Write(frame); err != nil {
 		t.Fatal(err)
 	}
 	down := a.next(t, "ConnDown after a chunk on the answers lane", isConnDown(ca)).(rdma.ConnDown)
@@ -526,10 +533,7 @@ func TestEitherLaneClosingFailsTheConnection(t *testing.T) {
 	a, b := nodes[0], nodes[1]
 	for lane := range lanes {
 		ca, cb := connect(t, a, b, rdma.ConnSpec{Class: rdma.DataClass, Index: uint32(lane)})
-		cb.(*conn).mu.Lock()
-		sock := cb.(*conn).socks[lane]
-		cb.(*conn).mu.Unlock()
-		sock.Close()
+		laneSocket(cb, lane).Close()
 		a.next(t, fmt.Sprintf("the dialer's ConnDown after lane %d closed", lane), isConnDown(ca))
 		b.next(t, fmt.Sprintf("the acceptor's ConnDown after lane %d closed", lane), isConnDown(cb))
 	}
@@ -552,15 +556,8 @@ func TestSecondAcceptingConnectIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, side := range []struct {
-		n *node
-		c rdma.Conn
-	}{{a, ca}, {b, cb}} {
-		side.n.next(t, "ConnUp", func(ev rdma.Event) bool {
-			up, ok := ev.(rdma.ConnUp)
-			return ok && up.Conn == side.c
-		})
-	}
+	awaitUp(t, a, ca)
+	awaitUp(t, b, cb)
 	if err := ca.Send(rdma.Chunk{Tag: 1, Seq: 2, Data: []byte("hello")}); err != nil {
 		t.Fatal(err)
 	}
