@@ -29,6 +29,18 @@ import (
 // in opposite directions reach the bound, 3/7, where Balance and a single weighted ring both need 1/2.
 // The model pools each node's NICs, as costBalance does; the runtime prices the plan on its rails.
 //
+// A ring ties each node's load to its neighbours' blocks, so it cannot load every node in proportion
+// to its bandwidth. A mesh can: if every node sends its input for each other node's share straight to
+// that owner and gets the result straight back, node u sends (and receives) 1 + (n−2)·O_u, which the
+// same kind of program sizes to the bound on both cases above (at X = 0.25 the degraded node owns
+// 1/10, the others 3/10 each). There is no such schedule here because it did not run faster: built
+// on the Node's paths (a path per pair and rail, each owner folding its inputs in a fixed order), it
+// ran at 1.01–1.13× the bound on the simulator, but its calls took 2.70–4.22 s on the netns testbed
+// (bench/schedules' two cases above, 256 MiB, four runs; bounds 2.15 and 2.30 s) against the
+// weighted rings' 2.56–3.20 s in the same runs: a NIC carrying several pairs' flows shares itself
+// evenly among them, and an owner whose slowest input trickles in leaves its results, and its NICs,
+// waiting.
+//
 // A node with g ranks scales the node-level volume 2(n−1)/n to the flat ring's 2(ng−1)/(ng), so that
 // with equal blocks the estimate is Balance's.
 
