@@ -206,6 +206,8 @@ type peerState struct {
 	done   peerEvent
 	abort  peerEvent
 	exit   peerEvent
+	// abortedStart is when the call that abort ended had started (its op_started line's T).
+	abortedStart int64
 }
 
 // bench runs the rounds. It is used by one goroutine.
@@ -283,6 +285,10 @@ func (b *bench) handle(l cluster.Line) error {
 		}
 	case "aborted":
 		s.abort = ev
+		s.abortedStart = 0
+		if s.start.Seq == ev.Seq {
+			s.abortedStart = s.start.T
+		}
 		if !ev.Restored {
 			b.res.BuffersRestored = false
 			progress("%s: buffer NOT restored after %s", l.Proc.Name(), ev.Kind)
@@ -507,9 +513,16 @@ func (b *bench) strike(ctx context.Context) (*peerState, error) {
 	return live[b.rng.IntN(len(live))], nil
 }
 
+// missed reports whether a fault at t missed the call of s that its last abort ended: s completed a
+// call after t before that abort, or the failed call began after t.
+func (s *peerState) missed(t int64) bool {
+	return s.done.T >= t && s.done.T < s.abort.T || s.abortedStart >= t
+}
+
 // survivorsAborted waits until every survivor's call has returned an error after t and returns the
-// latest return time. It reports whether some survivor completed a call after t instead (the fault
-// came too late to hit that call).
+// latest return time. It reports whether the fault missed some survivor's call (late, see missed):
+// the failed call may have begun after t because the one in flight at t had already finished, its
+// line not yet read when strike looked. Such a round measures the time between calls, not an abort.
 func (b *bench) survivorsAborted(ctx context.Context, t int64, what string) (first, last int64, late bool, err error) {
 	err = b.until(ctx, waitAbort, what, func() bool {
 		for _, s := range b.live() {
@@ -526,9 +539,7 @@ func (b *bench) survivorsAborted(ctx context.Context, t int64, what string) (fir
 	for _, s := range b.live() {
 		first, last = min(first, s.abort.T), max(last, s.abort.T)
 		b.res.AbortErrors[s.abort.Kind]++
-		if s.done.T >= t && s.done.T < s.abort.T {
-			late = true
-		}
+		late = late || s.missed(t)
 	}
 	return first, last, late, nil
 }

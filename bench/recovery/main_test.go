@@ -77,3 +77,53 @@ func TestRecoverySmall(t *testing.T) {
 		t.Fatalf("the stopped peer neither left nor rejoined after SIGCONT: %v", r.StalledPeerExit)
 	}
 }
+
+// TestMissedFault checks which rounds count as samples: only one whose fault hit the call every
+// survivor had in flight.
+func TestMissedFault(t *testing.T) {
+	const tk = 1000 // the fault
+	for _, tc := range []struct {
+		name string
+		s    peerState
+		want bool
+	}{
+		{"the call in flight failed", peerState{
+			start: peerEvent{Seq: 5, T: 400}, done: peerEvent{Seq: 4, T: 300}, abort: peerEvent{Seq: 5, T: 1040}, abortedStart: 400}, false},
+		{"a call completed after the fault, then the next failed", peerState{
+			start: peerEvent{Seq: 6, T: 1100}, done: peerEvent{Seq: 5, T: 1050}, abort: peerEvent{Seq: 6, T: 1120}, abortedStart: 1100}, true},
+		{"the call in flight had completed before the fault; the next one failed", peerState{
+			start: peerEvent{Seq: 6, T: 1220}, done: peerEvent{Seq: 5, T: 930}, abort: peerEvent{Seq: 6, T: 1225}, abortedStart: 1220}, true},
+	} {
+		if got := tc.s.missed(tk); got != tc.want {
+			t.Errorf("%s: missed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestAbortedStartIsTheFailedCallsStart feeds a peer's lines to the bench and checks that an abort
+// remembers when the call it ended had started, and forgets it for an abort without that start.
+func TestAbortedStartIsTheFailedCallsStart(t *testing.T) {
+	p := &cluster.Proc{}
+	s := &peerState{proc: p}
+	b := &bench{peers: map[*cluster.Proc]*peerState{p: s}}
+	feed := func(raw string) {
+		t.Helper()
+		if err := b.handle(cluster.Line{Proc: p, Raw: []byte(raw)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	feed(`{"event":"op_started","t":400,"seq":5}`)
+	feed(`{"event":"aborted","t":1040,"seq":5,"restored":true}`)
+	if s.abortedStart != 400 || s.missed(1000) {
+		t.Errorf("abort of call 5: abortedStart %d, missed %v; want 400, false", s.abortedStart, s.missed(1000))
+	}
+	feed(`{"event":"op_started","t":1220,"seq":6}`)
+	feed(`{"event":"aborted","t":1225,"seq":6,"restored":true}`)
+	if s.abortedStart != 1220 || !s.missed(1000) {
+		t.Errorf("abort of call 6: abortedStart %d, missed %v; want 1220, true", s.abortedStart, s.missed(1000))
+	}
+	feed(`{"event":"aborted","t":1300,"seq":9,"restored":true}`)
+	if s.abortedStart != 0 {
+		t.Errorf("abort of call 9, never started: abortedStart %d, want 0", s.abortedStart)
+	}
+}
