@@ -293,7 +293,7 @@ func (c *conn) read(lane int, sock net.Conn) {
 		}
 	}
 	for {
-		err := c.readFrame(lane, lane == c.out, sock, prefix, body, free)
+		err := c.readFrame(lane, sock, prefix, body, free)
 		if err != nil {
 			c.fail(fmt.Errorf("tcp: %v: lane %d: read: %w", c.spec, lane, c.e.errNICDown(c.spec.Local, err)))
 			return
@@ -310,7 +310,8 @@ func laneCarries(out bool) string {
 }
 
 // readFrame reads one frame from a lane: answers on the out lane, requests on the in lane.
-func (c *conn) readFrame(lane int, out bool, sock net.Conn, prefix, body []byte, free chan []byte) error {
+func (c *conn) readFrame(lane int, sock net.Conn, prefix, body []byte, free chan []byte) error {
+	out := lane == c.out
 	if _, err := io.ReadFull(sock, prefix); err != nil {
 		return err
 	}
