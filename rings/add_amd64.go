@@ -72,3 +72,34 @@ func addF64OntoVec(d, s []float64) int {
 	addF64OntoAVX(&d[0], &s[0], n)
 	return n
 }
+
+// addF32OntoSaveAVX sets save[i] = d[i], then d[i] = s[i] + d[i], for i < n, where n is a multiple
+// of 32: addF32OntoAVX that keeps d's original in the same pass.
+//
+//go:noescape
+func addF32OntoSaveAVX(d, s, save *float32, n int)
+
+// addF64OntoSaveAVX is addF32OntoSaveAVX for float64; n is a multiple of 16.
+//
+//go:noescape
+func addF64OntoSaveAVX(d, s, save *float64, n int)
+
+// addF32OntoSaveVec is addF32OntoVec that first copies each element of d it covers into save.
+func addF32OntoSaveVec(d, s, save []float32) int {
+	n := len(d) &^ 31
+	if !haveAVX || n == 0 {
+		return 0
+	}
+	addF32OntoSaveAVX(&d[0], &s[0], &save[0], n)
+	return n
+}
+
+// addF64OntoSaveVec is addF32OntoSaveVec for float64.
+func addF64OntoSaveVec(d, s, save []float64) int {
+	n := len(d) &^ 15
+	if !haveAVX || n == 0 {
+		return 0
+	}
+	addF64OntoSaveAVX(&d[0], &s[0], &save[0], n)
+	return n
+}

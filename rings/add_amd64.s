@@ -126,3 +126,86 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func addF32OntoSaveAVX(d, s, save *float32, n int)
+// save[i] = d[i], then d[i] = s[i] + d[i], 32 elements per round; n is a multiple of 32. One pass
+// reads d once for both; s's element is the first source, as in addF32OntoAVX.
+TEXT ·addF32OntoSaveAVX(SB), NOSPLIT, $0-32
+	MOVQ d+0(FP), DI
+	MOVQ s+8(FP), SI
+	MOVQ save+16(FP), DX
+	MOVQ n+24(FP), CX
+	SHRQ $5, CX
+	JZ   done
+
+loop:
+	VMOVUPS 0(DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	VMOVUPS Y0, 0(DX)
+	VMOVUPS Y1, 32(DX)
+	VMOVUPS Y2, 64(DX)
+	VMOVUPS Y3, 96(DX)
+	VMOVUPS 0(SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS 64(SI), Y6
+	VMOVUPS 96(SI), Y7
+	VADDPS  Y0, Y4, Y4
+	VADDPS  Y1, Y5, Y5
+	VADDPS  Y2, Y6, Y6
+	VADDPS  Y3, Y7, Y7
+	VMOVUPS Y4, 0(DI)
+	VMOVUPS Y5, 32(DI)
+	VMOVUPS Y6, 64(DI)
+	VMOVUPS Y7, 96(DI)
+	ADDQ    $128, DI
+	ADDQ    $128, SI
+	ADDQ    $128, DX
+	DECQ    CX
+	JNZ     loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func addF64OntoSaveAVX(d, s, save *float64, n int)
+// addF32OntoSaveAVX for float64: 16 elements per round; n is a multiple of 16.
+TEXT ·addF64OntoSaveAVX(SB), NOSPLIT, $0-32
+	MOVQ d+0(FP), DI
+	MOVQ s+8(FP), SI
+	MOVQ save+16(FP), DX
+	MOVQ n+24(FP), CX
+	SHRQ $4, CX
+	JZ   done
+
+loop:
+	VMOVUPD 0(DI), Y0
+	VMOVUPD 32(DI), Y1
+	VMOVUPD 64(DI), Y2
+	VMOVUPD 96(DI), Y3
+	VMOVUPD Y0, 0(DX)
+	VMOVUPD Y1, 32(DX)
+	VMOVUPD Y2, 64(DX)
+	VMOVUPD Y3, 96(DX)
+	VMOVUPD 0(SI), Y4
+	VMOVUPD 32(SI), Y5
+	VMOVUPD 64(SI), Y6
+	VMOVUPD 96(SI), Y7
+	VADDPD  Y0, Y4, Y4
+	VADDPD  Y1, Y5, Y5
+	VADDPD  Y2, Y6, Y6
+	VADDPD  Y3, Y7, Y7
+	VMOVUPD Y4, 0(DI)
+	VMOVUPD Y5, 32(DI)
+	VMOVUPD Y6, 64(DI)
+	VMOVUPD Y7, 96(DI)
+	ADDQ    $128, DI
+	ADDQ    $128, SI
+	ADDQ    $128, DX
+	DECQ    CX
+	JNZ     loop
+
+done:
+	VZEROUPPER
+	RET

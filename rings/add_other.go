@@ -10,3 +10,7 @@ func addF64Vec(d, s []float64) int { return 0 }
 func addF32OntoVec(d, s []float32) int { return 0 }
 
 func addF64OntoVec(d, s []float64) int { return 0 }
+
+func addF32OntoSaveVec(d, s, save []float32) int { return 0 }
+
+func addF64OntoSaveVec(d, s, save []float64) int { return 0 }

@@ -86,6 +86,35 @@ func accumulateOnto(dt DType, op Op, dst, src []byte) bool {
 	return true
 }
 
+// accumulateOntoSaving is accumulateOnto that first copies dst's original bytes into save (as long
+// as dst). Where a vector kernel covers the elements it does both in one pass, reading dst once. It
+// reports false, having done nothing, where accumulateOnto would.
+func accumulateOntoSaving(dt DType, op Op, dst, src, save []byte) bool {
+	if len(save) != len(dst) {
+		panic(fmt.Sprintf("rings: accumulateOntoSaving with %d dst bytes and %d save bytes", len(dst), len(save)))
+	}
+	switch dt {
+	case F32, F64:
+		checkKernelArgs(dt, op, dst)
+		if len(src) != len(dst) {
+			panic(fmt.Sprintf("rings: accumulateOntoSaving with %d dst bytes and %d src bytes", len(dst), len(src)))
+		}
+		if op != Sum && op != Avg {
+			return false
+		}
+		if dt == F32 {
+			addFloatOntoSaving(View[float32](dst), View[float32](src), View[float32](save))
+		} else {
+			addFloatOntoSaving(View[float64](dst), View[float64](src), View[float64](save))
+		}
+		return true
+	case F16, BF16:
+		return false
+	}
+	copy(save, dst)
+	return accumulateOnto(dt, op, dst, src)
+}
+
 // Finalize applies the last step of op to buf, a fully reduced buffer of elements of type dt. For Avg it
 // divides every element by world: floating-point types divide in their own precision (f16 and bf16 in
 // float32, then round to nearest even); integer types use Go integer division, which truncates toward
@@ -269,6 +298,23 @@ func addFloatOnto[T float](d, s []T) {
 	}
 	d, s = d[done:], s[done:]
 	for i, b := range s {
+		d[i] = b + d[i]
+	}
+}
+
+// addFloatOntoSaving sets save[i] = d[i], then d[i] = s[i] + d[i]: addFloatOnto keeping d's original.
+func addFloatOntoSaving[T float](d, s, save []T) {
+	s, save = s[:len(d)], save[:len(d)]
+	done := 0
+	switch dd := any(d).(type) {
+	case []float32:
+		done = addF32OntoSaveVec(dd, any(s).([]float32), any(save).([]float32))
+	case []float64:
+		done = addF64OntoSaveVec(dd, any(s).([]float64), any(save).([]float64))
+	}
+	d, s, save = d[done:], s[done:], save[done:]
+	for i, b := range s {
+		save[i] = d[i]
 		d[i] = b + d[i]
 	}
 }

@@ -278,6 +278,43 @@ func TestAccumulateOntoMatchesAccumulate(t *testing.T) {
 	}
 }
 
+// TestAccumulateOntoSavingMatchesAccumulateOnto checks that accumulateOntoSaving stores in dst
+// exactly what accumulateOnto stores (NaN payloads included: both run the same additions in the same
+// operand order), copies dst's original into save, covers the same types and ops, and where it does
+// not cover them leaves dst and save alone.
+func TestAccumulateOntoSavingMatchesAccumulateOnto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, dt := range allDTypes {
+		for _, op := range allOps {
+			for _, n := range []int{0, 1, 7, 15, 16, 17, 31, 32, 33, 100, 1000} {
+				dst := randomElements(rng, dt, n)
+				src := randomElements(rng, dt, n)
+				want := append([]byte(nil), dst...)
+				wantCovered := accumulateOnto(dt, op, want, src)
+				got := append([]byte(nil), dst...)
+				srcCopy := append([]byte(nil), src...)
+				save := randomElements(rng, dt, n)
+				saveBefore := append([]byte(nil), save...)
+				covered := accumulateOntoSaving(dt, op, got, src, save)
+				switch {
+				case string(src) != string(srcCopy):
+					t.Fatalf("%v %v n=%d: src changed", dt, op, n)
+				case covered != wantCovered:
+					t.Fatalf("%v %v: covered %v, accumulateOnto's %v", dt, op, covered, wantCovered)
+				case !covered && (string(got) != string(dst) || string(save) != string(saveBefore)):
+					t.Fatalf("%v %v n=%d: dst or save changed though not covered", dt, op, n)
+				case !covered:
+					continue
+				case string(save) != string(dst):
+					t.Fatalf("%v %v n=%d: save is not dst's original", dt, op, n)
+				case string(got) != string(want):
+					t.Fatalf("%v %v n=%d: dst differs from accumulateOnto's", dt, op, n)
+				}
+			}
+		}
+	}
+}
+
 // TestAccumulateOntoNaNOrder checks the operand order where it shows: when both operands are NaN,
 // the sum keeps the payload of the first operand, which for accumulateOnto(dst, src) is src's, as
 // Accumulate(src, dst) keeps src's.

@@ -176,11 +176,10 @@ func (p Plan) inPlace(send, recv []byte) bool {
 		ph.World > 1 && &send[0] == &recv[0]
 }
 
-// executeInPlace runs the plan's one all-reduce phase in buf itself. The reduce-scatter's partial
-// values travel through a backup buffer as long as buf, and buf is first written at its last hop; from
-// then on the original bytes of every part go to the backup before the phase first writes them (the
-// copy is spread over the operation, where a staging buffer would copy the whole result after the
-// commit), and a failure, including a commit error, puts them back.
+// executeInPlace runs the plan's one all-reduce phase in buf itself. The original bytes of every part
+// go to a backup buffer as long as buf before the phase first writes them, at a reduce-scatter hop in
+// the same pass as the fold (the copy is spread over the operation, where a staging buffer would copy
+// the whole result after the commit), and a failure, including a commit error, puts them back.
 func (p Plan) executeInPlace(ctx context.Context, buf []byte, commit func() error, pool *BufferPool) error {
 	ph := p.Phases[0]
 	backup := pool.Get(len(buf))

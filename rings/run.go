@@ -70,12 +70,10 @@ type run struct {
 	// saved[partBase[c]+p] says part p of chunk c has been saved. Both are written by the receiver
 	// goroutine only, and read by restore after both goroutines returned.
 	//
-	// Until then the reduce-scatter leaves work alone: every hop but the last receives its partial
-	// value into the part's region of backup and folds the local contribution in there, and the
-	// sender sends it on from there (see inBackup). A failure in those steps has nothing to restore.
-	// The last hop writes the reduced value into work (saving the original first), and every
-	// all-gather step saves the original of the region it receives before it writes it: by then the
-	// partial value in backup has been sent (and acknowledged, see release), so the region is free.
+	// Every reduce-scatter hop receives its partial value into scratch and folds it into work in one
+	// pass that copies the part's original into backup as it reads it (see reduce), so that the
+	// original is read once for both. The all-gather then needs to save only the chunk this rank sent
+	// at the first step, the one part of work the reduce-scatter never writes.
 	backup []byte
 	saved  []bool
 
@@ -343,11 +341,8 @@ func (r *run) eachSent(n int, f func(ChunkID) error) error {
 func (r *run) sendLoop() error {
 	for step := r.first; step <= r.last; step++ {
 		src := r.work
-		switch {
-		case step == 0:
+		if step == 0 {
 			src = r.src
-		case r.inBackup(step - 1):
-			src = r.backup
 		}
 		c := r.sendChunk(step)
 		for p := range r.parts(c) {
@@ -407,13 +402,13 @@ func (r *run) sendLoop() error {
 // sender sent during the reduce-scatter. The final value of a part can only arrive after every peer
 // folded in its contribution, which includes the partial value this rank sent for that part, so by
 // causality our Send of that part is over before the final value arrives; with a Retainer, release
-// also waits for its acknowledgement. In place, the all-gather saves the original into a backup
-// region the reduce-scatter sent from, after the same release. With quantization the all-gather
-// receives into qwork, which a both-phase reduce-scatter sent from; the same argument (and release)
-// covers those regions. A reduce-scatter step never receives a chunk sent earlier in the same phase
-// (with a both-phase encoding, or in place in backup, it receives a chunk's region and folds into it
-// before the sender sends it at the next step), and an all-gather alone receives each chunk before
-// sending it.
+// also waits for its acknowledgement. In place, the reduce-scatter saved the original of every
+// region it wrote, and the all-gather saves the one chunk it did not (the one sent at the first step)
+// before it writes it. With quantization the all-gather receives into qwork, which a both-phase
+// reduce-scatter sent from; the same argument (and release) covers those regions. A reduce-scatter
+// step never receives a chunk sent earlier in the same phase (it receives a chunk's region, or with a
+// both-phase encoding its qwork region, and folds into it before the sender sends it at the next
+// step), and an all-gather alone receives each chunk before sending it.
 func (r *run) recvLoop() error {
 	for step := r.first; step <= r.last; step++ {
 		c := r.recvChunk(step)
@@ -435,15 +430,8 @@ func (r *run) recvLoop() error {
 				if err != nil {
 					return err
 				}
-			case r.inBackup(step):
-				acc := r.backup[lo:hi]
-				if err := r.s.Recv(id, acc); err != nil {
-					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
-				}
-				Accumulate(r.dt, r.op, acc, r.src[lo:hi]) // received op own, as out of place
 			case step < r.world-1:
-				r.save(c, p)
-				if err := r.reduce(id, dst, r.src[lo:hi]); err != nil {
+				if err := r.reduce(id, c, p, dst, r.src[lo:hi]); err != nil {
 					return fmt.Errorf("recv chunk %d %v: %w", c, id, err)
 				}
 				if step == r.world-2 {
@@ -513,9 +501,11 @@ func foldEncoded[T float](r *run, acc []T, step, c, p int) error {
 	return nil
 }
 
-// reduce receives frame id and stores in dst the received value folded with the local contribution
-// own, in that order (received op own). In place, own is dst itself, so the frame lands in scratch.
-func (r *run) reduce(id ChunkID, dst, own []byte) error {
+// reduce receives frame id, for part p of chunk c, and stores in dst the received value folded with
+// the local contribution own, in that order (received op own). In place, own is dst itself, so the
+// frame lands in scratch; with keepOriginal, the part's original goes to backup first, in the same
+// pass as the fold where the kernel allows.
+func (r *run) reduce(id ChunkID, c, p int, dst, own []byte) error {
 	if !r.inPlace {
 		if err := r.s.Recv(id, dst); err != nil {
 			return err
@@ -526,6 +516,17 @@ func (r *run) reduce(id ChunkID, dst, own []byte) error {
 	tmp := r.scratch[:len(dst)]
 	if err := r.s.Recv(id, tmp); err != nil {
 		return err
+	}
+	if r.saved != nil && !r.saved[r.partBase[c]+p] {
+		lo, hi := r.part(c, p)
+		folded := accumulateOntoSaving(r.dt, r.op, dst, tmp, r.backup[lo:hi])
+		if !folded {
+			copy(r.backup[lo:hi], dst)
+		}
+		r.saved[r.partBase[c]+p] = true
+		if folded {
+			return nil
+		}
 	}
 	if accumulateOnto(r.dt, r.op, dst, tmp) { // dst = tmp op dst, without a copy back
 		return nil
@@ -540,12 +541,6 @@ func (r *run) reduce(id ChunkID, dst, own []byte) error {
 func (r *run) keepOriginal(backup []byte) {
 	r.backup = backup
 	r.saved = make([]bool, r.indexParts())
-}
-
-// inBackup reports whether the receiver folds the partial value of reduce-scatter step into backup
-// rather than work: in place with a backup, at every reduce-scatter step but the last.
-func (r *run) inBackup(step int) bool {
-	return r.backup != nil && step < r.world-2
 }
 
 // indexParts fills partBase (partBase[c]: the parts of the chunks before c) and returns the number
