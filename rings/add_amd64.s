@@ -128,8 +128,10 @@ done:
 	RET
 
 // func addF32OntoSaveAVX(d, s, save *float32, n int)
-// save[i] = d[i], then d[i] = s[i] + d[i], 32 elements per round; n is a multiple of 32. One pass
-// reads d once for both; s's element is the first source, as in addF32OntoAVX.
+// save[i] = d[i], then d[i] = s[i] + d[i], 32 elements per round; n is a multiple of 32 and save is
+// 32-byte aligned. One pass reads d once for both; s's element is the first source, as in
+// addF32OntoAVX. save gets non-temporal stores (it is read again only if the operation fails), which
+// need not fetch its lines first; SFENCE orders them before whatever the caller stores next.
 TEXT ·addF32OntoSaveAVX(SB), NOSPLIT, $0-32
 	MOVQ d+0(FP), DI
 	MOVQ s+8(FP), SI
@@ -143,10 +145,10 @@ loop:
 	VMOVUPS 32(DI), Y1
 	VMOVUPS 64(DI), Y2
 	VMOVUPS 96(DI), Y3
-	VMOVUPS Y0, 0(DX)
-	VMOVUPS Y1, 32(DX)
-	VMOVUPS Y2, 64(DX)
-	VMOVUPS Y3, 96(DX)
+	VMOVNTPS Y0, 0(DX)
+	VMOVNTPS Y1, 32(DX)
+	VMOVNTPS Y2, 64(DX)
+	VMOVNTPS Y3, 96(DX)
 	VMOVUPS 0(SI), Y4
 	VMOVUPS 32(SI), Y5
 	VMOVUPS 64(SI), Y6
@@ -166,11 +168,12 @@ loop:
 	JNZ     loop
 
 done:
+	SFENCE
 	VZEROUPPER
 	RET
 
 // func addF64OntoSaveAVX(d, s, save *float64, n int)
-// addF32OntoSaveAVX for float64: 16 elements per round; n is a multiple of 16.
+// addF32OntoSaveAVX for float64: 16 elements per round; n is a multiple of 16, save 32-byte aligned.
 TEXT ·addF64OntoSaveAVX(SB), NOSPLIT, $0-32
 	MOVQ d+0(FP), DI
 	MOVQ s+8(FP), SI
@@ -184,10 +187,10 @@ loop:
 	VMOVUPD 32(DI), Y1
 	VMOVUPD 64(DI), Y2
 	VMOVUPD 96(DI), Y3
-	VMOVUPD Y0, 0(DX)
-	VMOVUPD Y1, 32(DX)
-	VMOVUPD Y2, 64(DX)
-	VMOVUPD Y3, 96(DX)
+	VMOVNTPD Y0, 0(DX)
+	VMOVNTPD Y1, 32(DX)
+	VMOVNTPD Y2, 64(DX)
+	VMOVNTPD Y3, 96(DX)
 	VMOVUPD 0(SI), Y4
 	VMOVUPD 32(SI), Y5
 	VMOVUPD 64(SI), Y6
@@ -207,5 +210,6 @@ loop:
 	JNZ     loop
 
 done:
+	SFENCE
 	VZEROUPPER
 	RET
