@@ -116,3 +116,50 @@ func TestDirectPlannedAllReduce(t *testing.T) {
 		}
 	}
 }
+
+// TestAllReduceFoldsWholePagesFromTheInput runs ring AllReduces whose chunks cover many of the
+// working buffer's fill pages whole (the fold then reads the input straight from it, and an all-gather
+// chunk overwrites an uncopied page without copying it) and others in part, staged and with
+// Config.Direct, healthy and with a NIC failing mid-call. Every element is the exact sum, and the
+// inputs are never written.
+func TestAllReduceFoldsWholePagesFromTheInput(t *testing.T) {
+	const nodes, count = 4, 3<<18 + 7*1024 + 3 // about 3 MiB of float32: channels off page boundaries
+	inputs := integerInputs(rand.New(rand.NewPCG(3, 9)), nodes, count)
+	kept := make([][]byte, nodes)
+	for i := range inputs {
+		kept[i] = slices.Clone(inputs[i])
+	}
+	want := make([]float32, count)
+	for _, in := range inputs {
+		for j, v := range rings.View[float32](in) {
+			want[j] += v
+		}
+	}
+	for _, direct := range []bool{false, true} {
+		for _, fault := range []bool{false, true} {
+			cfg := scConfig()
+			cfg.ChunkBytes, cfg.Direct = 192<<10, direct
+			c := newCluster(t, nodes, scNICs, cfg)
+			if fault {
+				c.net.Inject(sim.Trigger{From: 1, To: 2, NIC: 1, Nth: 2}, sim.Fault{Kind: sim.NICDown, Node: 2, NIC: 1})
+			}
+			out, errs := c.allReduce(t, inputs, rings.F32, rings.Sum)
+			if fault && c.failovers() == 0 {
+				t.Fatalf("direct %v: the fault caused no failover", direct)
+			}
+			for i := range out {
+				if errs[i] != nil {
+					t.Fatalf("direct %v, fault %v: node %d: %v", direct, fault, i, errs[i])
+				}
+				for j, v := range rings.View[float32](out[i]) {
+					if v != want[j] {
+						t.Fatalf("direct %v, fault %v: node %d element %d: %v, want %v", direct, fault, i, j, v, want[j])
+					}
+				}
+				if !bytes.Equal(inputs[i], kept[i]) {
+					t.Fatalf("direct %v, fault %v: node %d's input was written", direct, fault, i)
+				}
+			}
+		}
+	}
+}

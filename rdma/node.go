@@ -481,7 +481,8 @@ type operation struct {
 	// src, when set, is the caller's input that work starts as a copy of. It is copied lazily, one
 	// fillPage at a time just before a chunk first reads or writes that part of work (filled marks the
 	// pages done), so the first chunks leave without waiting for a copy of the whole buffer and the
-	// copy overlaps the transfer.
+	// copy overlaps the transfer. A page that an arriving chunk covers whole is not copied at all: a
+	// fold reads the input from src as it writes the page, and an all-gather chunk overwrites it.
 	src    []byte
 	filled []bool
 }
@@ -500,6 +501,54 @@ func (o *operation) fill(off, n int) {
 			copy(o.work[lo:hi], o.src[lo:hi])
 			o.filled[p] = true
 		}
+	}
+}
+
+// cover prepares work[off:off+n] to be overwritten whole: a page of it not copied yet that the range
+// covers whole needs no copy (it is marked done), and the pages it covers in part are filled.
+func (o *operation) cover(off, n int) {
+	o.eachPage(off, n, func(lo, hi int, whole bool) {
+		if whole {
+			o.filled[lo/fillPage] = true
+		} else {
+			o.fill(lo, hi-lo)
+		}
+	})
+}
+
+// fold stores in work[off:off+len(data)] the input folded with data (input op data). Where a page of
+// the range was not copied yet and the range covers it whole, the fold reads the input straight from
+// src and writes the page once (rings.AccumulateInto), instead of copying it and folding in place.
+func (o *operation) fold(off int, data []byte) {
+	if o.src == nil {
+		rings.Accumulate(o.dt, o.rop, o.work[off:off+len(data)], data)
+		return
+	}
+	o.eachPage(off, len(data), func(lo, hi int, whole bool) {
+		in := data[lo-off : hi-off]
+		if whole {
+			rings.AccumulateInto(o.dt, o.rop, o.work[lo:hi], o.src[lo:hi], in)
+			o.filled[lo/fillPage] = true
+			return
+		}
+		o.fill(lo, hi-lo)
+		rings.Accumulate(o.dt, o.rop, o.work[lo:hi], in)
+	})
+}
+
+// eachPage calls f for each fillPage that work[off:off+n] overlaps, in order, with the overlap
+// [lo, hi) and whether the page is not copied yet and lies wholly inside the range. Without a src it
+// does nothing.
+func (o *operation) eachPage(off, n int, f func(lo, hi int, whole bool)) {
+	if o.src == nil {
+		return
+	}
+	for lo, end := off, off+n; lo < end; {
+		p := lo / fillPage
+		pageEnd := min((p+1)*fillPage, len(o.work))
+		hi := min(pageEnd, end)
+		f(lo, hi, !o.filled[p] && lo == p*fillPage && hi == pageEnd)
+		lo = hi
 	}
 }
 
@@ -831,15 +880,15 @@ func (o *operation) apply(in *inStream, seq uint64, data []byte) {
 		o.finish(fmt.Errorf("%w: path %v chunk %d has %d bytes, want %d", ErrInvalid, in.path, seq, len(data), f.n))
 		return
 	}
-	o.fill(f.off, f.n)
 	dst := o.work[f.off : f.off+f.n]
 	switch f.mode {
 	case recvCopy:
+		o.cover(f.off, f.n)
 		copy(dst, data)
 	case recvReduce:
-		rings.Accumulate(o.dt, o.rop, dst, data)
+		o.fold(f.off, data)
 	case recvReduceLast:
-		rings.Accumulate(o.dt, o.rop, dst, data)
+		o.fold(f.off, data)
 		rings.Finalize(o.dt, o.rop, dst, o.world)
 	}
 	in.got++

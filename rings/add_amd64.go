@@ -77,6 +77,38 @@ func addF64OntoVec(d, s []float64) int {
 	return n
 }
 
+// addF32ToAVX sets d[i] = a[i] + b[i] for i < n, where n is a multiple of 32, a's element being the
+// first operand.
+//
+//go:noescape
+func addF32ToAVX(d, a, b *float32, n int)
+
+// addF64ToAVX is addF32ToAVX for float64; n is a multiple of 16.
+//
+//go:noescape
+func addF64ToAVX(d, a, b *float64, n int)
+
+// addF32ToVec sets d[i] = a[i] + b[i] over the longest prefix the vector kernel handles, the prefix
+// addF32Vec would take, and returns its length.
+func addF32ToVec(d, a, b []float32) int {
+	n := len(d) &^ 31
+	if !haveAVX || n == 0 {
+		return 0
+	}
+	addF32ToAVX(&d[0], &a[0], &b[0], n)
+	return n
+}
+
+// addF64ToVec is addF32ToVec for float64.
+func addF64ToVec(d, a, b []float64) int {
+	n := len(d) &^ 15
+	if !haveAVX || n == 0 {
+		return 0
+	}
+	addF64ToAVX(&d[0], &a[0], &b[0], n)
+	return n
+}
+
 // addF32OntoSaveAVX sets save[i] = d[i], then d[i] = s[i] + d[i], for i < n, where n is a multiple
 // of 32 and save is 32-byte aligned: addF32OntoAVX that keeps d's original in the same pass, with
 // non-temporal stores into save.

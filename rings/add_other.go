@@ -14,3 +14,7 @@ func addF64OntoVec(d, s []float64) int { return 0 }
 func addF32OntoSaveVec(d, s, save []float32) int { return 0 }
 
 func addF64OntoSaveVec(d, s, save []float64) int { return 0 }
+
+func addF32ToVec(d, a, b []float32) int { return 0 }
+
+func addF64ToVec(d, a, b []float64) int { return 0 }

@@ -56,6 +56,29 @@ func Accumulate(dt DType, op Op, dst, src []byte) {
 	}
 }
 
+// AccumulateInto sets dst[i] = own[i] op in[i] for every element: what copy(dst, own) followed by
+// Accumulate(dt, op, dst, in) stores, bit for bit, without the copy where a vector kernel covers the
+// elements (float32 and float64 Sum and Avg). own and in are left as they are; dst must overlap
+// neither. It panics as Accumulate does, or if the three lengths differ.
+func AccumulateInto(dt DType, op Op, dst, own, in []byte) {
+	checkKernelArgs(dt, op, dst)
+	if len(own) != len(dst) || len(in) != len(dst) {
+		panic(fmt.Sprintf("rings: AccumulateInto with %d dst bytes, %d own bytes and %d in bytes", len(dst), len(own), len(in)))
+	}
+	done := 0
+	if op == Sum || op == Avg {
+		switch dt {
+		case F32:
+			done = 4 * addF32ToVec(View[float32](dst), View[float32](own), View[float32](in))
+		case F64:
+			done = 8 * addF64ToVec(View[float64](dst), View[float64](own), View[float64](in))
+		}
+	}
+	// The rest as Accumulate's own scalar tail takes it.
+	copy(dst[done:], own[done:])
+	Accumulate(dt, op, dst[done:], in[done:])
+}
+
 // accumulateOnto sets dst[i] = src[i] op dst[i], the value Accumulate stores in src, with src
 // left as it is. It reports false, doing nothing, for the element types and ops it does not cover
 // (those whose result depends on the operand order beyond a NaN's payload: Min and Max of

@@ -329,6 +329,32 @@ func TestAccumulateOntoSavingMatchesAccumulateOnto(t *testing.T) {
 	}
 }
 
+// TestAccumulateIntoMatchesCopyAndAccumulate checks that AccumulateInto(dst, own, in) stores what
+// copy(dst, own) and Accumulate(dst, in) store, bit for bit (NaN payloads included), for every type,
+// op and length, and leaves own and in alone.
+func TestAccumulateIntoMatchesCopyAndAccumulate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, dt := range allDTypes {
+		for _, op := range allOps {
+			for _, n := range []int{0, 1, 7, 15, 16, 17, 31, 32, 33, 100, 1000} {
+				own := randomElements(rng, dt, n)
+				in := randomElements(rng, dt, n)
+				want := append([]byte(nil), own...)
+				Accumulate(dt, op, want, in)
+				ownCopy, inCopy := append([]byte(nil), own...), append([]byte(nil), in...)
+				got := randomElements(rng, dt, n)
+				AccumulateInto(dt, op, got, own, in)
+				if string(own) != string(ownCopy) || string(in) != string(inCopy) {
+					t.Fatalf("%v %v n=%d: an operand changed", dt, op, n)
+				}
+				if string(got) != string(want) {
+					t.Fatalf("%v %v n=%d: AccumulateInto differs from copy and Accumulate", dt, op, n)
+				}
+			}
+		}
+	}
+}
+
 // TestAccumulateOntoNaNOrder checks the operand order where it shows: when both operands are NaN,
 // the sum keeps the payload of the first operand, which for accumulateOnto(dst, src) is src's, as
 // Accumulate(src, dst) keeps src's.
