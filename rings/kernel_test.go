@@ -261,19 +261,29 @@ func TestAccumulateOntoMatchesAccumulate(t *testing.T) {
 					}
 					continue
 				}
-				// The vector kernels' prefix (none without them) has its operand order fixed.
-				vec := addF32OntoVec(make([]float32, n), make([]float32, n))
-				if dt == F64 {
-					vec = addF64OntoVec(make([]float64, n), make([]float64, n))
-				}
-				for i := range n {
-					g, w := loadBits(dt, got, i), loadBits(dt, want, i)
-					bothNaN := float && refIsNaN(dt, loadBits(dt, dst, i)) && refIsNaN(dt, loadBits(dt, src, i))
-					if g != w && !(bothNaN && i >= vec) {
-						t.Fatalf("%v %v n=%d [%d]: %#x, Accumulate gives %#x", dt, op, n, i, g, w)
-					}
-				}
+				checkOntoBits(t, dt, op, got, want, dst, src, "Accumulate")
 			}
+		}
+	}
+}
+
+// checkOntoBits fails t unless got, accumulateOnto's result (or a variant's) for the inputs dst and
+// src, equals want, what the reference (named ref) gives, element by element. The exception is an
+// element where both inputs are NaN past the vector kernels' prefix (all of it without them): there
+// the scalar loop's operand order is the compiler's, and the sum may keep either payload.
+func checkOntoBits(t *testing.T, dt DType, op Op, got, want, dst, src []byte, ref string) {
+	t.Helper()
+	n := len(dst) / dt.Size()
+	vec := addF32OntoVec(make([]float32, n), make([]float32, n))
+	if dt == F64 {
+		vec = addF64OntoVec(make([]float64, n), make([]float64, n))
+	}
+	float := dt == F32 || dt == F64 || dt == F16 || dt == BF16
+	for i := range n {
+		g, w := loadBits(dt, got, i), loadBits(dt, want, i)
+		bothNaN := float && refIsNaN(dt, loadBits(dt, dst, i)) && refIsNaN(dt, loadBits(dt, src, i))
+		if g != w && !(bothNaN && i >= vec) {
+			t.Fatalf("%v %v n=%d [%d]: %#x, %s gives %#x", dt, op, n, i, g, ref, w)
 		}
 	}
 }
@@ -311,19 +321,7 @@ func TestAccumulateOntoSavingMatchesAccumulateOnto(t *testing.T) {
 				case string(save) != string(dst):
 					t.Fatalf("%v %v n=%d: save is not dst's original", dt, op, n)
 				}
-				// Where accumulateOnto's scalar tail ran, a sum of two NaNs may keep either payload.
-				vec := addF32OntoVec(make([]float32, n), make([]float32, n))
-				if dt == F64 {
-					vec = addF64OntoVec(make([]float64, n), make([]float64, n))
-				}
-				float := dt == F32 || dt == F64
-				for i := range n {
-					g, w := loadBits(dt, got, i), loadBits(dt, want, i)
-					bothNaN := float && refIsNaN(dt, loadBits(dt, dst, i)) && refIsNaN(dt, loadBits(dt, src, i))
-					if g != w && !(bothNaN && i >= vec) {
-						t.Fatalf("%v %v n=%d [%d]: %#x, accumulateOnto gives %#x", dt, op, n, i, g, w)
-					}
-				}
+				checkOntoBits(t, dt, op, got, want, dst, src, "accumulateOnto")
 			}
 		}
 	}
