@@ -316,12 +316,18 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 			answer(reply{call: in.call, err: err})
 			return
 		}
+		if m.rc.rewired {
+			m.rc.rewired = false
+			answer(reply{call: in.call})
+			return
+		}
 		m.topo.call = in.call
 		if !m.topo.outstanding {
 			m.topo.outstanding = true
 			send(&wire.VoteTopology{Rewire: in.rewire})
 		}
 	case pendingCall:
+		m.rc.rewired = false
 		if m.pend.call != 0 {
 			answer(reply{call: in.call, err: fmt.Errorf("pccl: are peers pending: %w: another call waits", ErrInvalid)})
 			return
@@ -332,6 +338,7 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 			send(&wire.VotePending{})
 		}
 	case optimizeCall:
+		m.rc.rewired = false
 		if err := m.idle("optimize topology"); err != nil {
 			answer(reply{call: in.call, err: err})
 			return
@@ -340,6 +347,7 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 		m.opt.active, m.opt.call, m.opt.rounds, m.opt.first = true, in.call, 0, time.Time{}
 		send(&wire.VoteOptimize{})
 	case initiateCall:
+		m.rc.rewired = false
 		what := fmt.Sprintf("pccl: allreduce tag %d", in.tag)
 		if m.ops[in.tag] != nil {
 			answer(reply{call: in.call, err: fmt.Errorf("%s: %w: tag already in flight on this peer", what, ErrInvalid)})
@@ -362,6 +370,7 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 			m.finishOp(o, emit)
 		}
 	case syncCall:
+		m.rc.rewired = false
 		if err := m.idle("sync shared state"); err != nil {
 			answer(reply{call: in.call, err: err})
 			return
@@ -456,6 +465,7 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 	case *wire.Topology:
 		m.epoch, m.ring, m.run = msg.Epoch, slices.Clone(msg.Ring), msg.Run
 		m.topo.outstanding = false
+		m.rc.rewired = m.rc.rejoining && m.topo.call == 0
 		m.rc.rejoining = false
 		emit(retireAct{slices.Clone(msg.Ring)})
 		if !m.joined {

@@ -35,13 +35,20 @@ import (
 // buffers restored), ArePeersPending, OptimizeTopology and a sync. While the peer reconnects, and
 // after it until the new master has wired it into a ring (its Topology), new collectives, syncs,
 // ArePeersPending and OptimizeTopology fail the same way at once; UpdateTopology waits for that
-// Topology. A training loop that retries after UpdateTopology on a retryable error therefore carries
-// on over a master restart, losing at most the operation in flight.
+// Topology, and if the Topology came first (the peer was still in the collective the break aborted),
+// the next UpdateTopology returns at once, as it would have on the Topology. A training loop that
+// retries after UpdateTopology on a retryable error therefore carries on over a master restart,
+// losing at most the operation in flight.
 
 // reconnect is the state of a broken master connection.
 type reconnect struct {
 	lost      bool      // the connection is gone; dialling
 	rejoining bool      // reconnected; the new master's Topology is awaited
+	// rewired: that Topology came while no UpdateTopology waited for it (the peer was still in the
+	// collective the break aborted, say). The next UpdateTopology is the one it answers: it returns at
+	// once, as every other peer's returned on the Topology, instead of casting a vote that the others,
+	// already past it, would never join. Any other group call first clears it.
+	rewired bool
 	dialing   bool      // a dial is in flight
 	since     time.Time // when the connection broke
 	next      time.Time // when the next dial is due
@@ -102,7 +109,7 @@ func (m *machine) lose(now time.Time, cause error, emit func(any)) {
 	if m.rc.lost {
 		return
 	}
-	m.rc.lost, m.rc.rejoining, m.rc.dialing = true, false, false
+	m.rc.lost, m.rc.rejoining, m.rc.dialing, m.rc.rewired = true, false, false, false
 	m.rc.since, m.rc.cause, m.rc.attempt = now, cause, 0
 	m.rc.next = now.Add(m.rc.jitter(redialFirst))
 	m.writeErr = nil
