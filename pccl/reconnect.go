@@ -44,11 +44,6 @@ import (
 type reconnect struct {
 	lost      bool      // the connection is gone; dialling
 	rejoining bool      // reconnected; the new master's Topology is awaited
-	// rewired: that Topology came while no UpdateTopology waited for it (the peer was still in the
-	// collective the break aborted, say). The next UpdateTopology is the one it answers: it returns at
-	// once, as every other peer's returned on the Topology, instead of casting a vote that the others,
-	// already past it, would never join. Any other group call first clears it.
-	rewired bool
 	dialing   bool      // a dial is in flight
 	since     time.Time // when the connection broke
 	next      time.Time // when the next dial is due
@@ -58,6 +53,12 @@ type reconnect struct {
 
 	probing   bool      // a probe dial is in flight (the connection is open, the master silent)
 	nextProbe time.Time // when the next probe may go
+
+	// rewired: the new master's Topology came while no UpdateTopology waited for it (the peer was
+	// still in the collective the break aborted, say). The next UpdateTopology is the one it answers:
+	// it returns at once, as every other peer's returned on the Topology, instead of casting a vote
+	// that the others, already past it, would never join. Any other group call first clears it.
+	rewired bool
 }
 
 // Backoff of the dials: the first within redialFirst, then doubling up to redialMax, each drawn in
