@@ -517,16 +517,11 @@ func (r *run) reduce(id ChunkID, c, p int, dst, own []byte) error {
 	if err := r.s.Recv(id, tmp); err != nil {
 		return err
 	}
-	if r.saved != nil && !r.saved[r.partBase[c]+p] {
-		lo, hi := r.part(c, p)
-		folded := accumulateOntoSaving(r.dt, r.op, dst, tmp, r.backup[lo:hi])
-		if !folded {
-			copy(r.backup[lo:hi], dst)
-		}
-		r.saved[r.partBase[c]+p] = true
-		if folded {
+	if save := r.toSave(c, p); save != nil {
+		if accumulateOntoSaving(r.dt, r.op, dst, tmp, save) {
 			return nil
 		}
+		copy(save, dst) // the kernel did neither
 	}
 	if accumulateOnto(r.dt, r.op, dst, tmp) { // dst = tmp op dst, without a copy back
 		return nil
@@ -557,12 +552,22 @@ func (r *run) indexParts() int {
 
 // save copies part p of chunk c of work into backup before its first write (with keepOriginal).
 func (r *run) save(c, p int) {
-	if r.saved == nil || r.saved[r.partBase[c]+p] {
-		return
+	if save := r.toSave(c, p); save != nil {
+		lo, hi := r.part(c, p)
+		copy(save, r.work[lo:hi])
 	}
-	lo, hi := r.part(c, p)
-	copy(r.backup[lo:hi], r.work[lo:hi])
+}
+
+// toSave returns the region of backup that part p of chunk c's original goes to, and counts the part
+// saved: the caller copies it there before it writes the part. It returns nil without keepOriginal
+// or if the part was saved already.
+func (r *run) toSave(c, p int) []byte {
+	if r.saved == nil || r.saved[r.partBase[c]+p] {
+		return nil
+	}
 	r.saved[r.partBase[c]+p] = true
+	lo, hi := r.part(c, p)
+	return r.backup[lo:hi]
 }
 
 // restore puts back the original bytes of every part saved. It is called after both goroutines
