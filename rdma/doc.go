@@ -32,7 +32,9 @@
 // hot repair, Balance (a degraded node's bytes spread over its healthy NICs by bandwidth),
 // R²CCL-AllReduce and the recursive schedule, in one operation whose dependent paths wait behind
 // gates. [Planned] asks the planner for each call's plan from the message size and the NIC health the
-// runtime has seen, so it re-plans when a NIC fails or heals.
+// runtime has seen, so it re-plans when a NIC fails or heals. The planner's per-NIC α and β come from
+// [Node.Calibrate]: every node times sends over each NIC alone and the nodes share one table, which
+// [Calibration.Apply] puts into the planner's topology.
 //
 // # Hot repair
 //

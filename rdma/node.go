@@ -485,6 +485,9 @@ type operation struct {
 	// fold reads the input from src as it writes the page, and an all-gather chunk overwrites it.
 	src    []byte
 	filled []bool
+	// sent, when set, runs once every outgoing path is acknowledged, before the incoming ones may
+	// be complete: a calibration times its sends with it.
+	sent func()
 }
 
 // fillPage is the unit of the lazy copy of an operation's input into its working buffer.
@@ -940,6 +943,10 @@ func (o *operation) check() {
 		if s.acked < len(s.plan.frames) {
 			return
 		}
+	}
+	if f := o.sent; f != nil {
+		o.sent = nil
+		f()
 	}
 	for _, in := range o.in {
 		if in.got < len(in.plan.frames) {
