@@ -925,7 +925,7 @@ func (s *Planned) Sync() bool {
 }
 
 // Plan returns the plan the next AllReduce of bytes bytes (elements of esz bytes) runs: the cheapest
-// strategy for the current health, OptCC and the weighted rings priced on this runtime's NICs (see
+// strategy for the current health (the first within the planner's Config.Margin of it), OptCC and the weighted rings priced on this runtime's NICs (see
 // pricedPlan), with the Node's routes: the standard ring's channels (a failed NIC's moved whole to
 // its backup) for the standard ring and hot repair, [plan.BalanceRoutes] over one channel per NIC
 // otherwise.
@@ -936,6 +936,7 @@ func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
 	}
 	best, bestSec := -1, math.Inf(1)
 	priced := map[plan.Strategy]plan.Plan{} // OptCC's and the weighted rings' plans, priced here
+	secs := make([]float64, len(es))
 	for i, e := range es {
 		sec := e.Seconds
 		if (e.Strategy == plan.OptCC || e.Strategy == plan.Weighted) && !math.IsInf(sec, 1) {
@@ -945,12 +946,15 @@ func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
 			}
 			priced[e.Strategy], sec = pl, pl.Seconds
 		}
-		if sec < bestSec {
+		if secs[i] = sec; sec < bestSec {
 			best, bestSec = i, sec
 		}
 	}
 	if best < 0 {
 		return plan.Plan{}, fmt.Errorf("rdma: no configured strategy applies: %w", plan.ErrNoPath)
+	}
+	if s.cfg.Margin > 0 { // the first strategy within the planner's margin of the cheapest
+		best = slices.IndexFunc(secs, func(sec float64) bool { return sec <= bestSec*(1+s.cfg.Margin) })
 	}
 	if pl, ok := priced[es[best].Strategy]; ok {
 		return pl, nil

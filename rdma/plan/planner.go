@@ -16,6 +16,13 @@ type Config struct {
 	Model Model
 	// Align is the granularity in bytes of every share (the element size). Zero means 1.
 	Align int64
+	// Margin is the modelled gain a strategy needs over an earlier one of Strategies to be chosen
+	// instead: the planner takes the first strategy within (1+Margin) of the cheapest. Zero takes
+	// the argmin. On a topology whose α and β were measured, a gain within the measurement's noise
+	// (a few percent) is no gain, and the earlier strategies are the simpler ones: set Margin to
+	// about that noise, so that, for one, a healthy fabric keeps the standard ring rather than
+	// Balance for the 1% by which its slowest NIC measured below the others.
+	Margin float64
 }
 
 // maxCached bounds the plans a Planner keeps per topology version.
@@ -45,6 +52,9 @@ func NewPlanner(t Topology, cfg Config) (*Planner, error) {
 	}
 	if cfg.Align < 1 {
 		cfg.Align = 1
+	}
+	if !(cfg.Margin >= 0 && cfg.Margin < 1) {
+		return nil, fmt.Errorf("plan: Config.Margin is %g, must be in [0, 1)", cfg.Margin)
 	}
 	return &Planner{cfg: cfg, topo: t.Clone(), cache: map[int64]Plan{}, costs: map[int64][]Estimate{}}, nil
 }
@@ -129,7 +139,8 @@ func Estimates(t Topology, bytes int64, cfg Config) ([]Estimate, error) {
 	return out, nil
 }
 
-// Choose returns the plan of the cheapest strategy of cfg for bytes on t: the argmin of the model.
+// Choose returns the plan of the cheapest strategy of cfg for bytes on t: the argmin of the model, or
+// with cfg.Margin the first strategy within that margin of it.
 func Choose(t Topology, bytes int64, cfg Config) (Plan, error) {
 	es, err := Estimates(t, bytes, cfg)
 	if err != nil {
@@ -138,7 +149,8 @@ func Choose(t Topology, bytes int64, cfg Config) (Plan, error) {
 	return choose(t, es, bytes, cfg)
 }
 
-// choose returns the plan of the cheapest of estimates es for bytes on t.
+// choose returns the plan of the cheapest of estimates es for bytes on t (the first within
+// cfg.Margin of it).
 func choose(t Topology, es []Estimate, bytes int64, cfg Config) (Plan, error) {
 	best := slices.IndexFunc(es, func(e Estimate) bool { return !math.IsInf(e.Seconds, 1) })
 	if best < 0 {
@@ -148,6 +160,10 @@ func choose(t Topology, es []Estimate, bytes int64, cfg Config) (Plan, error) {
 		if e.Seconds < es[best].Seconds {
 			best = i
 		}
+	}
+	if cfg.Margin > 0 {
+		within := es[best].Seconds * (1 + cfg.Margin)
+		best = slices.IndexFunc(es, func(e Estimate) bool { return e.Seconds <= within })
 	}
 	return Build(t, es[best], bytes, cfg.Align, cfg.Model)
 }

@@ -90,3 +90,57 @@ func TestPlannerReplansOnFailureAndHeal(t *testing.T) {
 		t.Errorf("Estimates: %v %v", est, err)
 	}
 }
+
+// TestPlannerMarginKeepsTheEarlierStrategy: on a healthy fabric whose NICs measured a little apart,
+// Balance and the weighted rings beat the standard ring in the model by less than the measurement's
+// noise; with a margin the planner keeps the ring, and it still leaves the ring where the gain is
+// real.
+func TestPlannerMarginKeepsTheEarlierStrategy(t *testing.T) {
+	tp := Uniform(4, 4, 1, 1e-4, 50e6)
+	tp.GPUsPerNode = 1
+	tp.Nodes[2].NICs[1].Beta *= 1.02 // measured 2% slower than the others
+	const bytes = 256 << 20
+	es, err := Estimates(tp, bytes, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cheapest := es[0]
+	for _, e := range es {
+		if e.Seconds < cheapest.Seconds {
+			cheapest = e
+		}
+	}
+	if cheapest.Strategy == Ring || cheapest.Seconds < es[0].Seconds/1.02 {
+		t.Fatalf("the test wants another strategy ahead of the ring by less than 2%%: ring %.6g s, %v %.6g s", es[0].Seconds, cheapest.Strategy, cheapest.Seconds)
+	}
+	plain, err := NewPlanner(tp, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := plain.Plan(bytes); p.Strategy != cheapest.Strategy {
+		t.Errorf("no margin: chose %v, want the argmin %v", p.Strategy, cheapest.Strategy)
+	}
+	margined, err := NewPlanner(tp, Config{Margin: 0.02})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := margined.Plan(bytes); p.Strategy != Ring {
+		t.Errorf("margin 2%%: chose %v, want the ring", p.Strategy)
+	}
+	// One NIC down: the ring no longer applies, hot repair loses far more than 2% to the cheapest.
+	if _, err := margined.SetNICDown(1, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	want, err := Choose(margined.Topology(), bytes, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := margined.Plan(bytes); p.Strategy != want.Strategy {
+		t.Errorf("degraded, margin 2%%: chose %v, want the argmin %v", p.Strategy, want.Strategy)
+	}
+	for _, m := range []float64{-0.1, 1, math.NaN()} {
+		if _, err := NewPlanner(tp, Config{Margin: m}); err == nil {
+			t.Errorf("Margin %g: no error", m)
+		}
+	}
+}
