@@ -32,14 +32,22 @@
 // NICs run jumbo frames (--mtu 9000) and chunks are sized from the NIC rate (--chunk 0), as in
 // bench/hotrepair; --cases runs a subset of the cases.
 //
+// The model: before the cases every node's runtime measures every NIC's α and β on the testbed
+// (rdma.Node.Calibrate: each NIC alone, a tiny, a 2 MiB and an 8 MiB message to each ring neighbour,
+// the fastest of three; α from the tiny one, β from the difference of the other two), every node gets
+// the same table, and the planner and the model work from it (the key calibration gives it in Mbit/s
+// and µs). --calibrate=false gives them the nominal figures instead:
+// every NIC at --nic-mbit, α = alpha_nominal_seconds.
+//
 // Per case: ideal_seconds is the model's lower bound [plan.Ideal],
 //
 //	ideal = 2⌈log₂ n⌉·α + max(n·a·D/Σ_i R_i, D/R_min),  a = 2(n−1)/n,
 //
-// R_i node i's remaining bandwidth (healthy NICs × --nic-mbit), D the size and α the latency given to
-// the model; best_seconds is the fastest strategy measured; fault_free_seconds is the measured healthy
-// call. Targets: planner_seconds ≤ 1.10 × best_seconds and ≤ 1.15 × ideal_seconds, every result
-// correct. Progress goes to stderr, the JSON result is the last line on stdout.
+// R_i node i's remaining bandwidth (the sum of 1/β over its healthy NICs), D the size and α the largest
+// NIC latency of the model; ideal_nominal_seconds is the same bound on the nominal figures.
+// best_seconds is the fastest strategy measured; fault_free_seconds is the measured healthy call.
+// Targets: planner_seconds ≤ 1.10 × best_seconds and ≤ 1.15 × ideal_seconds, every result correct.
+// Progress goes to stderr, the JSON result is the last line on stdout.
 package main
 
 import (
@@ -50,6 +58,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +68,7 @@ import (
 	"github.com/concord-ccl/concord/bench/internal/measure"
 	"github.com/concord-ccl/concord/bench/internal/nodeproc"
 	"github.com/concord-ccl/concord/internal/netlab"
+	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/plan"
 )
 
@@ -69,7 +79,7 @@ const (
 )
 
 // idealFormula states how ideal_seconds is computed.
-const idealFormula = "2*ceil(log2 n)*alpha + max(n*a*D/sum_i R_i, D/R_min), a = 2(n-1)/n, R_i = healthy NICs of node i x nic rate"
+const idealFormula = "2*ceil(log2 n)*alpha + max(n*a*D/sum_i R_i, D/R_min), a = 2(n-1)/n, R_i = sum of 1/beta over node i's healthy NICs, alpha = the largest NIC alpha (measured per NIC; nominal: nic rate and alpha_nominal_seconds)"
 
 type measured struct {
 	Strategy string `json:"strategy"`
@@ -96,10 +106,12 @@ type caseResult struct {
 	BestStrategy          string     `json:"best_strategy"`
 	BestSeconds           float64    `json:"best_seconds"`
 	IdealSeconds          float64    `json:"ideal_seconds"`
+	IdealNominalSeconds   float64    `json:"ideal_nominal_seconds"`
 	FaultFreeSeconds      float64    `json:"fault_free_seconds"`
 	FaultFreeModelSeconds float64    `json:"fault_free_model_seconds"`
 	PlannerVsBest         float64    `json:"planner_vs_best"`
 	PlannerVsIdeal        float64    `json:"planner_vs_ideal"`
+	PlannerVsIdealNominal float64    `json:"planner_vs_ideal_nominal"`
 	PlannerVsFaultFree    float64    `json:"planner_vs_fault_free"`
 	Correct               bool       `json:"correct"`
 	TargetsMet            bool       `json:"targets_met"`
@@ -115,6 +127,9 @@ type result struct {
 	Bytes         int64        `json:"bytes"`
 	Reps          int          `json:"reps"`
 	Alpha         float64      `json:"alpha_seconds"`
+	AlphaNominal  float64      `json:"alpha_nominal_seconds"`
+	Calibrated    bool         `json:"calibrated"`
+	Calibration   *calibration `json:"calibration,omitempty"`
 	IdealFormula  string       `json:"ideal_formula"`
 	TargetVsBest  float64      `json:"target_planner_vs_best"`
 	TargetVsIdeal float64      `json:"target_planner_vs_ideal"`
@@ -173,6 +188,7 @@ func run(args []string) int {
 	chunk := fs.Int("chunk", 0, "chunk size in bytes (0: from the NIC rate, see nodeproc.ChunkFor; 1 MiB at 400 Mbit/s)")
 	mtu := fs.Int("mtu", 9000, "MTU of every NIC and bridge port: jumbo frames, as training fabrics use (1500: standard frames)")
 	cases := fs.String("cases", "", "comma-separated case names to run, in the usual order (empty: all)")
+	calibrate := fs.Bool("calibrate", true, "measure every NIC's alpha and beta on the testbed first (rdma.Node.Calibrate) and give them to the planner and the model; false: the nominal --nic-mbit and alpha")
 	staged := fs.Bool("staged", false, "work in the node's scratch buffer and copy the result out on success (the runtime's default), not in the result buffer (rdma.Config.Direct)")
 	index := fs.Int("node-index", -1, "internal: run as node process INDEX")
 	if err := fs.Parse(args); err != nil {
@@ -189,7 +205,7 @@ func run(args []string) int {
 	}
 	if *index >= 0 {
 		return nodeMain(nodeArgs{Index: *index, Nodes: *nodes, NICs: *nics, Mbit: *mbit, Size: int(size), Port: *port,
-			Chunk: *chunk, OpTimeout: *timeout, Staged: *staged})
+			Chunk: *chunk, OpTimeout: *timeout, Staged: *staged, Calibrate: *calibrate})
 	}
 	if err := netlab.Available(); err != nil {
 		fmt.Fprintln(os.Stderr, "schedules:", err)
@@ -204,7 +220,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "schedules:", err)
 		return 2
 	}
-	b := &bench{staged: *staged, nodes: *nodes, nics: *nics, mbit: *mbit, size: size, port: *port, timeout: *timeout, reps: *reps,
+	b := &bench{staged: *staged, calibrate: *calibrate, nodes: *nodes, nics: *nics, mbit: *mbit, size: size, port: *port, timeout: *timeout, reps: *reps,
 		chunk: *chunk, mtu: *mtu, cases: only}
 	res, err := b.run(ctx)
 	if err != nil {
@@ -226,7 +242,7 @@ func progress(format string, args ...any) {
 
 // bench is the parent: it owns the lab and the node processes. One goroutine uses it.
 type bench struct {
-	staged                  bool
+	staged, calibrate       bool
 	nodes, nics, mbit, port int
 	size                    int64
 	timeout                 time.Duration
@@ -238,6 +254,8 @@ type bench struct {
 	nodesP    *nodeproc.Group[report]
 	down      map[[2]int]bool
 	failovers []int // every node's failovers after the last call
+	// model is the planner's topology, healthy: measured (--calibrate) or nominal.
+	model plan.Topology
 }
 
 // Meta is what the node-process group reads of a report.
@@ -251,8 +269,8 @@ func failure(event string, node int, detail string) report {
 }
 
 func (b *bench) run(ctx context.Context) (result, error) {
-	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu, Staged: b.staged, ChunkBytes: b.chunk, Bytes: b.size, Reps: b.reps, Alpha: alpha,
-		IdealFormula: idealFormula, TargetVsBest: targetVsBest, TargetVsIdeal: targetVsIdeal}
+	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu, Staged: b.staged, ChunkBytes: b.chunk, Bytes: b.size, Reps: b.reps,
+		Alpha: alpha, AlphaNominal: alpha, Calibrated: b.calibrate, IdealFormula: idealFormula, TargetVsBest: targetVsBest, TargetVsIdeal: targetVsIdeal}
 	lab, err := netlab.New(netlab.Config{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu})
 	if err != nil {
 		return res, err
@@ -264,8 +282,24 @@ func (b *bench) run(ctx context.Context) (result, error) {
 	if err := b.spawn(); err != nil {
 		return res, err
 	}
-	if _, err := b.collect(ctx, "ready", ""); err != nil {
+	ready, err := b.collect(ctx, "ready", "")
+	if err != nil {
 		return res, err
+	}
+	b.model = topology(b.nodes, b.nics, b.mbit, nil)
+	if b.calibrate {
+		cal, err := sameCalibration(ready)
+		if err != nil {
+			return res, err
+		}
+		b.model = cal.Apply(b.model)
+		res.Calibration = calibrationOf(cal)
+		res.Alpha = 0
+		for _, row := range cal.Alpha {
+			res.Alpha = max(res.Alpha, slices.Max(row))
+		}
+		progress("calibrated: NICs at %.0f..%.0f Mbit/s, alpha %.0f..%.0f µs", res.Calibration.minMbit(), res.Calibration.maxMbit(),
+			res.Calibration.minAlpha(), res.Calibration.maxAlpha())
 	}
 	if _, err := b.call(ctx, "warmup", "ring", nil); err != nil {
 		return res, err
@@ -296,13 +330,17 @@ func (b *bench) run(ctx context.Context) (result, error) {
 
 // runCase measures every strategy of sc and the planner's choice.
 func (b *bench) runCase(ctx context.Context, sc scenario) (caseResult, error) {
-	topo := topology(b.nodes, b.nics, b.mbit, sc.down)
+	nominal := topology(b.nodes, b.nics, b.mbit, sc.down)
+	topo := withDown(b.model, sc.down)
 	c := caseResult{Name: sc.name, Down: sc.down, Correct: true, BestSeconds: math.Inf(1)}
-	for i := range topo.Nodes {
-		c.LostFraction = max(c.LostFraction, 1-topo.NodeBandwidth(i)/(float64(b.nics)*float64(b.mbit)*1e6/8))
+	for i := range nominal.Nodes {
+		c.LostFraction = max(c.LostFraction, 1-nominal.NodeBandwidth(i)/(float64(b.nics)*float64(b.mbit)*1e6/8))
 	}
 	var err error
 	if c.IdealSeconds, err = plan.Ideal(topo, float64(b.size)); err != nil {
+		return c, err
+	}
+	if c.IdealNominalSeconds, err = plan.Ideal(nominal, float64(b.size)); err != nil {
 		return c, err
 	}
 	if c.FaultFreeModelSeconds, err = plan.FaultFree(topo, float64(b.size), plan.Model{}); err != nil {
@@ -329,6 +367,7 @@ func (b *bench) runCase(ctx context.Context, sc scenario) (caseResult, error) {
 	c.Correct = c.Correct && m.Correct
 	c.PlannerVsBest = c.PlannerSeconds / c.BestSeconds
 	c.PlannerVsIdeal = c.PlannerSeconds / c.IdealSeconds
+	c.PlannerVsIdealNominal = c.PlannerSeconds / c.IdealNominalSeconds
 	c.TargetsMet = c.Correct && c.PlannerVsBest <= targetVsBest && c.PlannerVsIdeal <= targetVsIdeal
 	return c, nil
 }
@@ -447,7 +486,7 @@ func (b *bench) spawn() error {
 		return []string{"--node-index", strconv.Itoa(i), "--nodes", strconv.Itoa(b.nodes),
 			"--nics", strconv.Itoa(b.nics), "--nic-mbit", strconv.Itoa(b.mbit), "--size", strconv.FormatInt(b.size, 10),
 			"--port", strconv.Itoa(b.port), "--timeout", (b.timeout / 4).String(), "--chunk", strconv.Itoa(b.chunk),
-			"--staged=" + strconv.FormatBool(b.staged)}
+			"--staged=" + strconv.FormatBool(b.staged), "--calibrate=" + strconv.FormatBool(b.calibrate)}
 	}, failure)
 	return err
 }
@@ -465,4 +504,66 @@ func (b *bench) teardown(ctx context.Context) {
 	if err := b.lab.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "schedules: teardown:", err)
 	}
+}
+
+// sameCalibration returns the nodes' calibration, which must be the same table, bit for bit, on every
+// node: each plans its schedules from it.
+func sameCalibration(ready []report) (rdma.Calibration, error) {
+	var first *rdma.Calibration
+	for _, r := range ready {
+		if r.Calibration == nil {
+			return rdma.Calibration{}, fmt.Errorf("node %d reported no calibration", r.Node)
+		}
+		if first == nil {
+			first = r.Calibration
+		} else if !reflect.DeepEqual(*r.Calibration, *first) {
+			return rdma.Calibration{}, fmt.Errorf("node %d's calibration differs from node %d's", r.Node, ready[0].Node)
+		}
+	}
+	if first == nil {
+		return rdma.Calibration{}, fmt.Errorf("no node reported")
+	}
+	return *first, nil
+}
+
+// calibration is the measured table as the JSON reports it: per node and NIC, the bandwidth (1/beta)
+// in Mbit/s and alpha in microseconds; 0 where a NIC was not measured.
+type calibration struct {
+	Mbit        [][]float64 `json:"nic_mbit"`
+	AlphaMicros [][]float64 `json:"alpha_us"`
+}
+
+func calibrationOf(c rdma.Calibration) *calibration {
+	out := &calibration{}
+	for i := range c.Beta {
+		var mbit, us []float64
+		for j, b := range c.Beta[i] {
+			m := 0.0
+			if b > 0 {
+				m = math.Round(8/b/1e6*10) / 10
+			}
+			mbit = append(mbit, m)
+			us = append(us, math.Round(c.Alpha[i][j]*1e7)/10)
+		}
+		out.Mbit, out.AlphaMicros = append(out.Mbit, mbit), append(out.AlphaMicros, us)
+	}
+	return out
+}
+
+func (c *calibration) minMbit() float64  { return extreme(c.Mbit, false) }
+func (c *calibration) maxMbit() float64  { return extreme(c.Mbit, true) }
+func (c *calibration) minAlpha() float64 { return extreme(c.AlphaMicros, false) }
+func (c *calibration) maxAlpha() float64 { return extreme(c.AlphaMicros, true) }
+
+// extreme returns the largest (or smallest) positive entry of t, 0 when there is none.
+func extreme(t [][]float64, largest bool) float64 {
+	out := 0.0
+	for _, row := range t {
+		for _, v := range row {
+			if v > 0 && (out == 0 || largest && v > out || !largest && v < out) {
+				out = v
+			}
+		}
+	}
+	return out
 }

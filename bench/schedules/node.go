@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/concord-ccl/concord/bench/internal/nodeproc"
@@ -23,6 +24,7 @@ type nodeArgs struct {
 	Index, Nodes, NICs, Mbit, Size, Port, Chunk int
 	OpTimeout                                   time.Duration
 	Staged                                      bool // the runtime's default buffers, not rdma.Config.Direct
+	Calibrate                                   bool // measure every NIC's alpha and beta first
 }
 
 // command is one line from the parent on a node's stdin.
@@ -51,21 +53,43 @@ type report struct {
 	Down [][2]int `json:"down,omitempty"`
 	// Failovers counts the node's path failovers so far (cumulative).
 	Failovers int `json:"failovers"`
+	// Calibration is what the node's runtime measured of every NIC ("ready", with --calibrate).
+	Calibration *rdma.Calibration `json:"calibration,omitempty"`
 }
 
-// topology is the planner's view of the testbed: every NIC at the shaped rate, one NUMA domain,
+// topology is the nominal view of the testbed: every NIC at the shaped rate, one NUMA domain,
 // latency alpha, one rank per node, and the given NICs down.
 func topology(nodes, nics, mbit int, down [][2]int) plan.Topology {
-	t := plan.Uniform(nodes, nics, 1, alpha, float64(mbit)*1e6/8)
-	t.GPUsPerNode = 1
-	for _, d := range down {
-		t.Nodes[d[0]].NICs[d[1]].Down = true
-	}
-	return t
+	return withDown(plan.Uniform(nodes, nics, 1, alpha, float64(mbit)*1e6/8), down)
 }
 
-// alpha is the per-message latency the model is given for the testbed (veth, bridge, HTB, TCP).
+// withDown returns t, one rank per node, with exactly the given NICs down (t is not modified).
+func withDown(t plan.Topology, down [][2]int) plan.Topology {
+	out := t
+	out.GPUsPerNode = 1
+	out.Nodes = make([]plan.Node, len(t.Nodes))
+	for i, nd := range t.Nodes {
+		nd.NICs = slices.Clone(nd.NICs)
+		for j := range nd.NICs {
+			nd.NICs[j].Down = slices.Contains(down, [2]int{i, j})
+		}
+		out.Nodes[i] = nd
+	}
+	return out
+}
+
+// alpha is the per-message latency the nominal model is given for the testbed (veth, bridge, HTB,
+// TCP).
 const alpha = 100e-6
+
+// planMargin is the planner's Config.Margin: the calibration measures NICs of one rate within about
+// ±2% of each other, so a modelled gain below that is noise (on the healthy testbed Balance and the
+// weighted rings model 0.3–1% ahead of the ring only because one NIC measured slower).
+const planMargin = 0.02
+
+// calibrateConfig is the NIC calibration's: 2 and 8 MiB messages, whose difference takes about 130 ms
+// on one NIC at 400 Mbit/s, three times each way on every NIC (about 5 s in all).
+var calibrateConfig = rdma.CalibrateConfig{Bytes: 8 << 20, Reps: 3}
 
 func strategyByName(s string) (plan.Strategy, bool) {
 	for _, st := range plan.AllStrategies {
@@ -124,7 +148,20 @@ func nodeMain(a nodeArgs) int {
 	if err != nil {
 		return fatal(err)
 	}
-	planned, err := rdma.NewPlanned(node, topology(a.Nodes, a.NICs, a.Mbit, nil), plan.Config{Align: 4})
+	// The planner's topology: the NICs' measured alpha and beta (rdma.Node.Calibrate, every node
+	// gets the same table), or without --calibrate the nominal rate and alpha.
+	base := topology(a.Nodes, a.NICs, a.Mbit, nil)
+	var cal *rdma.Calibration
+	if a.Calibrate {
+		ctx, cancel := context.WithTimeout(context.Background(), a.OpTimeout)
+		c, err := node.Calibrate(ctx, calibrateConfig)
+		cancel()
+		if err != nil {
+			return fatal(fmt.Errorf("calibrating the NICs: %w", err))
+		}
+		base, cal = c.Apply(base), &c
+	}
+	planned, err := rdma.NewPlanned(node, base, plan.Config{Align: 4, Margin: planMargin})
 	if err != nil {
 		return fatal(err)
 	}
@@ -132,7 +169,7 @@ func nodeMain(a nodeArgs) int {
 	count := a.Size / 4
 	send, recv := nodeproc.Buffer(count), nodeproc.Buffer(count)
 	nodeproc.Fill(send, a.Index)
-	out.Encode(report{Event: "ready", Node: a.Index})
+	out.Encode(report{Event: "ready", Node: a.Index, Calibration: cal})
 
 	lastOK := false // the last call succeeded (its result is checked on "check")
 	in := bufio.NewScanner(os.Stdin)
@@ -161,18 +198,17 @@ func nodeMain(a nodeArgs) int {
 			out.Encode(rep)
 			continue
 		}
-		rep := runOne(a, node, ep.NICs(), planned, cmd, send, recv)
+		rep := runOne(a, node, ep.NICs(), planned, withDown(base, cmd.Down), cmd, send, recv)
 		lastOK = rep.Err == ""
 		out.Encode(rep)
 	}
 	return 0
 }
 
-// runOne runs one AllReduce by the command's strategy (or the planner's choice) on the command's
-// health and reports it.
-func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned, cmd command, send, recv []float32) report {
+// runOne runs one AllReduce by the command's strategy (or the planner's choice) on topo, the
+// planner's view of the testbed with the command's NICs down, and reports it.
+func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned, topo plan.Topology, cmd command, send, recv []float32) report {
 	rep := report{Event: "done", Node: a.Index, Label: cmd.Label}
-	topo := topology(a.Nodes, a.NICs, a.Mbit, cmd.Down)
 	var p plan.Plan
 	var err error
 	node.Do(func() {
