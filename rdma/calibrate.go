@@ -239,12 +239,12 @@ func (c *calibration) figures(j int) (alpha, beta float64) {
 		if math.IsInf(t[0], 1) || math.IsInf(t[1], 1) || math.IsInf(t[2], 1) {
 			continue
 		}
-		b := max(t[2]-t[1], 0) / float64(sz[2]-sz[1])
-		if b < beta {
+		// A large send no slower than the medium one says nothing (the machine stalled the medium).
+		if b := (t[2] - t[1]) / float64(sz[2]-sz[1]); b > 0 && b < beta {
 			alpha, beta = t[0], b
 		}
 	}
-	if math.IsInf(beta, 1) || beta <= 0 {
+	if math.IsInf(beta, 1) {
 		return 0, 0
 	}
 	return alpha, beta
