@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -53,9 +54,7 @@ func (c *cluster) calibrate(t *testing.T, cfg rdma.CalibrateConfig) []rdma.Calib
 		}
 	}
 	limit := c.net.Now() + time.Minute
-	c.net.RunWhile(func() bool {
-		return c.net.Now() < limit && !(done[0] && done[1] && done[2] && done[3])
-	})
+	c.net.RunWhile(func() bool { return c.net.Now() < limit && slices.Contains(done, false) })
 	for i := range c.nodes {
 		if !done[i] || errs[i] != nil {
 			t.Fatalf("node %d: done %v, %v", i, done[i], errs[i])
