@@ -36,8 +36,8 @@
 // (rdma.Node.Calibrate: each NIC alone, a tiny, a 2 MiB and an 8 MiB message to each ring neighbour,
 // the fastest of three; α from the tiny one, β from the difference of the other two), every node gets
 // the same table, and the planner and the model work from it (the key calibration gives it in Mbit/s
-// and µs). --calibrate=false gives them the nominal figures instead:
-// every NIC at --nic-mbit, α = alpha_nominal_seconds.
+// and µs). --calibrate=false gives them the nominal figures instead: every NIC at --nic-mbit,
+// α = alpha_nominal_seconds.
 //
 // Per case: ideal_seconds is the model's lower bound [plan.Ideal],
 //

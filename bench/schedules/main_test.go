@@ -2,8 +2,10 @@ package main
 
 import (
 	"math"
+	"reflect"
 	"testing"
 
+	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/plan"
 )
 
@@ -52,5 +54,49 @@ func TestScenarios(t *testing.T) {
 				t.Errorf("%s: %v does not apply (%v)", sc.name, st, err)
 			}
 		}
+	}
+}
+
+// TestCalibrationReports: the parent takes the nodes' table only when every node reported the same
+// one, and prints it in Mbit/s and µs with unmeasured NICs as 0.
+func TestCalibrationReports(t *testing.T) {
+	cal := rdma.Calibration{Alpha: [][]float64{{1e-4, 0}, {2.5e-4, 3e-4}}, Beta: [][]float64{{8 / 400e6, 0}, {8 / 395e6, 8 / 401e6}}}
+	other := rdma.Calibration{Alpha: [][]float64{{1e-4, 0}, {2.5e-4, 3e-4}}, Beta: [][]float64{{8 / 400e6, 0}, {8 / 395e6, 8 / 402e6}}}
+	got, err := sameCalibration([]report{{Node: 0, Calibration: &cal}, {Node: 1, Calibration: &cal}})
+	if err != nil || !reflect.DeepEqual(got, cal) {
+		t.Fatalf("the same table twice: %+v, %v", got, err)
+	}
+	if _, err := sameCalibration([]report{{Node: 0, Calibration: &cal}, {Node: 1, Calibration: &other}}); err == nil {
+		t.Error("two different tables: no error")
+	}
+	if _, err := sameCalibration([]report{{Node: 0, Calibration: &cal}, {Node: 1}}); err == nil {
+		t.Error("a node without a table: no error")
+	}
+	c := calibrationOf(cal)
+	if want := [][]float64{{400, 0}, {395, 401}}; !reflect.DeepEqual(c.Mbit, want) {
+		t.Errorf("Mbit %v, want %v", c.Mbit, want)
+	}
+	if want := [][]float64{{100, 0}, {250, 300}}; !reflect.DeepEqual(c.AlphaMicros, want) {
+		t.Errorf("alpha %v, want %v", c.AlphaMicros, want)
+	}
+	if c.minMbit() != 395 || c.maxMbit() != 401 || c.minAlpha() != 100 || c.maxAlpha() != 300 {
+		t.Errorf("extremes %v %v %v %v, want 395 401 100 300 (zeros left out)", c.minMbit(), c.maxMbit(), c.minAlpha(), c.maxAlpha())
+	}
+}
+
+// TestWithDown sets exactly the given NICs down on a copy.
+func TestWithDown(t *testing.T) {
+	base := topology(4, 4, 400, [][2]int{{0, 0}})
+	got := withDown(base, [][2]int{{1, 2}, {3, 0}})
+	for i := range 4 {
+		for j := range 4 {
+			want := i == 1 && j == 2 || i == 3 && j == 0
+			if got.Nodes[i].NICs[j].Down != want {
+				t.Errorf("node %d NIC %d: down %v, want %v", i, j, got.Nodes[i].NICs[j].Down, want)
+			}
+		}
+	}
+	if !base.Nodes[0].NICs[0].Down || base.Nodes[1].NICs[2].Down {
+		t.Error("withDown changed its argument")
 	}
 }
