@@ -127,8 +127,8 @@ func (c *calibration) sizes() [3]int {
 
 // StartCalibrate measures every NIC's α and β (see the notes on calibration above) and calls done
 // with the table, in the event context. Every node of the ring must start it, with the same
-// configuration, while no other collective runs; every node must have the same number of NICs. Call
-// it in the event context.
+// configuration, while no other collective runs; every node must have the same number of NICs (their
+// declared bandwidths may differ: nothing here is split by them). Call it in the event context.
 func (n *Node) StartCalibrate(cfg CalibrateConfig, done func(Calibration, error)) error {
 	if err := cfg.Validate(); err != nil {
 		return err

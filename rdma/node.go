@@ -179,7 +179,9 @@ type early struct {
 }
 
 // NewNode returns the runtime of the endpoint's node in a group whose nodes form ring (every node
-// lists the same ring; every node has the same number of NICs in the same order). It connects to its
+// lists the same ring; every node has the same number of NICs in the same order, declaring the same
+// bandwidths, since the collectives split their channels by them and every node must cut alike; a
+// measured difference belongs in the planner's topology, see [Node.Calibrate]). It connects to its
 // ring neighbours on every NIC (data, control and probe connections: the backups exist from the start)
 // and starts handling the endpoint's events: it calls ep.Start, so the endpoint must not have been
 // started. Call it from any one goroutine; the Node belongs to the event context afterwards.
