@@ -925,10 +925,10 @@ func (s *Planned) Sync() bool {
 }
 
 // Plan returns the plan the next AllReduce of bytes bytes (elements of esz bytes) runs: the cheapest
-// strategy for the current health (the first within the planner's Config.Margin of it), OptCC and the weighted rings priced on this runtime's NICs (see
-// pricedPlan), with the Node's routes: the standard ring's channels (a failed NIC's moved whole to
-// its backup) for the standard ring and hot repair, [plan.BalanceRoutes] over one channel per NIC
-// otherwise.
+// strategy for the current health (the first within the planner's Config.Margin of it), OptCC and
+// the weighted rings priced on this runtime's NICs (see pricedPlan), with the Node's routes: the
+// standard ring's channels (a failed NIC's moved whole to its backup) for the standard ring and hot
+// repair, [plan.BalanceRoutes] over one channel per NIC otherwise.
 func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
 	es, err := s.p.Estimates(bytes)
 	if err != nil {
