@@ -93,16 +93,13 @@ type Calibration struct {
 // t is the node at ring position i, as the planner's topologies number them; NICs the calibration
 // did not measure, or that t does not have, keep t's figures.
 func (c Calibration) Apply(t plan.Topology) plan.Topology {
-	out := t
-	out.Nodes = make([]plan.Node, len(t.Nodes))
-	for i, nd := range t.Nodes {
-		nd.NICs = append([]plan.NIC(nil), nd.NICs...)
+	out := t.Clone()
+	for i, nd := range out.Nodes {
 		for j := range nd.NICs {
 			if i < len(c.Beta) && j < len(c.Beta[i]) && c.Beta[i][j] > 0 {
 				nd.NICs[j].Alpha, nd.NICs[j].Beta = c.Alpha[i][j], c.Beta[i][j]
 			}
 		}
-		out.Nodes[i] = nd
 	}
 	return out
 }

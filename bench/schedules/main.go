@@ -298,8 +298,9 @@ func (b *bench) run(ctx context.Context) (result, error) {
 		for _, row := range cal.Alpha {
 			res.Alpha = max(res.Alpha, slices.Max(row))
 		}
-		progress("calibrated: NICs at %.0f..%.0f Mbit/s, alpha %.0f..%.0f µs", res.Calibration.minMbit(), res.Calibration.maxMbit(),
-			res.Calibration.minAlpha(), res.Calibration.maxAlpha())
+		mlo, mhi := span(res.Calibration.Mbit)
+		alo, ahi := span(res.Calibration.AlphaMicros)
+		progress("calibrated: NICs at %.0f..%.0f Mbit/s, alpha %.0f..%.0f µs", mlo, mhi, alo, ahi)
 	}
 	if _, err := b.call(ctx, "warmup", "ring", nil); err != nil {
 		return res, err
@@ -550,20 +551,17 @@ func calibrationOf(c rdma.Calibration) *calibration {
 	return out
 }
 
-func (c *calibration) minMbit() float64  { return extreme(c.Mbit, false) }
-func (c *calibration) maxMbit() float64  { return extreme(c.Mbit, true) }
-func (c *calibration) minAlpha() float64 { return extreme(c.AlphaMicros, false) }
-func (c *calibration) maxAlpha() float64 { return extreme(c.AlphaMicros, true) }
-
-// extreme returns the largest (or smallest) positive entry of t, 0 when there is none.
-func extreme(t [][]float64, largest bool) float64 {
-	out := 0.0
+// span returns the smallest and the largest positive entry of t, zeros when there is none.
+func span(t [][]float64) (lo, hi float64) {
 	for _, row := range t {
 		for _, v := range row {
-			if v > 0 && (out == 0 || largest && v > out || !largest && v < out) {
-				out = v
+			if v > 0 {
+				if lo == 0 || v < lo {
+					lo = v
+				}
+				hi = max(hi, v)
 			}
 		}
 	}
-	return out
+	return lo, hi
 }

@@ -79,8 +79,10 @@ func TestCalibrationReports(t *testing.T) {
 	if want := [][]float64{{100, 0}, {250, 300}}; !reflect.DeepEqual(c.AlphaMicros, want) {
 		t.Errorf("alpha %v, want %v", c.AlphaMicros, want)
 	}
-	if c.minMbit() != 395 || c.maxMbit() != 401 || c.minAlpha() != 100 || c.maxAlpha() != 300 {
-		t.Errorf("extremes %v %v %v %v, want 395 401 100 300 (zeros left out)", c.minMbit(), c.maxMbit(), c.minAlpha(), c.maxAlpha())
+	mlo, mhi := span(c.Mbit)
+	alo, ahi := span(c.AlphaMicros)
+	if mlo != 395 || mhi != 401 || alo != 100 || ahi != 300 {
+		t.Errorf("spans %v %v %v %v, want 395 401 100 300 (zeros left out)", mlo, mhi, alo, ahi)
 	}
 }
 

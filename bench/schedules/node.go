@@ -60,20 +60,18 @@ type report struct {
 // topology is the nominal view of the testbed: every NIC at the shaped rate, one NUMA domain,
 // latency alpha, one rank per node, and the given NICs down.
 func topology(nodes, nics, mbit int, down [][2]int) plan.Topology {
-	return withDown(plan.Uniform(nodes, nics, 1, alpha, float64(mbit)*1e6/8), down)
+	t := plan.Uniform(nodes, nics, 1, alpha, float64(mbit)*1e6/8)
+	t.GPUsPerNode = 1
+	return withDown(t, down)
 }
 
-// withDown returns t, one rank per node, with exactly the given NICs down (t is not modified).
+// withDown returns a copy of t with exactly the given NICs down.
 func withDown(t plan.Topology, down [][2]int) plan.Topology {
-	out := t
-	out.GPUsPerNode = 1
-	out.Nodes = make([]plan.Node, len(t.Nodes))
-	for i, nd := range t.Nodes {
-		nd.NICs = slices.Clone(nd.NICs)
+	out := t.Clone()
+	for i, nd := range out.Nodes {
 		for j := range nd.NICs {
 			nd.NICs[j].Down = slices.Contains(down, [2]int{i, j})
 		}
-		out.Nodes[i] = nd
 	}
 	return out
 }
