@@ -939,6 +939,9 @@ func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
 	secs := make([]float64, len(es))
 	for i, e := range es {
 		sec := e.Seconds
+		if !runnable(e) {
+			sec = math.Inf(1)
+		}
 		if (e.Strategy == plan.OptCC || e.Strategy == plan.Weighted) && !math.IsInf(sec, 1) {
 			pl, err := s.pricedPlan(e, bytes, esz)
 			if err != nil {
@@ -972,10 +975,21 @@ func (s *Planned) PlanStrategy(st plan.Strategy, bytes int64, esz int) (plan.Pla
 	if math.IsInf(e.Seconds, 1) {
 		return plan.Plan{}, fmt.Errorf("rdma: strategy %v does not apply: %w", st, plan.ErrNoPath)
 	}
+	if !runnable(e) {
+		return plan.Plan{}, fmt.Errorf("rdma: strategy %v: its leaves' ring has a single node, which the runtime does not run: %w", st, plan.ErrNoPath)
+	}
 	if st == plan.OptCC || st == plan.Weighted {
 		return s.pricedPlan(e, bytes, esz)
 	}
 	return s.build(e, bytes, esz)
+}
+
+// runnable reports whether the runtime runs e's schedule: a part with leaves (OptCC's) needs a ring
+// of at least two nodes (StartPlannedAllReduce). The model prices OptCC with a single core node too,
+// a node that gathers the leaves' inputs and returns the sums, which on two nodes is the schedule;
+// on measured figures a healthy fabric can also have one node a little faster than every other.
+func runnable(e plan.Estimate) bool {
+	return len(e.Leaves) == 0 || len(e.Rings) < 2 || len(e.Rings[len(e.Rings)-1]) >= 2
 }
 
 // build makes the plan of estimate e with the Node's routes, every share a multiple of the planner's

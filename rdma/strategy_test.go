@@ -2,6 +2,8 @@ package rdma_test
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -521,5 +523,104 @@ func TestPricedPlansFollowRuns(t *testing.T) {
 		if r := took[plan.Weighted] / ideal; r > 1.10 {
 			t.Errorf("%s: weighted rings at %.3f× the bound, want within 1.10", tc.name, r)
 		}
+	}
+}
+
+// measuredTopology is stTopology with every NIC's bandwidth drawn within ±2.5% of stBW, as a
+// calibration (Node.Calibrate) reports a healthy fabric: the nodes' bandwidths differ a little, so
+// that the planner's levels can make one node the only fastest.
+func measuredTopology(rng *rand.Rand, down [][2]int) plan.Topology {
+	t := stTopology(down)
+	for i := range t.Nodes {
+		for j := range t.Nodes[i].NICs {
+			t.Nodes[i].NICs[j].Beta = 1 / (stBW * (0.975 + 0.05*rng.Float64()))
+		}
+	}
+	return t
+}
+
+// On measured figures every strategy the planner prices makes a plan that runs and gives the exact
+// sum on every node, except OptCC's with a single fastest node as its core, which the runtime does
+// not run: rdma.Planned neither chooses it nor builds it (it chose it on the netns testbed once, and
+// the call failed), and its choice runs.
+func TestPlansOnMeasuredTopologiesRun(t *testing.T) {
+	inputs := integerInputs(rand.New(rand.NewPCG(3, 1)), stNodes, stCount)
+	ref := newCluster(t, stNodes, stNICs, rdma.Config{ChunkBytes: 64 << 10, Window: 4})
+	want, errs := ref.allReduce(t, inputs, rings.F32, rings.Sum)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("standard ring, node %d: %v", i, err)
+		}
+	}
+	check := func(what string, out [][]byte) {
+		t.Helper()
+		for i := range out {
+			if !bytes.Equal(out[i], want[0]) {
+				t.Fatalf("%s: node %d's result differs from the exact sum", what, i)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	singleCore := 0
+	for trial := range 8 {
+		var down [][2]int
+		if trial%2 == 1 {
+			down = [][2]int{{rng.IntN(stNodes), rng.IntN(stNICs)}}
+		}
+		topo := measuredTopology(rng, down)
+		for _, st := range plan.AllStrategies {
+			e, err := plan.Cost(topo, st, float64(len(inputs[0])), plan.Model{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.IsInf(e.Seconds, 1) {
+				continue
+			}
+			if len(e.Leaves) > 0 && len(e.Rings[len(e.Rings)-1]) < 2 {
+				// A single core node: the runtime's planner does not run this schedule (below).
+				singleCore++
+				continue
+			}
+			p, err := plan.Build(topo, e, int64(len(inputs[0])), 4, plan.Model{})
+			if err != nil {
+				t.Fatalf("trial %d, %v: %v", trial, st, err)
+			}
+			c := newCluster(t, stNodes, stNICs, rdma.Config{ChunkBytes: 64 << 10, Window: 4})
+			for _, d := range down {
+				c.net.SetPort(c.ring[d[0]], rdma.NICID(d[1]), false)
+			}
+			p.Routes = rdma.RoutesFor(topo, st, c.net.Node(c.ring[0]).NICs())
+			out := make([][]byte, stNodes)
+			c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+				out[i] = make([]byte, len(inputs[i]))
+				return n.StartPlannedAllReduce(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
+			})
+			check(fmt.Sprintf("trial %d, %v", trial, st), out)
+		}
+		c := newCluster(t, stNodes, stNICs, rdma.Config{ChunkBytes: 64 << 10, Window: 4})
+		for _, d := range down {
+			c.net.SetPort(c.ring[d[0]], rdma.NICID(d[1]), false)
+		}
+		out := make([][]byte, stNodes)
+		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+			ps, err := rdma.NewPlanned(n, topo, plan.Config{Align: 4, Margin: 0.02})
+			if err != nil {
+				return err
+			}
+			e, err := plan.Cost(topo, plan.OptCC, float64(len(inputs[0])), plan.Model{})
+			if err != nil {
+				return err
+			}
+			if _, err := ps.PlanStrategy(plan.OptCC, int64(len(inputs[0])), 4); len(e.Leaves) > 0 && len(e.Rings[1]) < 2 && !errors.Is(err, plan.ErrNoPath) {
+				t.Fatalf("trial %d: OptCC with a single core node: %v, want ErrNoPath", trial, err)
+			}
+			out[i] = make([]byte, len(inputs[i]))
+			_, err = ps.StartAllReduce(inputs[i], out[i], rings.F32, rings.Sum, done)
+			return err
+		})
+		check(fmt.Sprintf("trial %d, the planner's choice", trial), out)
+	}
+	if singleCore == 0 {
+		t.Fatal("no trial had a single fastest node: the test does not exercise OptCC's refusal")
 	}
 }
