@@ -976,7 +976,7 @@ func (s *Planned) PlanStrategy(st plan.Strategy, bytes int64, esz int) (plan.Pla
 		return plan.Plan{}, fmt.Errorf("rdma: strategy %v does not apply: %w", st, plan.ErrNoPath)
 	}
 	if !runnable(e) {
-		return plan.Plan{}, fmt.Errorf("rdma: strategy %v: its leaves' ring has a single node, which the runtime does not run: %w", st, plan.ErrNoPath)
+		return plan.Plan{}, fmt.Errorf("%w: strategy %v: its leaves' ring has a single node, which the runtime does not run", ErrInvalid, st)
 	}
 	if st == plan.OptCC || st == plan.Weighted {
 		return s.pricedPlan(e, bytes, esz)
