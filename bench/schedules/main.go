@@ -344,7 +344,7 @@ func (b *bench) runCase(ctx context.Context, sc scenario) (caseResult, error) {
 	if c.IdealNominalSeconds, err = plan.Ideal(nominal, float64(b.size)); err != nil {
 		return c, err
 	}
-	if c.FaultFreeModelSeconds, err = plan.FaultFree(topo, float64(b.size), plan.Model{}); err != nil {
+	if c.FaultFreeModelSeconds, err = plan.FaultFree(topo, float64(b.size), planModel); err != nil {
 		return c, err
 	}
 	for _, st := range sc.strategies {
