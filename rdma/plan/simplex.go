@@ -43,7 +43,6 @@ func simplex(c []float64, a [][]float64, b []float64) ([]float64, error) {
 		neg[i] = b[i] < 0
 	}
 	// A column that is 1 in row i (after the sign flip) and 0 in every other row starts in the basis.
-	used := make([]bool, n)
 	for j := range n {
 		row, unit := -1, true
 		for i := range m {
@@ -59,8 +58,8 @@ func simplex(c []float64, a [][]float64, b []float64) ([]float64, error) {
 				unit = false
 			}
 		}
-		if unit && row >= 0 && basis[row] < 0 && !used[j] {
-			basis[row], used[j] = j, true
+		if unit && row >= 0 && basis[row] < 0 {
+			basis[row] = j
 		}
 	}
 	art := 0
@@ -138,7 +137,7 @@ type tableau struct {
 	tab    [][]float64
 	basis  []int // the basic column of every row
 	cols   int   // columns before the right-hand side's
-	limit  int   // pivots left
+	limit  int   // the most pivots it may take
 	bland  bool  // the last pivot did not move the vertex
 	pivots int
 }
