@@ -934,7 +934,6 @@ func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
 	if err != nil {
 		return plan.Plan{}, err
 	}
-	best, bestSec := -1, math.Inf(1)
 	priced := map[plan.Strategy]plan.Plan{} // OptCC's and the weighted rings' plans, priced here
 	secs := make([]float64, len(es))
 	for i, e := range es {
@@ -949,15 +948,11 @@ func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
 			}
 			priced[e.Strategy], sec = pl, pl.Seconds
 		}
-		if secs[i] = sec; sec < bestSec {
-			best, bestSec = i, sec
-		}
+		secs[i] = sec
 	}
+	best := plan.Pick(secs, s.cfg.Margin)
 	if best < 0 {
 		return plan.Plan{}, fmt.Errorf("rdma: no configured strategy applies: %w", plan.ErrNoPath)
-	}
-	if s.cfg.Margin > 0 { // the first strategy within the planner's margin of the cheapest
-		best = slices.IndexFunc(secs, func(sec float64) bool { return sec <= bestSec*(1+s.cfg.Margin) })
 	}
 	if pl, ok := priced[es[best].Strategy]; ok {
 		return pl, nil

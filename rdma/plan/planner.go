@@ -152,18 +152,30 @@ func Choose(t Topology, bytes int64, cfg Config) (Plan, error) {
 // choose returns the plan of the cheapest of estimates es for bytes on t (the first within
 // cfg.Margin of it).
 func choose(t Topology, es []Estimate, bytes int64, cfg Config) (Plan, error) {
-	best := slices.IndexFunc(es, func(e Estimate) bool { return !math.IsInf(e.Seconds, 1) })
+	secs := make([]float64, len(es))
+	for i, e := range es {
+		secs[i] = e.Seconds
+	}
+	best := Pick(secs, cfg.Margin)
 	if best < 0 {
 		return Plan{}, fmt.Errorf("plan: no configured strategy applies: %w", ErrNoPath)
 	}
-	for i, e := range es {
-		if e.Seconds < es[best].Seconds {
+	return Build(t, es[best], bytes, cfg.Align, cfg.Model)
+}
+
+// Pick returns the index of the strategy a planner with Config.Margin margin chooses among the
+// modelled times secs (in Config.Strategies order): the first cheapest, or with a margin the first
+// within (1+margin) of the cheapest; -1 when no time is finite.
+func Pick(secs []float64, margin float64) int {
+	best := -1
+	for i, sec := range secs {
+		if !math.IsInf(sec, 1) && (best < 0 || sec < secs[best]) {
 			best = i
 		}
 	}
-	if cfg.Margin > 0 {
-		within := es[best].Seconds * (1 + cfg.Margin)
-		best = slices.IndexFunc(es, func(e Estimate) bool { return e.Seconds <= within })
+	if best >= 0 && margin > 0 {
+		within := secs[best] * (1 + margin)
+		best = slices.IndexFunc(secs, func(sec float64) bool { return sec <= within })
 	}
-	return Build(t, es[best], bytes, cfg.Align, cfg.Model)
+	return best
 }
