@@ -55,7 +55,11 @@ const evenBlocks = 1e-3
 // does not show: best calls of 2.40 and 2.51 s in two runs against the single ring's 2.39 and 2.41 s.
 // For two neighbouring nodes on different rails its 10% (9/20 against 1/2) does: 2.54–2.67 s against
 // Balance's 2.73–2.82 s, 1.05–1.10× its model (1.11–1.22× while a tcp connection was one socket, its
-// acks queued behind the chunks going the other way).
+// acks queued behind the chunks going the other way). A NIC that both rings use carries two
+// connections, which share it about evenly whatever the program's split. Capping each connection at
+// its planned share of the NIC (SO_MAX_PACING_RATE) did not help: with one NIC down the capped pair
+// took 2.59–2.75 s against the single ring's 2.52–2.62 s, and for the two nodes 2.63–2.78 s against
+// 2.58–2.83 s uncapped (two interleaved runs each, the planner's call and the strategy's).
 const secondRingMargin = 0.06
 
 // costWeighted returns the cheapest of the single weighted ring over o, the pair of weighted rings
