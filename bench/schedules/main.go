@@ -27,7 +27,9 @@
 // Every case also runs the planner's choice for its health and size. Each measurement is --reps
 // AllReduce calls of --size bytes of float32 (sum), after one untimed warm-up call; a call's time is
 // from the last node's start to the last node's end (one wall clock), and the fastest call counts
-// (the machine may be shared; every sample is in the output). Once every node has finished a call,
+// (the machine may be shared; every sample is in the output). A case's calls take turns: one of each
+// strategy and one of the planner's choice per round, --reps rounds, so that a slow spell of the
+// machine does not fall on one of them only. Once every node has finished a call,
 // every node checks every element of its result against the exact sum (inputs are small integers).
 // NICs run jumbo frames (--mtu 9000) and chunks are sized from the NIC rate (--chunk 0), as in
 // bench/hotrepair; --cases runs a subset of the cases.
@@ -347,11 +349,25 @@ func (b *bench) runCase(ctx context.Context, sc scenario) (caseResult, error) {
 	if c.FaultFreeModelSeconds, err = plan.FaultFree(topo, float64(b.size), planModel); err != nil {
 		return c, err
 	}
+	// One call of each strategy and of the planner's choice in turn, --reps rounds: a slow spell of
+	// the machine then falls on all of them alike, not on whichever ran during it.
+	names := make([]string, 0, len(sc.strategies)+1)
 	for _, st := range sc.strategies {
-		m, err := b.call(ctx, sc.name+"/"+st.String(), st.String(), sc.down)
-		if err != nil {
-			return c, err
+		names = append(names, st.String())
+	}
+	names = append(names, "planner")
+	ms := make([]measured, len(names))
+	for i := range ms {
+		ms[i] = newMeasured()
+	}
+	for rep := range b.reps {
+		for i, name := range names {
+			if err := b.callOnce(ctx, fmt.Sprintf("%s/%s#%d", sc.name, name, rep), name, sc.down, &ms[i]); err != nil {
+				return c, err
+			}
 		}
+	}
+	for _, m := range ms[:len(sc.strategies)] {
 		progress("%s: %s %.3fs (model %.3fs) correct %v, %d failovers", sc.name, m.Strategy, m.Seconds, m.PredictedSeconds, m.Correct, m.Failovers)
 		c.Strategies = append(c.Strategies, m)
 		c.Correct = c.Correct && m.Correct
@@ -359,10 +375,7 @@ func (b *bench) runCase(ctx context.Context, sc scenario) (caseResult, error) {
 			c.BestSeconds, c.BestStrategy = m.Seconds, m.Strategy
 		}
 	}
-	m, err := b.call(ctx, sc.name+"/planner", "planner", sc.down)
-	if err != nil {
-		return c, err
-	}
+	m := ms[len(sc.strategies)]
 	progress("%s: planner chose %s: %.3fs (model %.3fs) correct %v; ideal %.3fs", sc.name, m.Strategy, m.Seconds, m.PredictedSeconds, m.Correct, c.IdealSeconds)
 	c.PlannerChoice, c.PlannerSeconds, c.PlannerPredicted = m.Strategy, m.Seconds, m.PredictedSeconds
 	c.Correct = c.Correct && m.Correct
@@ -433,43 +446,53 @@ func (b *bench) setDown(ctx context.Context, down [][2]int) error {
 
 // call runs --reps AllReduce calls of the given strategy on every node and measures them.
 func (b *bench) call(ctx context.Context, label, strategy string, down [][2]int) (measured, error) {
-	m := measured{Correct: true, Seconds: math.Inf(1)}
+	m := newMeasured()
 	for rep := range b.reps {
-		l := fmt.Sprintf("%s#%d", label, rep)
-		reps, err := b.ask(ctx, command{Op: "run", Label: l, Strategy: strategy, Down: down}, "done")
-		if err != nil {
-			return measured{}, err
+		if err := b.callOnce(ctx, fmt.Sprintf("%s#%d", label, rep), strategy, down, &m); err != nil {
+			return m, err
 		}
-		m.Strategy, m.PredictedSeconds = reps[0].Strategy, reps[0].Predicted
-		var start, end int64
-		for _, r := range reps {
-			if r.Err != "" {
-				return m, fmt.Errorf("node %d: %s: %s", r.Node, l, r.Err)
-			}
-			if r.Strategy != m.Strategy {
-				return m, fmt.Errorf("%s: node %d ran %s, node 0 %s", l, r.Node, r.Strategy, m.Strategy)
-			}
-			start, end = max(start, r.StartNs), max(end, r.EndNs)
-			if b.failovers == nil {
-				b.failovers = make([]int, b.nodes)
-			}
-			m.Failovers += r.Failovers - b.failovers[r.Node]
-			b.failovers[r.Node] = r.Failovers
-		}
-		// Results are checked once every node has finished, so that no check takes CPU from a node
-		// still in the call.
-		checked, err := b.ask(ctx, command{Op: "check", Label: l}, "checked")
-		if err != nil {
-			return measured{}, err
-		}
-		for _, r := range checked {
-			m.Correct = m.Correct && r.Correct
-		}
-		sec := float64(end-start) / 1e9
-		m.Samples = append(m.Samples, sec)
-		m.Seconds = min(m.Seconds, sec)
 	}
 	return m, nil
+}
+
+func newMeasured() measured { return measured{Correct: true, Seconds: math.Inf(1)} }
+
+// callOnce runs one AllReduce call of the given strategy on every node, checks its result and adds
+// its time to m.
+func (b *bench) callOnce(ctx context.Context, label, strategy string, down [][2]int, m *measured) error {
+	reps, err := b.ask(ctx, command{Op: "run", Label: label, Strategy: strategy, Down: down}, "done")
+	if err != nil {
+		return err
+	}
+	m.Strategy, m.PredictedSeconds = reps[0].Strategy, reps[0].Predicted
+	var start, end int64
+	for _, r := range reps {
+		if r.Err != "" {
+			return fmt.Errorf("node %d: %s: %s", r.Node, label, r.Err)
+		}
+		if r.Strategy != m.Strategy {
+			return fmt.Errorf("%s: node %d ran %s, node 0 %s", label, r.Node, r.Strategy, m.Strategy)
+		}
+		start, end = max(start, r.StartNs), max(end, r.EndNs)
+		if b.failovers == nil {
+			b.failovers = make([]int, b.nodes)
+		}
+		m.Failovers += r.Failovers - b.failovers[r.Node]
+		b.failovers[r.Node] = r.Failovers
+	}
+	// Results are checked once every node has finished, so that no check takes CPU from a node
+	// still in the call.
+	checked, err := b.ask(ctx, command{Op: "check", Label: label}, "checked")
+	if err != nil {
+		return err
+	}
+	for _, r := range checked {
+		m.Correct = m.Correct && r.Correct
+	}
+	sec := float64(end-start) / 1e9
+	m.Samples = append(m.Samples, sec)
+	m.Seconds = min(m.Seconds, sec)
+	return nil
 }
 
 // ask sends cmd to every node and collects one report of event with cmd's label from each.
