@@ -29,8 +29,8 @@
 // from the last node's start to the last node's end (one wall clock), and the fastest call counts
 // (the machine may be shared; every sample is in the output). A case's calls take turns: one of each
 // strategy and one of the planner's choice per round, --reps rounds, so that a slow spell of the
-// machine does not fall on one of them only. Once every node has finished a call,
-// every node checks every element of its result against the exact sum (inputs are small integers).
+// machine does not fall on one of them only. Once every node has finished a call, every node checks
+// every element of its result against the exact sum (inputs are small integers).
 // NICs run jumbo frames (--mtu 9000) and chunks are sized from the NIC rate (--chunk 0), as in
 // bench/hotrepair; --cases runs a subset of the cases.
 //
@@ -455,6 +455,7 @@ func (b *bench) call(ctx context.Context, label, strategy string, down [][2]int)
 	return m, nil
 }
 
+// newMeasured returns a measurement with no calls yet: correct until a check fails.
 func newMeasured() measured { return measured{Correct: true, Seconds: math.Inf(1)} }
 
 // callOnce runs one AllReduce call of the given strategy on every node, checks its result and adds
