@@ -22,9 +22,9 @@ const simplexTol = 1e-9
 //
 // The weighted rings' programs are highly degenerate (almost every right-hand side is zero), and a
 // simplex method can cycle on them forever among pivots that do not move the vertex; gonum's did on
-// measured topologies, and it has no bound on its pivots. This one takes Dantzig's rule (the most negative
-// reduced cost) after a pivot that moved the vertex, and Bland's rule (the lowest-indexed candidate
-// entering and leaving) after one that did not. A cycle consists of pivots that do not move the
+// measured topologies, and it has no bound on its pivots. This one takes Dantzig's rule (the most
+// negative reduced cost) after a pivot that moved the vertex, and Bland's rule (the lowest-indexed
+// candidate entering and leaving) after one that did not. A cycle consists of pivots that do not move the
 // vertex, so every pivot of a cycle would follow Bland's rule, which cannot cycle. The pivots are
 // also bounded in number, so that rounding cannot make it run forever either: past the bound it
 // returns errPivots.
