@@ -4,20 +4,22 @@
 //
 // It starts a master (LAN preset: heartbeats every 250ms, a peer is gone after 1.5s of silence) and
 // --peers peer processes (this program, re-executed) that loop like a training job: if peers are
-// pending, UpdateTopology; AllReduce --size bytes (256 MiB); on ErrPeerLeft or ErrAborted, check that
-// the buffer is unchanged (xxh3 of the buffer before the call; a restored buffer keeps that hash for
-// the retry, so the check costs one hash per failure, and it runs while the peer waits in
-// UpdateTopology), UpdateTopology and retry. Every peer reports each event as a JSON line stamped
-// with the machine's wall clock. --gomaxprocs (auto by default, as in bench/allreduce) gives every
-// child its share of the cores.
+// pending, UpdateTopology; AllReduce --size bytes (256 MiB); on ErrPeerLeft or ErrAborted,
+// UpdateTopology and retry. A failed call must leave its buffer unchanged: every peer keeps a second
+// buffer with the same contribution, retries on it, and hashes the failed call's buffer (xxh3, against
+// the contribution's) once the retry has ended everywhere, so that the check's pass over 256 MiB does
+// not compete for the cores with the recovery being timed; a round ends when every survivor has
+// reported its check (restore_checks counts them). Every peer reports each event as a JSON line
+// stamped with the machine's wall clock. --gomaxprocs (auto by default, as in bench/allreduce) gives
+// every child its share of the cores.
 //
 // Kill rounds (--kills, 20): while an AllReduce is in flight on every peer, after a random delay
 // within the expected duration of the call, SIGKILL one peer. abort_ms is the time from the kill
 // until every survivor's call has returned its error; resume_ms until every survivor's next AllReduce
-// has completed and its result checked; redials_per_kill is the median number of data connections the
-// survivors opened between their abort and that completion (only the dead peer's neighbours need
-// new links). Then a replacement is spawned and admitted, and the next
-// round waits for the full group.
+// has completed (its result is checked, element by element, after that); redials_per_kill is the
+// median number of data connections the survivors opened between their abort and that completion
+// (only the dead peer's neighbours need new links). Then a replacement is spawned and admitted, and
+// the next round waits for the full group.
 //
 // Stall rounds (--stalls, 5): SIGSTOP one peer mid-call; stall_ms is the time until every survivor's
 // call has returned an error (the master declares the silent peer gone after its heartbeat timeout).
@@ -97,6 +99,7 @@ type result struct {
 	StallMsP50      float64   `json:"stall_ms_p50"`
 	StallMsP99      float64   `json:"stall_ms_p99"`
 	BuffersRestored bool      `json:"buffers_restored"`
+	RestoreChecks   int       `json:"restore_checks"` // failed calls whose buffer was hashed afterwards
 	ResultsCorrect  bool      `json:"results_correct"`
 	AbortMs         []float64 `json:"abort_ms"`
 	ResumeMs        []float64 `json:"resume_ms"`
@@ -208,6 +211,8 @@ type peerState struct {
 	exit   peerEvent
 	// abortedStart is when the call that abort ended had started (its op_started line's T).
 	abortedStart int64
+	// aborts and checks count the peer's failed calls and the checks of their buffers.
+	aborts, checks int
 }
 
 // bench runs the rounds. It is used by one goroutine.
@@ -289,9 +294,13 @@ func (b *bench) handle(l cluster.Line) error {
 		if s.start.Seq == ev.Seq {
 			s.abortedStart = s.start.T
 		}
+		s.aborts++
+	case "checked":
+		s.checks++
+		b.res.RestoreChecks++
 		if !ev.Restored {
 			b.res.BuffersRestored = false
-			progress("%s: buffer NOT restored after %s", l.Proc.Name(), ev.Kind)
+			progress("%s: buffer NOT restored after its call %d failed", l.Proc.Name(), ev.Seq)
 		}
 	case "exit":
 		s.exit = ev
@@ -471,14 +480,14 @@ func (b *bench) restartRound(ctx context.Context, i int) (bool, error) {
 	if late {
 		b.res.KillsMissed++
 		progress("restart %d: the master was killed after a call had finished; not a sample", i+1)
-		return false, nil
+		return false, b.awaitChecks(ctx)
 	}
 	resume, total := float64(resumed-tb)/1e6, float64(resumed-tk)/1e6
 	b.res.RestartResumeMs = append(b.res.RestartResumeMs, resume)
 	b.res.RestartTotalMs = append(b.res.RestartTotalMs, total)
 	b.res.RevisionsLost = max(b.res.RevisionsLost, 1) // the call in flight failed and was redone
 	progress("restart %d: every peer resumed %.1f ms after the new master started (%.1f ms after the kill)", i+1, resume, total)
-	return true, nil
+	return true, b.awaitChecks(ctx)
 }
 
 // strike waits for a call in flight on every peer, sleeps a random part of its expected duration,
@@ -680,14 +689,31 @@ func (b *bench) stallRound(ctx context.Context, i int) (bool, error) {
 		progress("stall %d: %s; survivors aborted after %.1f ms, resumed after %.1f ms; the stopped peer %s", i+1, v.proc.Name(), stall, resume, outcome)
 	}
 	if rejoined {
-		return !late, nil
+		return !late, b.awaitChecks(ctx)
 	}
 	return !late, b.replace(ctx)
+}
+
+// awaitChecks waits until every live peer has checked the buffer of each of its failed calls, which
+// it does once the retry has ended everywhere; a round ends with it, so that no check runs during the
+// next round's fault.
+func (b *bench) awaitChecks(ctx context.Context) error {
+	return b.until(ctx, waitLeave, "every survivor checking the buffer of its failed call", func() bool {
+		for _, s := range b.live() {
+			if s.checks < s.aborts {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // replace spawns a peer for the one lost and waits until the group is whole again: every live peer
 // has completed a full-size call.
 func (b *bench) replace(ctx context.Context) error {
+	if err := b.awaitChecks(ctx); err != nil {
+		return err
+	}
 	if err := b.spawn(); err != nil {
 		return err
 	}

@@ -62,6 +62,11 @@ func TestRecoverySmall(t *testing.T) {
 	if !r.BuffersRestored || !r.ResultsCorrect {
 		t.Fatalf("buffers restored %v, results correct %v", r.BuffersRestored, r.ResultsCorrect)
 	}
+	// Every survivor of every sampled round checked its failed call's buffer: two of three peers in a
+	// kill or stall round, all three in a restart round.
+	if want := 2*r.Samples + 2*r.StallSamples + 3*r.RestartSamples; r.RestoreChecks < want {
+		t.Fatalf("%d buffers checked after failed calls, want at least %d", r.RestoreChecks, want)
+	}
 	if got := len(r.AbortAfterGoneMs) + r.GoneUnobserved; got != r.Samples {
 		t.Fatalf("%d abort_after_gone samples and %d rounds unobserved for %d kill samples", len(r.AbortAfterGoneMs), r.GoneUnobserved, r.Samples)
 	}
@@ -113,17 +118,50 @@ func TestAbortedStartIsTheFailedCallsStart(t *testing.T) {
 		}
 	}
 	feed(`{"event":"op_started","t":400,"seq":5}`)
-	feed(`{"event":"aborted","t":1040,"seq":5,"restored":true}`)
+	feed(`{"event":"aborted","t":1040,"seq":5}`)
 	if s.abortedStart != 400 || s.missed(1000) {
 		t.Errorf("abort of call 5: abortedStart %d, missed %v; want 400, false", s.abortedStart, s.missed(1000))
 	}
 	feed(`{"event":"op_started","t":1220,"seq":6}`)
-	feed(`{"event":"aborted","t":1225,"seq":6,"restored":true}`)
+	feed(`{"event":"aborted","t":1225,"seq":6}`)
 	if s.abortedStart != 1220 || !s.missed(1000) {
 		t.Errorf("abort of call 6: abortedStart %d, missed %v; want 1220, true", s.abortedStart, s.missed(1000))
 	}
-	feed(`{"event":"aborted","t":1300,"seq":9,"restored":true}`)
+	feed(`{"event":"aborted","t":1300,"seq":9}`)
 	if s.abortedStart != 0 {
 		t.Errorf("abort of call 9, never started: abortedStart %d, want 0", s.abortedStart)
+	}
+}
+
+// TestChecksFollowAborts feeds a peer's lines to the bench and checks that every failed call counts
+// as an abort awaiting its buffer's check, and that a check finding the buffer changed clears
+// buffers_restored.
+func TestChecksFollowAborts(t *testing.T) {
+	p := &cluster.Proc{}
+	s := &peerState{proc: p}
+	b := &bench{peers: map[*cluster.Proc]*peerState{p: s}, res: result{BuffersRestored: true}}
+	feed := func(raw string) {
+		t.Helper()
+		if err := b.handle(cluster.Line{Proc: p, Raw: []byte(raw)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	feed(`{"event":"op_started","t":400,"seq":5}`)
+	feed(`{"event":"aborted","t":1040,"seq":5}`)
+	if s.aborts != 1 || s.checks != 0 {
+		t.Fatalf("after an abort: %d aborts, %d checks; want 1, 0", s.aborts, s.checks)
+	}
+	feed(`{"event":"op_started","t":1100,"seq":6}`)
+	feed(`{"event":"op_done","t":1300,"seq":6,"ok":true}`)
+	feed(`{"event":"checked","t":1400,"seq":5,"restored":true}`)
+	if s.checks != 1 || b.res.RestoreChecks != 1 || !b.res.BuffersRestored {
+		t.Fatalf("after a good check: %d checks, restore_checks %d, buffers_restored %v; want 1, 1, true",
+			s.checks, b.res.RestoreChecks, b.res.BuffersRestored)
+	}
+	feed(`{"event":"aborted","t":1500,"seq":7}`)
+	feed(`{"event":"checked","t":1700,"seq":7}`)
+	if s.aborts != 2 || s.checks != 2 || b.res.BuffersRestored {
+		t.Fatalf("after a bad check: %d aborts, %d checks, buffers_restored %v; want 2, 2, false",
+			s.aborts, s.checks, b.res.BuffersRestored)
 	}
 }

@@ -33,14 +33,14 @@ type params struct {
 // peerEvent is every line a peer prints. T is wall-clock Unix nanoseconds: all processes share the
 // machine's clock, so the parent compares it with its own.
 type peerEvent struct {
-	Event    string  `json:"event"` // "connected", "op_started", "op_done", "aborted", "exit", "error"
+	Event    string  `json:"event"` // "connected", "op_started", "op_done", "aborted", "checked", "exit", "error"
 	T        int64   `json:"t"`
 	Seq      int     `json:"seq,omitempty"` // this peer's attempt number
 	Rank     int     `json:"rank"`
 	World    int     `json:"world"`
 	Seconds  float64 `json:"seconds,omitempty"`  // op_done: duration of the call
 	OK       bool    `json:"ok,omitempty"`       // op_done: every element right
-	Restored bool    `json:"restored,omitempty"` // aborted: the buffer hash equals the one before the call
+	Restored bool    `json:"restored,omitempty"` // checked: the failed call's buffer holds the contribution again
 	Kind     string  `json:"kind,omitempty"`     // aborted, exit: which sentinel error
 	Links    uint64  `json:"links,omitempty"`    // op_done, aborted: data connections opened so far
 	Gone     int64   `json:"gone,omitempty"`     // aborted: first far-end close this peer saw during the call (Unix ns), 0 if none
@@ -93,15 +93,34 @@ func peerMain() int {
 	emit(peerEvent{Event: "connected", Rank: comm.Rank(), World: comm.WorldSize()})
 
 	count := p.Bytes / 4
-	b := hugemem.Make(4*count, 4*count) // in huge pages where the kernel has them, like the staging buffers
-	buf := rings.View[float32](b)
+	// Two buffers, each holding this peer's contribution whenever no call runs on it (in huge pages
+	// where the kernel has them, like the staging buffers). A failed call must leave its buffer as it
+	// was. The retry runs on the other buffer, which holds the same bytes, and the failed call's
+	// buffer is hashed only once the retry has ended: the check, a pass over the whole buffer, then
+	// does not take the cores from the recovery that the rounds time. A buffer found restored is
+	// the spare again; one that is not is filled anew.
+	cur, spare := hugemem.Make(4*count, 4*count), hugemem.Make(4*count, 4*count)
+	workload.FillUniform(rings.View[float32](cur))
+	workload.FillUniform(rings.View[float32](spare))
+	want := workload.Hash(cur) // FillUniform gives every call the same contribution
 	desc := pccl.Desc{Tag: tagData, Count: count, DType: pccl.F32, Op: pccl.Sum}
-	fill := true
-	// before is the hash of the buffer as the next call gets it. A failed call must leave the buffer
-	// as it was, which the check after it verifies by hashing; a restored buffer then keeps its hash,
-	// so the retry does not hash it again.
-	var before uint64
-	hashed := false
+	fill := false
+	// unchecked is the buffer of the last failed call (seq failedSeq) while it waits for its check;
+	// then spare is nil. due says that the retry has ended.
+	var unchecked []byte
+	failedSeq, due := 0, false
+	check := func() {
+		due = false
+		if unchecked == nil {
+			return
+		}
+		ok := workload.Hash(unchecked) == want
+		emit(peerEvent{Event: "checked", Seq: failedSeq, Restored: ok})
+		if !ok {
+			workload.FillUniform(rings.View[float32](unchecked))
+		}
+		spare, unchecked = unchecked, nil
+	}
 	// recoverFrom handles a failed call: it returns false, with the event to report, when the peer must
 	// leave.
 	recoverFrom := func(err error) (peerEvent, bool) {
@@ -116,13 +135,6 @@ func peerMain() int {
 		}
 		return peerEvent{}, true
 	}
-	resume := func(err error) bool {
-		exit, ok := recoverFrom(err)
-		if !ok {
-			emit(exit)
-		}
-		return ok
-	}
 	for seq := 1; ; seq++ {
 		// Every member asks first, so that the answer is a vote of the whole group; after any
 		// UpdateTopology everyone comes back here (a newcomer starts here too).
@@ -133,47 +145,48 @@ func peerMain() int {
 			}
 		}
 		if err != nil {
-			if !resume(err) {
+			exit, ok := recoverFrom(err)
+			if !ok {
+				check()
+				emit(exit)
 				return 0
 			}
 			continue
 		}
-		if fill {
-			workload.FillUniform(buf)
-			fill, hashed = false, false
+		if due {
+			// The retry has ended here, and everywhere else too (every member asked): the failed
+			// call's buffer can be checked without slowing anyone's call.
+			check()
 		}
-		if !hashed {
-			before, hashed = workload.Hash(b), true
+		if fill {
+			workload.FillUniform(rings.View[float32](cur))
+			fill = false
 		}
 		rank, world := comm.Rank(), comm.WorldSize()
 		watched.Reset()
 		emit(peerEvent{Event: "op_started", Seq: seq, Rank: rank, World: world})
 		t0 := time.Now()
-		err = comm.AllReduce(ctx, b, b, desc)
+		err = comm.AllReduce(ctx, cur, cur, desc)
 		if err == nil {
 			ev := peerEvent{Event: "op_done", Seq: seq, Rank: rank, World: world, Seconds: time.Since(t0).Seconds(), OK: true,
 				Links: comm.Stats().LinksOpened}
 			ev.T = time.Now().UnixNano()
-			if m := workload.CheckUniform(buf, world); m != nil {
+			if m := workload.CheckUniform(rings.View[float32](cur), world); m != nil {
 				ev.OK, ev.Detail = false, m.Error()
 			}
 			cluster.Emit(ev)
-			fill = true
+			fill, due = true, unchecked != nil
 			continue
 		}
 		ev := peerEvent{Event: "aborted", Seq: seq, Rank: rank, World: world, Kind: errorKind(err), Detail: err.Error(),
 			Links: comm.Stats().LinksOpened, Gone: watched.Gone()}
 		ev.T = time.Now().UnixNano()
-		// The check hashes the buffer while the peer waits for the group's new topology, as a
-		// training loop would overlap its own work with that wait; the buffer is not touched again
-		// before the check is over.
-		restored := make(chan bool, 1)
-		go func() { restored <- workload.Hash(b) == before }()
-		exit, ok := recoverFrom(err)
-		ev.Restored = <-restored
-		hashed = ev.Restored
 		cluster.Emit(ev)
+		check() // the retry failed too: the buffer of the call before it becomes the spare
+		cur, spare, unchecked, failedSeq = spare, nil, cur, seq
+		exit, ok := recoverFrom(err)
 		if !ok {
+			check()
 			emit(exit)
 			return 0
 		}
