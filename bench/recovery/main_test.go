@@ -105,18 +105,24 @@ func TestMissedFault(t *testing.T) {
 	}
 }
 
-// TestAbortedStartIsTheFailedCallsStart feeds a peer's lines to the bench and checks that an abort
-// remembers when the call it ended had started, and forgets it for an abort without that start.
-func TestAbortedStartIsTheFailedCallsStart(t *testing.T) {
+// feeder returns a bench with one peer, that peer's state, and a function that hands the bench one
+// line of the peer's output.
+func feeder(t *testing.T) (*bench, *peerState, func(raw string)) {
 	p := &cluster.Proc{}
 	s := &peerState{proc: p}
-	b := &bench{peers: map[*cluster.Proc]*peerState{p: s}}
-	feed := func(raw string) {
+	b := &bench{peers: map[*cluster.Proc]*peerState{p: s}, res: result{BuffersRestored: true}}
+	return b, s, func(raw string) {
 		t.Helper()
 		if err := b.handle(cluster.Line{Proc: p, Raw: []byte(raw)}); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestAbortedStartIsTheFailedCallsStart feeds a peer's lines to the bench and checks that an abort
+// remembers when the call it ended had started, and forgets it for an abort without that start.
+func TestAbortedStartIsTheFailedCallsStart(t *testing.T) {
+	_, s, feed := feeder(t)
 	feed(`{"event":"op_started","t":400,"seq":5}`)
 	feed(`{"event":"aborted","t":1040,"seq":5}`)
 	if s.abortedStart != 400 || s.missed(1000) {
@@ -137,15 +143,7 @@ func TestAbortedStartIsTheFailedCallsStart(t *testing.T) {
 // as an abort awaiting its buffer's check, and that a check finding the buffer changed clears
 // buffers_restored.
 func TestChecksFollowAborts(t *testing.T) {
-	p := &cluster.Proc{}
-	s := &peerState{proc: p}
-	b := &bench{peers: map[*cluster.Proc]*peerState{p: s}, res: result{BuffersRestored: true}}
-	feed := func(raw string) {
-		t.Helper()
-		if err := b.handle(cluster.Line{Proc: p, Raw: []byte(raw)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b, s, feed := feeder(t)
 	feed(`{"event":"op_started","t":400,"seq":5}`)
 	feed(`{"event":"aborted","t":1040,"seq":5}`)
 	if s.aborts != 1 || s.checks != 0 {
