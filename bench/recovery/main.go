@@ -8,8 +8,8 @@
 // UpdateTopology and retry. A failed call must leave its buffer unchanged: every peer keeps a second
 // buffer with the same contribution, retries on it, and hashes the failed call's buffer (xxh3, against
 // the contribution's) once the retry has ended everywhere, so that the check's pass over 256 MiB does
-// not compete for the cores with the recovery being timed; a round ends when every survivor has
-// reported its check (restore_checks counts them). Every peer reports each event as a JSON line
+// not compete for the cores with the recovery being timed; the next fault waits until every survivor
+// has reported its check (restore_checks counts them). Every peer reports each event as a JSON line
 // stamped with the machine's wall clock. --gomaxprocs (auto by default, as in bench/allreduce) gives
 // every child its share of the cores.
 //
@@ -427,7 +427,7 @@ func (b *bench) run(ctx context.Context, kills, stalls, restarts int) error {
 			done++
 		}
 	}
-	return nil
+	return b.awaitChecks(ctx)
 }
 
 // restartRound kills the master while a call is in flight everywhere and starts a new one on its
@@ -480,20 +480,23 @@ func (b *bench) restartRound(ctx context.Context, i int) (bool, error) {
 	if late {
 		b.res.KillsMissed++
 		progress("restart %d: the master was killed after a call had finished; not a sample", i+1)
-		return false, b.awaitChecks(ctx)
+		return false, nil
 	}
 	resume, total := float64(resumed-tb)/1e6, float64(resumed-tk)/1e6
 	b.res.RestartResumeMs = append(b.res.RestartResumeMs, resume)
 	b.res.RestartTotalMs = append(b.res.RestartTotalMs, total)
 	b.res.RevisionsLost = max(b.res.RevisionsLost, 1) // the call in flight failed and was redone
 	progress("restart %d: every peer resumed %.1f ms after the new master started (%.1f ms after the kill)", i+1, resume, total)
-	return true, b.awaitChecks(ctx)
+	return true, nil
 }
 
-// strike waits for a call in flight on every peer, sleeps a random part of its expected duration,
-// and picks a victim. It returns nil (and no error) if a call finished during the sleep: the caller
+// strike waits for the checks of earlier failed calls and for a call in flight on every peer, sleeps
+// a random part of its expected duration, and picks a victim. It returns nil (and no error) if a call finished during the sleep: the caller
 // then repeats the round.
 func (b *bench) strike(ctx context.Context) (*peerState, error) {
+	if err := b.awaitChecks(ctx); err != nil {
+		return nil, err
+	}
 	if err := b.allStartedSince(ctx, time.Now().UnixNano()); err != nil {
 		return nil, err
 	}
@@ -689,14 +692,14 @@ func (b *bench) stallRound(ctx context.Context, i int) (bool, error) {
 		progress("stall %d: %s; survivors aborted after %.1f ms, resumed after %.1f ms; the stopped peer %s", i+1, v.proc.Name(), stall, resume, outcome)
 	}
 	if rejoined {
-		return !late, b.awaitChecks(ctx)
+		return !late, nil
 	}
 	return !late, b.replace(ctx)
 }
 
 // awaitChecks waits until every live peer has checked the buffer of each of its failed calls, which
-// it does once the retry has ended everywhere; a round ends with it, so that no check runs during the
-// next round's fault.
+// it does once the retry has ended everywhere. Every round's strike begins with it, so that no check
+// runs during a fault, and the run ends with it, so that the last round's checks count.
 func (b *bench) awaitChecks(ctx context.Context) error {
 	return b.until(ctx, waitLeave, "every survivor checking the buffer of its failed call", func() bool {
 		for _, s := range b.live() {
@@ -711,9 +714,6 @@ func (b *bench) awaitChecks(ctx context.Context) error {
 // replace spawns a peer for the one lost and waits until the group is whole again: every live peer
 // has completed a full-size call.
 func (b *bench) replace(ctx context.Context) error {
-	if err := b.awaitChecks(ctx); err != nil {
-		return err
-	}
 	if err := b.spawn(); err != nil {
 		return err
 	}
