@@ -33,6 +33,12 @@
 // master_restart_revisions_lost is the most calls of the training loop one restart cost, over the
 // rounds: 1 when the call in flight failed and was redone, 0 when it completed.
 //
+// targets_met is true when abort_ms_p99 ≤ 100, stall_ms_p99 ≤ 2500, resume_ms_p50 ≤ 300,
+// redials_per_kill ≤ 4 and master_restart_resume_ms_p99 ≤ 2000, every restored buffer matched and
+// every result was correct. abort_after_gone_ms_p99_limit (50) is a budget for the part of an abort
+// after the kernel has closed the victim's sockets, printed beside its figure to read the abort by;
+// it is not part of targets_met, since its p99 over 20 kills is their maximum, one scheduling delay.
+//
 // p50 and p99 are nearest-rank percentiles; with fewer than 100 samples p99 is the maximum (the key
 // samples says how many). A round whose kill came after the call had already finished somewhere is
 // not a sample; it is repeated (kills_missed counts them). Progress goes to stderr, the JSON result is
