@@ -46,9 +46,13 @@ type report struct {
 	Err     string `json:"err,omitempty"`
 	// Correct says every element of the result equals the exact sum of every node's input.
 	Correct bool `json:"correct"`
-	// Strategy is the strategy that ran and Predicted its modelled time.
-	Strategy  string  `json:"strategy,omitempty"`
-	Predicted float64 `json:"predicted,omitempty"`
+	// Strategy is the strategy that ran and Predicted its modelled time. GatedModel is, for
+	// R²CCL-AllReduce and the recursive schedule, the same plan priced the way package rdma runs it
+	// (plan.Model.GatherFirst: a faster ring starts once the slower nodes' inputs for its share have
+	// arrived whole), where Predicted is Appendix A's price of the shares it chose.
+	Strategy   string  `json:"strategy,omitempty"`
+	Predicted  float64 `json:"predicted,omitempty"`
+	GatedModel float64 `json:"gated_model,omitempty"`
 	// Down lists the (node, NIC) pairs the runtime's hot-repair view holds down ("health").
 	Down [][2]int `json:"down,omitempty"`
 	// Failovers counts the node's path failovers so far (cumulative).
@@ -252,6 +256,11 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 		}
 		if p, err = plan.Build(topo, e, int64(a.Size), 4, planModel); err == nil {
 			p.Routes = rdma.RoutesFor(topo, st, nics)
+		}
+		if err == nil && (st == plan.R2CCL || st == plan.Recursive) {
+			gated := planModel
+			gated.GatherFirst = true
+			rep.GatedModel, err = plan.Reprice(topo, e, float64(a.Size), gated)
 		}
 	})
 	if err != nil {

@@ -157,6 +157,38 @@ func Cost(t Topology, s Strategy, bytes float64, m Model) (Estimate, error) {
 	return e, nil
 }
 
+// Reprice returns what the decomposed schedule e (R²CCL-AllReduce or the recursive schedule: its
+// rings and shares kept as they are) costs under model m, so that a plan whose shares one model
+// chose can be priced by another: Appendix A's shares priced the way package rdma runs them
+// ([Model].GatherFirst), for instance. For e's own model it returns e.Seconds.
+func Reprice(t Topology, e Estimate, bytes float64, m Model) (float64, error) {
+	if err := t.check(); err != nil {
+		return 0, err
+	}
+	if e.Strategy != R2CCL && e.Strategy != Recursive {
+		return 0, fmt.Errorf("plan: Reprice prices R²CCL-AllReduce and recursive estimates, not %v", e.Strategy)
+	}
+	if math.IsInf(e.Seconds, 1) {
+		return e.Seconds, nil
+	}
+	if len(e.Rings) < 2 || len(e.Shares) != len(e.Rings) {
+		return 0, fmt.Errorf("plan: a %v estimate with %d rings and %d shares", e.Strategy, len(e.Rings), len(e.Shares))
+	}
+	gs := make([]group, len(e.Rings))
+	prev := 0.0
+	for k, ring := range e.Rings {
+		for _, v := range ring {
+			if v < 0 || v >= len(t.Nodes) {
+				return 0, fmt.Errorf("plan: ring %v names node %d of %d", ring, v, len(t.Nodes))
+			}
+		}
+		r := t.ringRate(ring)
+		gs[k] = group{ring: ring, rate: r, delta: r - prev, a: volume(len(ring) * t.ranks()), alpha: t.RingLatency(ring)}
+		prev = r
+	}
+	return decomposed(t, gs, e.Shares, bytes, m), nil
+}
+
 // bestOrder evaluates f on the topology's ring order and, unless disabled, on its re-ranked order,
 // and returns the cheaper (the original on a tie).
 func bestOrder(t Topology, m Model, f func([]int) Estimate) Estimate {

@@ -277,14 +277,21 @@ func TestGatherFirstCost(t *testing.T) {
 	}
 }
 
-// TestGatherFirstPlannerAvoidsGatedR2CCL: with two of node 1's four NICs down, the paper's model
-// prefers R²CCL-AllReduce to Balance at 256 MiB, while gating the faster ring behind the gather
-// makes Balance the cheaper (as measured on the netns testbed).
-func TestGatherFirstPlannerAvoidsGatedR2CCL(t *testing.T) {
+// twoDownOnNode1 returns four nodes of four 400 Mbit/s NICs (one rank each, α = 100 µs) with NICs 1
+// and 2 of node 1 down: bench/schedules' two_nics_x50 case.
+func twoDownOnNode1() Topology {
 	tp := Uniform(4, 4, 1, 100e-6, 50e6)
 	tp.GPUsPerNode = 1
 	tp.Nodes[1].NICs[1].Down = true
 	tp.Nodes[1].NICs[2].Down = true
+	return tp
+}
+
+// TestGatherFirstPlannerAvoidsGatedR2CCL: with two of node 1's four NICs down, the paper's model
+// prefers R²CCL-AllReduce to Balance at 256 MiB, while gating the faster ring behind the gather
+// makes Balance the cheaper (as measured on the netns testbed).
+func TestGatherFirstPlannerAvoidsGatedR2CCL(t *testing.T) {
+	tp := twoDownOnNode1()
 	const d = 256 << 20
 	cost := func(s Strategy, m Model) float64 {
 		e, err := Cost(tp, s, d, m)
@@ -298,6 +305,52 @@ func TestGatherFirstPlannerAvoidsGatedR2CCL(t *testing.T) {
 	}
 	if r, b := cost(R2CCL, Model{GatherFirst: true}), cost(Balance, Model{GatherFirst: true}); r < b {
 		t.Errorf("gather first: R²CCL %v s, Balance %v s: want Balance cheaper", r, b)
+	}
+}
+
+// TestReprice: Reprice gives a decomposed estimate's own seconds under its own model, and Appendix
+// A's shares priced the way package rdma runs them: with two of node 1's four NICs down, Y* ≈ 0.53
+// puts half the message through node 1's gather before the faster ring may start, which costs more
+// than Balance (bench/schedules runs these shares as its r2ccl_allreduce strategy).
+func TestReprice(t *testing.T) {
+	tp := twoDownOnNode1()
+	const d = 256 << 20
+	gated := Model{GatherFirst: true}
+	for _, s := range []Strategy{R2CCL, Recursive} {
+		for _, m := range []Model{{}, gated, {BroadcastAtDegraded: true}} {
+			e := mustCost(t, tp, s, d, m)
+			got, err := Reprice(tp, e, d, m)
+			if err != nil {
+				t.Fatalf("%v: %v", s, err)
+			}
+			if math.Abs(got-e.Seconds) > 1e-12*e.Seconds {
+				t.Errorf("%v %+v: Reprice %v s, Cost %v s", s, m, got, e.Seconds)
+			}
+		}
+	}
+	paper := mustCost(t, tp, R2CCL, d, Model{})
+	if paper.Y < 0.5 {
+		t.Fatalf("Appendix A's Y = %v, want above 0.5", paper.Y)
+	}
+	got, err := Reprice(tp, paper, d, gated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := mustCost(t, tp, Balance, d, gated).Seconds; got <= b || got <= 1.5*paper.Seconds {
+		t.Errorf("Y* gated: %v s; want above Balance's %v s and 1.5× the paper's %v s", got, b, paper.Seconds)
+	}
+	if _, err := Reprice(tp, mustCost(t, tp, Balance, d, gated), d, gated); err == nil {
+		t.Error("Reprice of a Balance estimate: no error")
+	}
+	bad := paper
+	bad.Shares = bad.Shares[:1]
+	if _, err := Reprice(tp, bad, d, gated); err == nil {
+		t.Error("Reprice with one share for two rings: no error")
+	}
+	bad = paper
+	bad.Rings = [][]int{{0, 1, 2, 7}, {0, 2, 3}}
+	if _, err := Reprice(tp, bad, d, gated); err == nil {
+		t.Error("Reprice with a ring naming node 7 of 4: no error")
 	}
 }
 
