@@ -262,8 +262,8 @@ func (c *calibration) gather() error {
 		binary.LittleEndian.PutUint64(row[16*j:], math.Float64bits(a))
 		binary.LittleEndian.PutUint64(row[16*j+8:], math.Float64bits(b))
 	}
-	// The gather splits its channels evenly rather than by the NICs' declared bandwidths, so that
-	// nodes whose declarations differ still cut the rows alike.
+	// The gather splits its channels evenly, whatever Config.ChannelWeights say, so that a
+	// calibration needs nothing of the nodes but their NIC count to cut the rows alike.
 	world := len(n.ring)
 	all := make([]byte, world*len(row))
 	copy(all[n.rank*len(row):], row)

@@ -43,6 +43,14 @@ type Config struct {
 	Direct bool
 	// Repair tunes failure detection and hot repair.
 	Repair RepairConfig
+	// ChannelWeights, one per NIC in NIC order, sets each channel's share of the plain collectives
+	// (AllReduce, ReduceScatter, AllGather, Broadcast, Send/Recv), in proportion to the weights. Every
+	// node of the ring must pass the same weights, since each cuts the message alone. Nil splits
+	// evenly, which every node does alike whatever its NICs declare: a NIC that came up at a lower
+	// speed on one node does not make the nodes cut differently. Give the NICs' bandwidths here when
+	// a node's NICs differ by design and every node's do alike. Planned AllReduces split by the
+	// plan's topology instead.
+	ChannelWeights []float64
 }
 
 // Validate names the first invalid field.
@@ -52,6 +60,16 @@ func (c Config) Validate() error {
 	}
 	if c.Window < 0 {
 		return fmt.Errorf("%w: Config.Window is %d, must be >= 0", ErrInvalid, c.Window)
+	}
+	total := 0.0
+	for i, w := range c.ChannelWeights {
+		if !(w >= 0) || math.IsInf(w, 1) {
+			return fmt.Errorf("%w: Config.ChannelWeights[%d] is %v, must be finite and >= 0", ErrInvalid, i, w)
+		}
+		total += w
+	}
+	if c.ChannelWeights != nil && !(total > 0 && !math.IsInf(total, 1)) {
+		return fmt.Errorf("%w: Config.ChannelWeights %v must have a positive, finite sum", ErrInvalid, c.ChannelWeights)
 	}
 	return c.Repair.Validate()
 }
@@ -179,9 +197,10 @@ type early struct {
 }
 
 // NewNode returns the runtime of the endpoint's node in a group whose nodes form ring (every node
-// lists the same ring; every node has the same number of NICs in the same order, declaring the same
-// bandwidths, since the collectives split their channels by them and every node must cut alike; a
-// measured difference belongs in the planner's topology, see [Node.Calibrate]). It connects to its
+// lists the same ring; every node has the same number of NICs in the same order, and passes the same
+// Config.ChannelWeights, since the collectives split their channels by them and every node must cut
+// alike; the NICs' declared and measured bandwidths belong in the planner's topology, see
+// [Node.Calibrate]). It connects to its
 // ring neighbours on every NIC (data, control and probe connections: the backups exist from the start)
 // and starts handling the endpoint's events: it calls ep.Start, so the endpoint must not have been
 // started. Call it from any one goroutine; the Node belongs to the event context afterwards.
@@ -194,6 +213,10 @@ func NewNode(ep Endpoint, ring []NodeID, cfg Config) (*Node, error) {
 	if rank < 0 {
 		return nil, fmt.Errorf("%w: node %d not in ring %v", ErrInvalid, ep.Node(), ring)
 	}
+	if cfg.ChannelWeights != nil && len(cfg.ChannelWeights) != len(ep.NICs()) {
+		return nil, fmt.Errorf("%w: Config.ChannelWeights has %d weights for %d NICs", ErrInvalid, len(cfg.ChannelWeights), len(ep.NICs()))
+	}
+	cfg.ChannelWeights = slices.Clone(cfg.ChannelWeights)
 	n := &Node{ep: ep, cfg: cfg, ring: slices.Clone(ring), rank: rank, nics: ep.NICs(), conns: map[connKey]Conn{},
 		dead: map[Conn]bool{}, up: map[Conn]bool{}, early: map[earlyKey][]early{}, pathOps: map[PathID]uint64{}, probeIndex: map[connKey]uint32{}}
 	n.stats.ChunkBytes = cfg.ChunkBytes
@@ -992,9 +1015,12 @@ func (o *operation) finish(err error) {
 }
 
 func (n *Node) weights() []float64 {
+	if n.cfg.ChannelWeights != nil {
+		return n.cfg.ChannelWeights
+	}
 	w := make([]float64, len(n.nics))
-	for i, nic := range n.nics {
-		w[i] = nic.Bandwidth
+	for i := range w {
+		w[i] = 1
 	}
 	return w
 }
@@ -1017,7 +1043,7 @@ func checkBuffers(dt rings.DType, op rings.Op, bufs ...[]byte) error {
 }
 
 // StartAllReduce starts a ring AllReduce of send into recv (same length) split over one channel per
-// NIC in proportion to the NICs' bandwidth, and calls done in the event context when it ends. recv is
+// NIC (evenly, or by Config.ChannelWeights), and calls done in the event context when it ends. recv is
 // written only on success, unless Config.Direct is set. send is read until done (it is copied into
 // the working buffer piece by piece as the transfer reaches each piece), must not change before then,
 // and is not retained after. Call it in the event context.

@@ -1,7 +1,9 @@
 package rdma_test
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -30,12 +32,22 @@ func newCluster(t testing.TB, nodes, nics int, cfg rdma.Config) *cluster {
 // newClusterOf is newCluster with every node's NICs as desc and the given link latency.
 func newClusterOf(t testing.TB, nodes int, desc []rdma.NIC, latency time.Duration, cfg rdma.Config) *cluster {
 	t.Helper()
+	descs := make([][]rdma.NIC, nodes)
+	for i := range descs {
+		descs[i] = desc
+	}
+	return newClusterEach(t, descs, latency, cfg)
+}
+
+// newClusterEach is newClusterOf with node i's NICs as descs[i].
+func newClusterEach(t testing.TB, descs [][]rdma.NIC, latency time.Duration, cfg rdma.Config) *cluster {
+	t.Helper()
 	c := &cluster{net: sim.New(sim.Config{Latency: latency})}
-	for i := range nodes {
+	for i := range descs {
 		c.ring = append(c.ring, rdma.NodeID(i+1))
 	}
-	for _, id := range c.ring {
-		c.net.AddNode(id, desc)
+	for i, id := range c.ring {
+		c.net.AddNode(id, descs[i])
 	}
 	for _, id := range c.ring {
 		n, err := rdma.NewNode(c.net.Node(id), c.ring, cfg)
@@ -131,4 +143,54 @@ func TestAllReduceHealthy(t *testing.T) {
 		}
 	}
 	t.Logf("virtual time %v", c.net.Now())
+}
+
+// TestNICsDeclaringDifferentBandwidths: the nodes' NICs declare different bandwidths (one came up at
+// half speed, one reports none), which must not make the nodes cut the message differently: the
+// AllReduce is exact and bit-identical on every node, split evenly by default and by
+// Config.ChannelWeights when every node passes the same.
+func TestNICsDeclaringDifferentBandwidths(t *testing.T) {
+	descs := [][]rdma.NIC{
+		{{Bandwidth: 12.5e9}, {Bandwidth: 12.5e9}},
+		{{Bandwidth: 12.5e9}, {Bandwidth: 6.25e9}},
+		{{Bandwidth: 0}, {Bandwidth: 12.5e9}},
+	}
+	const count = 10007
+	inputs := integerInputs(rand.New(rand.NewPCG(3, 4)), len(descs), count)
+	want := make([]float32, count)
+	for _, in := range inputs {
+		for j, v := range rings.View[float32](in) {
+			want[j] += v
+		}
+	}
+	for _, w := range [][]float64{nil, {3, 1}} {
+		c := newClusterEach(t, descs, 2*time.Microsecond, rdma.Config{ChunkBytes: 4096, ChannelWeights: w})
+		out, errs := c.allReduce(t, inputs, rings.F32, rings.Sum)
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("weights %v: node %d: %v", w, i, err)
+			}
+			for j, v := range rings.View[float32](out[i]) {
+				if v != want[j] {
+					t.Fatalf("weights %v: node %d element %d: %v, want %v", w, i, j, v, want[j])
+				}
+			}
+		}
+	}
+}
+
+// TestChannelWeightsInvalid: weights that are negative, not finite, all zero or not one per NIC are
+// rejected with ErrInvalid.
+func TestChannelWeightsInvalid(t *testing.T) {
+	for _, w := range [][]float64{{-1, 1}, {math.NaN(), 1}, {math.Inf(1), 1}, {0, 0}, {}, {math.MaxFloat64, math.MaxFloat64}} {
+		if err := (rdma.Config{ChannelWeights: w}).Validate(); !errors.Is(err, rdma.ErrInvalid) {
+			t.Errorf("Validate with ChannelWeights %v: %v, want ErrInvalid", w, err)
+		}
+	}
+	net := sim.New(sim.Config{})
+	net.AddNode(1, []rdma.NIC{{Bandwidth: 1e9}, {Bandwidth: 1e9}})
+	net.AddNode(2, []rdma.NIC{{Bandwidth: 1e9}, {Bandwidth: 1e9}})
+	if _, err := rdma.NewNode(net.Node(1), []rdma.NodeID{1, 2}, rdma.Config{ChannelWeights: []float64{1, 1, 1}}); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("NewNode with 3 weights for 2 NICs: %v, want ErrInvalid", err)
+	}
 }
