@@ -200,10 +200,10 @@ type early struct {
 // lists the same ring; every node has the same number of NICs in the same order, and passes the same
 // Config.ChannelWeights, since the collectives split their channels by them and every node must cut
 // alike; the NICs' declared and measured bandwidths belong in the planner's topology, see
-// [Node.Calibrate]). It connects to its
-// ring neighbours on every NIC (data, control and probe connections: the backups exist from the start)
-// and starts handling the endpoint's events: it calls ep.Start, so the endpoint must not have been
-// started. Call it from any one goroutine; the Node belongs to the event context afterwards.
+// [Node.Calibrate]). It connects to its ring neighbours on every NIC (data, control and probe
+// connections: the backups exist from the start) and starts handling the endpoint's events: it calls
+// ep.Start, so the endpoint must not have been started. Call it from any one goroutine; the Node
+// belongs to the event context afterwards.
 func NewNode(ep Endpoint, ring []NodeID, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
