@@ -48,8 +48,8 @@ type Config struct {
 	// node of the ring must pass the same weights, since each cuts the message alone. Nil splits
 	// evenly, which every node does alike whatever its NICs declare: a NIC that came up at a lower
 	// speed on one node does not make the nodes cut differently. Give the NICs' bandwidths here when
-	// a node's NICs differ by design and every node's do alike. Planned AllReduces split by the
-	// plan's topology instead.
+	// a node's NICs differ by design and every node's do alike. Planned AllReduces start from the
+	// same weights, and plans with leaves or weighted rings level them on the plan's topology.
 	ChannelWeights []float64
 }
 
@@ -216,7 +216,14 @@ func NewNode(ep Endpoint, ring []NodeID, cfg Config) (*Node, error) {
 	if cfg.ChannelWeights != nil && len(cfg.ChannelWeights) != len(ep.NICs()) {
 		return nil, fmt.Errorf("%w: Config.ChannelWeights has %d weights for %d NICs", ErrInvalid, len(cfg.ChannelWeights), len(ep.NICs()))
 	}
-	cfg.ChannelWeights = slices.Clone(cfg.ChannelWeights)
+	if cfg.ChannelWeights == nil {
+		cfg.ChannelWeights = make([]float64, len(ep.NICs()))
+		for i := range cfg.ChannelWeights {
+			cfg.ChannelWeights[i] = 1 // an even split
+		}
+	} else {
+		cfg.ChannelWeights = slices.Clone(cfg.ChannelWeights)
+	}
 	n := &Node{ep: ep, cfg: cfg, ring: slices.Clone(ring), rank: rank, nics: ep.NICs(), conns: map[connKey]Conn{},
 		dead: map[Conn]bool{}, up: map[Conn]bool{}, early: map[earlyKey][]early{}, pathOps: map[PathID]uint64{}, probeIndex: map[connKey]uint32{}}
 	n.stats.ChunkBytes = cfg.ChunkBytes
@@ -1014,16 +1021,9 @@ func (o *operation) finish(err error) {
 	}
 }
 
-func (n *Node) weights() []float64 {
-	if n.cfg.ChannelWeights != nil {
-		return n.cfg.ChannelWeights
-	}
-	w := make([]float64, len(n.nics))
-	for i := range w {
-		w[i] = 1
-	}
-	return w
-}
+// weights returns a copy of the channels' shares (Config.ChannelWeights, even by default): planned
+// AllReduces level their copy in place.
+func (n *Node) weights() []float64 { return slices.Clone(n.cfg.ChannelWeights) }
 
 func (n *Node) neighbours() (succ, pred NodeID) {
 	w := len(n.ring)

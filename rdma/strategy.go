@@ -553,13 +553,14 @@ func (x *planExec) ownerShares(pt plan.Part) []float64 {
 // are gathered, and their results are back at the leaves, while the leaves' inputs for the last ones
 // are still coming in.
 
-// Channel weights. A ring part splits over the channels as the standard ring does, by NIC bandwidth,
-// except in a plan with leaves (OptCC). There a leaf has only the rails of its healthy NICs, so all
-// its traffic with the owners lands on those rails of the core nodes, on top of the rings, and a split
-// by NIC bandwidth leaves those rails the last to finish while the others idle. Every ring part's
-// weights are levelled instead, on the seconds each NIC of each node sends and receives over the whole
-// plan (railLoads), so that the busiest NIC carries as little as it can, as the cost model (which
-// pools a node's NICs) assumes. Every node computes the same weights from the same plan.
+// Channel weights. A ring part splits over the channels as the standard ring does (evenly, or by
+// Config.ChannelWeights), except in a plan with leaves (OptCC) or weighted rings. In OptCC's, a leaf
+// has only the rails of its healthy NICs, so all its traffic with the owners lands on those rails of
+// the core nodes, on top of the rings, and a split by the channel weights alone leaves those rails the
+// last to finish while the others idle. Every ring part's weights are levelled instead, on the seconds
+// each NIC of each node sends and receives over the whole plan (railLoads), so that the busiest NIC
+// carries as little as it can, as the cost model (which pools a node's NICs) assumes. Every node
+// computes the same weights from the same plan.
 
 // partWeights returns every part's channel weights.
 func (x *planExec) partWeights() [][]float64 {

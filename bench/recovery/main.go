@@ -497,8 +497,8 @@ func (b *bench) restartRound(ctx context.Context, i int) (bool, error) {
 }
 
 // strike waits for the checks of earlier failed calls and for a call in flight on every peer, sleeps
-// a random part of its expected duration, and picks a victim. It returns nil (and no error) if a call finished during the sleep: the caller
-// then repeats the round.
+// a random part of its expected duration, and picks a victim. It returns nil (and no error) if a call
+// finished during the sleep: the caller then repeats the round.
 func (b *bench) strike(ctx context.Context) (*peerState, error) {
 	if err := b.awaitChecks(ctx); err != nil {
 		return nil, err

@@ -182,9 +182,8 @@ func Reprice(t Topology, e Estimate, bytes float64, m Model) (float64, error) {
 				return 0, fmt.Errorf("plan: ring %v names node %d of %d", ring, v, len(t.Nodes))
 			}
 		}
-		r := t.ringRate(ring)
-		gs[k] = group{ring: ring, rate: r, delta: r - prev, a: volume(len(ring) * t.ranks()), alpha: t.RingLatency(ring)}
-		prev = r
+		gs[k] = newGroup(t, ring, prev)
+		prev = gs[k].rate
 	}
 	return decomposed(t, gs, e.Shares, bytes, m), nil
 }
@@ -379,16 +378,20 @@ func groups(t Topology, o []int, thresholds []float64, m Model) ([]group, bool) 
 			reranked = reranked || !slices.Equal(r, ring)
 			ring = r
 		}
-		r := t.ringRate(ring)
-		if r <= prev*(1+1e-12) {
+		g := newGroup(t, ring, prev)
+		if g.rate <= prev*(1+1e-12) {
 			return nil, false
 		}
-		ranks := len(ring) * t.ranks()
-		gs = append(gs, group{ring: ring, rate: r, delta: r - prev, a: volume(ranks),
-			alpha: t.RingLatency(ring)})
-		prev = r
+		gs = append(gs, g)
+		prev = g.rate
 	}
 	return gs, reranked
+}
+
+// newGroup returns ring as a ring of a decomposition whose previous (slower) ring runs at prev.
+func newGroup(t Topology, ring []int, prev float64) group {
+	r := t.ringRate(ring)
+	return group{ring: ring, rate: r, delta: r - prev, a: volume(len(ring) * t.ranks()), alpha: t.RingLatency(ring)}
 }
 
 // fillShares returns the shares s_k (summing to 1) that minimize max_k(α_k + a_k·s_k·D/Δ_k): the
