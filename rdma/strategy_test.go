@@ -624,3 +624,56 @@ func TestPlansOnMeasuredTopologiesRun(t *testing.T) {
 		t.Fatal("no trial had a single fastest node: the test does not exercise OptCC's refusal")
 	}
 }
+
+// TestPlannedWithNICsDeclaringDifferentBandwidths: a planned AllReduce starts from the same channel
+// weights as the plain collectives, so nodes whose NICs declare different bandwidths (one at half
+// speed, one reporting none) still cut alike, with Balance around a failed NIC as on a healthy ring.
+func TestPlannedWithNICsDeclaringDifferentBandwidths(t *testing.T) {
+	descs := make([][]rdma.NIC, stNodes)
+	for i := range descs {
+		descs[i] = make([]rdma.NIC, stNICs)
+		for j := range descs[i] {
+			descs[i][j] = rdma.NIC{Bandwidth: stBW}
+		}
+	}
+	descs[2][1].Bandwidth = stBW / 2
+	descs[3][0].Bandwidth = 0
+	inputs := integerInputs(rand.New(rand.NewPCG(5, 6)), stNodes, 9001)
+	want := make([]float32, 9001)
+	for _, in := range inputs {
+		for j, v := range rings.View[float32](in) {
+			want[j] += v
+		}
+	}
+	for _, c := range []struct {
+		st   plan.Strategy
+		down [][2]int
+	}{{plan.Ring, nil}, {plan.Balance, [][2]int{{1, 2}}}} {
+		cl := newClusterEach(t, descs, 2*time.Microsecond, rdma.Config{ChunkBytes: 4096})
+		for _, d := range c.down {
+			cl.net.SetPort(cl.ring[d[0]], rdma.NICID(d[1]), false)
+		}
+		topo := stTopology(c.down)
+		e, err := plan.Cost(topo, c.st, float64(len(inputs[0])), plan.Model{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := plan.Build(topo, e, int64(len(inputs[0])), 4, plan.Model{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Routes = rdma.RoutesFor(topo, c.st, descs[0])
+		out := make([][]byte, stNodes)
+		cl.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
+			out[i] = make([]byte, len(inputs[i]))
+			return n.StartPlannedAllReduce(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
+		})
+		for i := range out {
+			for j, v := range rings.View[float32](out[i]) {
+				if v != want[j] {
+					t.Fatalf("%v: node %d element %d: %v, want %v", c.st, i, j, v, want[j])
+				}
+			}
+		}
+	}
+}
