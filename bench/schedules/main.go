@@ -56,6 +56,13 @@
 // NIC latency of the model; ideal_nominal_seconds is the same bound on the nominal figures.
 // best_seconds is the fastest strategy measured; fault_free_seconds is the measured healthy call.
 // Targets: planner_seconds ≤ 1.10 × best_seconds and ≤ 1.15 × ideal_seconds, every result correct.
+//
+// The testbed shares the machine's cores with the nodes: every byte crosses two veth pairs, a bridge
+// and two HTB queues in the kernel, besides the nodes' own copies and folds. Each strategy's cpu_busy
+// (and a case's planner_cpu_busy) is the share of all cores' time that was busy while its calls ran
+// (/proc/stat); near 1 the calls wait for CPU as well as for the NICs, and run slower than the model,
+// which knows only the NICs.
+//
 // Progress goes to stderr, the JSON result is the last line on stdout.
 package main
 
@@ -104,9 +111,15 @@ type measured struct {
 	GatedModelSeconds float64 `json:"gated_model_seconds,omitempty"`
 	// Failovers counts the path failovers of every node during these calls: a schedule routes around
 	// the NICs it knows are down, so any failover is a false alarm or a connection the machine lost.
-	Failovers int    `json:"failovers"`
-	Correct   bool   `json:"correct"`
-	Err       string `json:"err,omitempty"`
+	Failovers int `json:"failovers"`
+	// CPUBusy is the share of the machine's CPU time (all cores) that was busy while these calls ran,
+	// from /proc/stat (absent where it cannot be read). Near 1, the testbed itself is short of CPU: its
+	// veth NICs, bridges and HTB queues run on the same cores as the nodes.
+	CPUBusy float64 `json:"cpu_busy,omitempty"`
+	Correct bool    `json:"correct"`
+	Err     string  `json:"err,omitempty"`
+
+	cpu measure.CPUTimes // the CPU times of the calls so far
 }
 
 type caseResult struct {
@@ -117,6 +130,7 @@ type caseResult struct {
 	PlannerChoice         string     `json:"planner_choice"`
 	PlannerSeconds        float64    `json:"planner_seconds"`
 	PlannerPredicted      float64    `json:"planner_predicted_seconds"`
+	PlannerCPUBusy        float64    `json:"planner_cpu_busy,omitempty"`
 	BestStrategy          string     `json:"best_strategy"`
 	BestSeconds           float64    `json:"best_seconds"`
 	IdealSeconds          float64    `json:"ideal_seconds"`
@@ -384,7 +398,7 @@ func (b *bench) runCase(ctx context.Context, sc scenario) (caseResult, error) {
 		if m.GatedModelSeconds > 0 {
 			gated = fmt.Sprintf(", gated %.3fs", m.GatedModelSeconds)
 		}
-		progress("%s: %s %.3fs (model %.3fs%s) correct %v, %d failovers", sc.name, m.Strategy, m.Seconds, m.PredictedSeconds, gated, m.Correct, m.Failovers)
+		progress("%s: %s %.3fs (model %.3fs%s) correct %v, %d failovers, cpu busy %.2f", sc.name, m.Strategy, m.Seconds, m.PredictedSeconds, gated, m.Correct, m.Failovers, m.CPUBusy)
 		c.Strategies = append(c.Strategies, m)
 		c.Correct = c.Correct && m.Correct
 		if m.Err == "" && m.Seconds < c.BestSeconds {
@@ -392,8 +406,8 @@ func (b *bench) runCase(ctx context.Context, sc scenario) (caseResult, error) {
 		}
 	}
 	m := ms[len(sc.strategies)]
-	progress("%s: planner chose %s: %.3fs (model %.3fs) correct %v; ideal %.3fs", sc.name, m.Strategy, m.Seconds, m.PredictedSeconds, m.Correct, c.IdealSeconds)
-	c.PlannerChoice, c.PlannerSeconds, c.PlannerPredicted = m.Strategy, m.Seconds, m.PredictedSeconds
+	progress("%s: planner chose %s: %.3fs (model %.3fs) correct %v, cpu busy %.2f; ideal %.3fs", sc.name, m.Strategy, m.Seconds, m.PredictedSeconds, m.Correct, m.CPUBusy, c.IdealSeconds)
+	c.PlannerChoice, c.PlannerSeconds, c.PlannerPredicted, c.PlannerCPUBusy = m.Strategy, m.Seconds, m.PredictedSeconds, m.CPUBusy
 	c.Correct = c.Correct && m.Correct
 	c.PlannerVsBest = c.PlannerSeconds / c.BestSeconds
 	c.PlannerVsIdeal = c.PlannerSeconds / c.IdealSeconds
@@ -471,15 +485,30 @@ func (b *bench) call(ctx context.Context, label, strategy string, down [][2]int)
 	return m, nil
 }
 
+// addCPU counts the CPU times from a to b (read later) as a call's and sets CPUBusy over every call
+// counted. An interval that is not one (b not later than a) is left out.
+func (m *measured) addCPU(a, b measure.CPUTimes) {
+	if math.IsNaN(measure.BusyFraction(a, b)) {
+		return
+	}
+	m.cpu.Busy += b.Busy - a.Busy
+	m.cpu.Total += b.Total - a.Total
+	m.CPUBusy = measure.BusyFraction(measure.CPUTimes{}, m.cpu)
+}
+
 // newMeasured returns a measurement with no calls yet: correct until a check fails.
 func newMeasured() measured { return measured{Correct: true, Seconds: math.Inf(1)} }
 
 // callOnce runs one AllReduce call of the given strategy on every node, checks its result and adds
 // its time to m.
 func (b *bench) callOnce(ctx context.Context, label, strategy string, down [][2]int, m *measured) error {
+	cpu0, cpuErr := measure.ReadCPU()
 	reps, err := b.ask(ctx, command{Op: "run", Label: label, Strategy: strategy, Down: down}, "done")
 	if err != nil {
 		return err
+	}
+	if cpu1, err := measure.ReadCPU(); err == nil && cpuErr == nil {
+		m.addCPU(cpu0, cpu1)
 	}
 	m.Strategy, m.PredictedSeconds, m.GatedModelSeconds = reps[0].Strategy, reps[0].Predicted, reps[0].GatedModel
 	var start, end int64

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/concord-ccl/concord/bench/internal/measure"
 	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/plan"
 )
@@ -100,5 +101,20 @@ func TestWithDown(t *testing.T) {
 	}
 	if !base.Nodes[0].NICs[0].Down || base.Nodes[1].NICs[2].Down {
 		t.Error("withDown changed its argument")
+	}
+}
+
+// TestCPUBusy: a measurement's cpu_busy is over all its calls' CPU time together, and an interval
+// that went backwards is left out.
+func TestCPUBusy(t *testing.T) {
+	m := newMeasured()
+	m.addCPU(measure.CPUTimes{Busy: 10, Total: 100}, measure.CPUTimes{Busy: 100, Total: 200}) // 0.9
+	m.addCPU(measure.CPUTimes{Busy: 0, Total: 0}, measure.CPUTimes{Busy: 150, Total: 300})    // 0.5
+	if want := 240.0 / 400; m.CPUBusy != want {
+		t.Errorf("cpu_busy %v after two calls, want %v", m.CPUBusy, want)
+	}
+	m.addCPU(measure.CPUTimes{Busy: 50, Total: 500}, measure.CPUTimes{Busy: 60, Total: 400})
+	if want := 240.0 / 400; m.CPUBusy != want {
+		t.Errorf("cpu_busy %v after an interval that went backwards, want %v", m.CPUBusy, want)
 	}
 }

@@ -1,6 +1,7 @@
 // Package measure holds what Concord's benchmark programs share: the physical limits a ring
 // all-reduce is compared to on this machine, measured in the same run (the loopback TCP ring rate and
-// the reduce add rate), order statistics, and byte sizes as flags spell them.
+// the reduce add rate), order statistics, byte sizes as flags spell them, and how busy the machine's
+// cores were over an interval ([ReadCPU], [BusyFraction]).
 //
 // # The limits
 //
