@@ -180,6 +180,92 @@ func TestNICsAreShapedWithHTB(t *testing.T) {
 	}
 }
 
+// TestBigGSOPacketsAreBulk: with GSOMaxBytes above 64 KiB, a NIC passes TCP packets of more than
+// 64 KiB whole, and those packets, whose IPv4 total length reads 0, go to the bulk class, not to the
+// class of small packets that HTB serves first.
+func TestBigGSOPacketsAreBulk(t *testing.T) {
+	l := newLab(t, Config{Nodes: 2, NICs: 1, NICMbit: 400, MTU: 9000, GSOMaxBytes: MaxGSOBytes})
+	h, err := netlink.NewHandleAt(l.Node(1).ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName(NICName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := link.Attrs(); a.GSOIPv4MaxSize != MaxGSOBytes || a.GROIPv4MaxSize != MaxGSOBytes || a.GSOMaxSize != MaxGSOBytes {
+		t.Errorf("NIC: GSO IPv4 %d, GRO IPv4 %d, GSO %d; want %d each", a.GSOIPv4MaxSize, a.GROIPv4MaxSize, a.GSOMaxSize, MaxGSOBytes)
+	}
+
+	// Node 1 sends 16 MiB to node 0.
+	const size = 16 << 20
+	ctx := testCtx(t)
+	ln, err := l.Node(0).Listen(ctx, "tcp", net.JoinHostPort(Addr(0, 0).String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(8 * time.Second))
+		n, _ := io.Copy(io.Discard, c)
+		got <- n
+	}()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: Addr(1, 0).AsSlice()}, Timeout: 2 * time.Second}
+	c, err := l.Node(1).Dial(ctx, d, "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(8 * time.Second))
+	_, err = c.Write(make([]byte, size))
+	c.Close()
+	if n := <-got; err != nil || n != size {
+		t.Fatalf("sent with error %v; received %d bytes, want %d", err, n, size)
+	}
+
+	// The veth counts a packet passed whole as one; HTB counts its segments.
+	after, err := h.LinkByName(NICName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := after.Attrs().Statistics
+	t.Logf("NIC: %d bytes in %d packets", st.TxBytes, st.TxPackets)
+	if st.TxPackets == 0 || st.TxBytes/st.TxPackets <= 1<<16 {
+		t.Errorf("the NIC's packets averaged %d bytes (%d in %d packets), want more than 64 KiB", st.TxBytes/max(st.TxPackets, 1), st.TxBytes, st.TxPackets)
+	}
+	classes, err := h.ClassList(link, netlink.MakeHandle(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bulk, small netlink.GnetStatsBasic
+	for _, c := range classes {
+		htb, ok := c.(*netlink.HtbClass)
+		if !ok || htb.Statistics == nil || htb.Statistics.Basic == nil {
+			continue
+		}
+		switch _, minor := netlink.MajorMinor(htb.Handle); minor {
+		case classBulk:
+			bulk = *htb.Statistics.Basic
+		case classSmall:
+			small = *htb.Statistics.Basic
+		}
+	}
+	t.Logf("bulk class: %d bytes; small class: %d bytes", bulk.Bytes, small.Bytes)
+	if bulk.Bytes < size {
+		t.Errorf("bulk class sent %d bytes, want at least the %d of the transfer", bulk.Bytes, size)
+	}
+	if small.Bytes > size/100 {
+		t.Errorf("small-packet class sent %d bytes of a %d-byte transfer", small.Bytes, size)
+	}
+}
+
 // linkState reads a NIC's administrative state and carrier inside node.
 func linkState(t *testing.T, n *Node, name string) (up, carrier bool) {
 	t.Helper()
@@ -375,7 +461,8 @@ func TestOwnerPID(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	bad := []Config{{Nodes: -1}, {Nodes: MaxNodes + 1}, {NICs: MaxNICs + 1}, {NICMbit: -1}, {MTU: 100}, {Prefix: "much-too-long-prefix"}}
+	bad := []Config{{Nodes: -1}, {Nodes: MaxNodes + 1}, {NICs: MaxNICs + 1}, {NICMbit: -1}, {MTU: 100}, {Prefix: "much-too-long-prefix"},
+		{GSOMaxBytes: -1}, {GSOMaxBytes: 1000}, {MTU: 9000, GSOMaxBytes: 8000}, {GSOMaxBytes: MaxGSOBytes + 1}}
 	for _, c := range bad {
 		if err := c.Validate(); err == nil {
 			t.Errorf("Validate(%+v) = nil", c)
