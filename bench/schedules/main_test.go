@@ -17,6 +17,8 @@ func TestRejectsBadFlags(t *testing.T) {
 		{"--size", "6"},
 		{"--reps", "0"},
 		{"--nic-mbit", "0"},
+		{"--gso", "4000"},
+		{"--gso", "600000"},
 	} {
 		if got := run(args); got != 2 {
 			t.Errorf("%v: exit %d, want 2", args, got)
