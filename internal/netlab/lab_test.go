@@ -120,15 +120,7 @@ func TestEveryNICReachesItsRail(t *testing.T) {
 
 func TestNICsAreShapedWithHTB(t *testing.T) {
 	l := newLab(t, Config{Nodes: 1, NICs: 1, NICMbit: 400})
-	h, err := netlink.NewHandleAt(l.Node(0).ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	link, err := h.LinkByName(NICName(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, link := nodeLink(t, l.Node(0), NICName(0))
 	classes, err := h.ClassList(link, netlink.MakeHandle(1, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -185,15 +177,7 @@ func TestNICsAreShapedWithHTB(t *testing.T) {
 // class of small packets that HTB serves first.
 func TestBigGSOPacketsAreBulk(t *testing.T) {
 	l := newLab(t, Config{Nodes: 2, NICs: 1, NICMbit: 400, MTU: 9000, GSOMaxBytes: MaxGSOBytes})
-	h, err := netlink.NewHandleAt(l.Node(1).ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	link, err := h.LinkByName(NICName(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, link := nodeLink(t, l.Node(1), NICName(0))
 	if a := link.Attrs(); a.GSOIPv4MaxSize != MaxGSOBytes || a.GROIPv4MaxSize != MaxGSOBytes || a.GSOMaxSize != MaxGSOBytes {
 		t.Errorf("NIC: GSO IPv4 %d, GRO IPv4 %d, GSO %d; want %d each", a.GSOIPv4MaxSize, a.GROIPv4MaxSize, a.GSOMaxSize, MaxGSOBytes)
 	}
@@ -266,18 +250,26 @@ func TestBigGSOPacketsAreBulk(t *testing.T) {
 	}
 }
 
-// linkState reads a NIC's administrative state and carrier inside node.
-func linkState(t *testing.T, n *Node, name string) (up, carrier bool) {
+// nodeLink opens a netlink handle inside node n, closed when the test ends, and finds the link name
+// there.
+func nodeLink(t *testing.T, n *Node, name string) (*netlink.Handle, netlink.Link) {
 	t.Helper()
 	h, err := netlink.NewHandleAt(n.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	t.Cleanup(h.Close)
 	link, err := h.LinkByName(name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h, link
+}
+
+// linkState reads a NIC's administrative state and carrier inside node.
+func linkState(t *testing.T, n *Node, name string) (up, carrier bool) {
+	t.Helper()
+	_, link := nodeLink(t, n, name)
 	a := link.Attrs()
 	return a.Flags&net.FlagUp != 0, a.RawFlags&unix.IFF_LOWER_UP != 0
 }
