@@ -63,9 +63,10 @@
 // (and a case's planner_cpu_busy) is the share of all cores' time that was busy while its calls ran
 // (/proc/stat); near 1 the calls wait for CPU as well as for the NICs, and run slower than the model,
 // which knows only the NICs. With the kernel's default of 64 KiB packets (--gso 0), on a 2-core
-// machine at 400 Mbit/s, the healthy ring keeps the cores 93% busy and runs 8% slower than the model
-// (at 200 Mbit/s 80% busy, 2% slower); with packets of up to 512 KiB, 58–63% busy and within 1% of
-// the model, and the weighted rings with one NIC down 72–79% busy and 1–3% slower than theirs.
+// machine at 400 Mbit/s, the healthy ring keeps the cores 93% busy and runs 5–9% slower than the
+// model (at 200 Mbit/s 80% busy, 2% slower); with packets of up to 512 KiB, 58–63% busy and at
+// 0.98–1.00× the model, and the weighted rings with one NIC down 72–79% busy and 1–3% slower than
+// theirs.
 //
 // Progress goes to stderr, the JSON result is the last line on stdout.
 package main
