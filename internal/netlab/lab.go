@@ -318,41 +318,33 @@ func shape(h *netlink.Handle, link netlink.Link, rate uint64) error {
 	if err := class(classRoot, classBulk, rate-min(small, rate/2), 1); err != nil {
 		return err
 	}
-	// IPv4 total length (the low 16 bits of the header's first word) at most smallPacket.
-	filter := &netlink.U32{
-		FilterAttrs: netlink.FilterAttrs{
-			LinkIndex: idx,
-			Parent:    netlink.MakeHandle(1, 0),
-			Priority:  1,
-			Protocol:  unix.ETH_P_IP,
-		},
-		ClassId: netlink.MakeHandle(1, classSmall),
-		Sel: &netlink.TcU32Sel{
-			Flags: nl.TC_U32_TERMINAL,
-			Keys:  []netlink.TcU32Key{{Mask: 0xffff &^ smallPacket, Val: 0, Off: 0}},
-		},
-	}
-	// A packet larger than 64 KiB (GSOMaxBytes) carries a total length of 0: it is bulk. This filter
-	// comes first.
-	big := &netlink.U32{
-		FilterAttrs: netlink.FilterAttrs{
-			LinkIndex: idx,
-			Parent:    netlink.MakeHandle(1, 0),
-			Priority:  1,
-			Protocol:  unix.ETH_P_IP,
-		},
-		ClassId: netlink.MakeHandle(1, classBulk),
-		Sel: &netlink.TcU32Sel{
-			Flags: nl.TC_U32_TERMINAL,
-			Keys:  []netlink.TcU32Key{{Mask: 0xffff, Val: 0, Off: 0}},
-		},
-	}
-	if err := h.FilterAdd(big); err != nil {
-		return fmt.Errorf("u32 filter for packets above 64 KiB: %w", err)
-	}
-	filter.Priority = 2
-	if err := h.FilterAdd(filter); err != nil {
-		return fmt.Errorf("u32 filter: %w", err)
+	// u32 filters on the IPv4 total length (the low 16 bits of the header's first word), tried in
+	// order: a packet larger than 64 KiB (GSOMaxBytes) carries a total length of 0 and is bulk; one of
+	// at most smallPacket bytes is small.
+	for i, f := range []struct {
+		mask  uint32
+		class uint16
+		what  string
+	}{
+		{0xffff, classBulk, "packets above 64 KiB"},
+		{0xffff &^ smallPacket, classSmall, "small packets"},
+	} {
+		filter := &netlink.U32{
+			FilterAttrs: netlink.FilterAttrs{
+				LinkIndex: idx,
+				Parent:    netlink.MakeHandle(1, 0),
+				Priority:  uint16(i + 1),
+				Protocol:  unix.ETH_P_IP,
+			},
+			ClassId: netlink.MakeHandle(1, f.class),
+			Sel: &netlink.TcU32Sel{
+				Flags: nl.TC_U32_TERMINAL,
+				Keys:  []netlink.TcU32Key{{Mask: f.mask, Val: 0, Off: 0}},
+			},
+		}
+		if err := h.FilterAdd(filter); err != nil {
+			return fmt.Errorf("u32 filter for %s: %w", f.what, err)
+		}
 	}
 	return nil
 }
