@@ -19,12 +19,12 @@
 // # Multi-rail collectives
 //
 // A [Node] splits every collective into channels, one per NIC, evenly or by Config.ChannelWeights
-// (the same split on every node, whatever bandwidths its NICs declare), and runs each channel as its own ring (AllReduce as reduce-scatter
-// then all-gather with the rings package's kernels; AllGather; ReduceScatter; a pipelined Broadcast
-// chain) or point-to-point transfer (Send/Recv). A channel's chunks from one node to the next form a
-// path ([PathID]). A healthy node keeps all its NICs busy. Each element's final value is computed by
-// one node in a fixed order and copied by the others, so results are bit-identical everywhere and do
-// not depend on failures.
+// (the same split on every node, whatever bandwidths its NICs declare), and runs each channel as its
+// own ring (AllReduce as reduce-scatter then all-gather with the rings package's kernels; AllGather;
+// ReduceScatter; a pipelined Broadcast chain) or point-to-point transfer (Send/Recv). A channel's
+// chunks from one node to the next form a path ([PathID]). A healthy node keeps all its NICs busy.
+// Each element's final value is computed by one node in a fixed order and copied by the others, so
+// results are bit-identical everywhere and do not depend on failures.
 //
 // # Planned schedules
 //

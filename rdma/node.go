@@ -217,10 +217,7 @@ func NewNode(ep Endpoint, ring []NodeID, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: Config.ChannelWeights has %d weights for %d NICs", ErrInvalid, len(cfg.ChannelWeights), len(ep.NICs()))
 	}
 	if cfg.ChannelWeights == nil {
-		cfg.ChannelWeights = make([]float64, len(ep.NICs()))
-		for i := range cfg.ChannelWeights {
-			cfg.ChannelWeights[i] = 1 // an even split
-		}
+		cfg.ChannelWeights = slices.Repeat([]float64{1}, len(ep.NICs())) // an even split
 	} else {
 		cfg.ChannelWeights = slices.Clone(cfg.ChannelWeights)
 	}

@@ -307,11 +307,12 @@ func failure(event string, node int, detail string) report {
 func (b *bench) run(ctx context.Context) (result, error) {
 	res := result{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu, Staged: b.staged, ChunkBytes: b.chunk, Bytes: b.size, Reps: b.reps,
 		Alpha: alpha, AlphaNominal: alpha, Calibrated: b.calibrate, IdealFormula: idealFormula, TargetVsBest: targetVsBest, TargetVsIdeal: targetVsIdeal}
-	lab, err := netlab.New(netlab.Config{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu, GSOMaxBytes: b.gso})
+	cfg := netlab.Config{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu, GSOMaxBytes: b.gso}
+	lab, err := netlab.New(cfg)
 	if errors.Is(err, netlab.ErrGSO) {
 		progress("%v; the NICs keep the kernel's default", err)
-		b.gso = 0
-		lab, err = netlab.New(netlab.Config{Nodes: b.nodes, NICs: b.nics, NICMbit: b.mbit, MTU: b.mtu})
+		b.gso, cfg.GSOMaxBytes = 0, 0
+		lab, err = netlab.New(cfg)
 	}
 	if err != nil {
 		return res, err
