@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/rings"
 )
@@ -187,7 +188,7 @@ func (oc *outConn) write() {
 		oc.wmu.Unlock()
 		s.watch.Do(func() { go s.giveUpStuckWrites() })
 		s.writing(t0)
-		_, err := w.WriteTo(oc.conn)
+		_, err := transport.WriteBuffers(oc.conn, &w)
 		oc.wmu.Lock()
 		oc.cur = nil // before the next frame's deadline, so a late give-up never hits it
 		oc.wmu.Unlock()
@@ -523,7 +524,7 @@ func (l *links) read(ic *inConn) {
 	defer l.forget(ic)
 	var hb [wire.DataHeaderSize]byte
 	for {
-		if _, err := io.ReadFull(ic.conn, hb[:]); err != nil {
+		if _, err := transport.ReadFull(ic.conn, hb[:]); err != nil {
 			l.broken(ic.conn)
 			return
 		}
@@ -875,7 +876,7 @@ func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
 	if err := ib.check(h, req); err != nil {
 		return err
 	}
-	_, err := io.ReadFull(ic.conn, req.dst)
+	_, err := transport.ReadFull(ic.conn, req.dst)
 	req.done <- err
 	return err
 }
@@ -914,7 +915,7 @@ func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID, wait tim
 		ic.stage = make([]byte, h.Len)
 	}
 	buf := ic.stage[:h.Len]
-	if _, err := io.ReadFull(ic.conn, buf); err != nil {
+	if _, err := transport.ReadFull(ic.conn, buf); err != nil {
 		return err
 	}
 	ic.last.Store(time.Now().UnixNano())

@@ -1,0 +1,151 @@
+package transport
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawConn returns the descriptor access of c when c is a socket of the net package (whose descriptor
+// is non-blocking, so a raw call never sleeps) and the build allows raw calls.
+func rawConn(c net.Conn) (syscall.RawConn, bool) {
+	if raceEnabled {
+		return nil, false
+	}
+	var sc syscall.Conn
+	switch c := c.(type) {
+	case *net.TCPConn:
+		sc = c
+	case *net.UnixConn:
+		sc = c
+	default:
+		return nil, false
+	}
+	rc, err := sc.SyscallConn()
+	return rc, err == nil
+}
+
+// rawReadFull is ReadFull on rc, c's descriptor.
+func rawReadFull(c net.Conn, rc syscall.RawConn, b []byte) (int, error) {
+	n := 0
+	var callErr error
+	read := func(fd uintptr) bool {
+		for n < len(b) {
+			k := min(len(b)-n, rawMax)
+			r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[n])), uintptr(k))
+			switch errno {
+			case 0:
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false // wait until readable, then call again
+			default:
+				callErr = opError(c, "read", errno)
+				return true
+			}
+			if r == 0 {
+				callErr = io.ErrUnexpectedEOF
+				if n == 0 {
+					callErr = io.EOF
+				}
+				return true
+			}
+			n += int(r)
+		}
+		return true
+	}
+	for n < len(b) && callErr == nil {
+		if err := rc.Read(read); err != nil {
+			return n, err
+		}
+	}
+	return n, callErr
+}
+
+// rawIovecs bounds the buffers one writev call takes.
+const rawIovecs = 16
+
+// rawWriteBuffers is WriteBuffers on rc, c's descriptor.
+func rawWriteBuffers(c net.Conn, rc syscall.RawConn, bufs *net.Buffers) (int64, error) {
+	var written int64
+	var callErr error
+	var iov [rawIovecs]unix.Iovec
+	write := func(fd uintptr) bool {
+		for {
+			k, total := 0, 0
+			for _, b := range *bufs {
+				if k == len(iov) || total == rawMax {
+					break
+				}
+				if len(b) == 0 {
+					continue
+				}
+				m := min(len(b), rawMax-total)
+				iov[k].Base = &b[0]
+				iov[k].SetLen(m)
+				k++
+				total += m
+			}
+			if k == 0 {
+				return true
+			}
+			r, _, errno := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+			switch errno {
+			case 0:
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false // wait until writable, then call again
+			default:
+				callErr = opError(c, "write", errno)
+				return true
+			}
+			if r == 0 {
+				callErr = io.ErrShortWrite // a socket never takes nothing without saying why
+				return true
+			}
+			written += int64(r)
+			consume(bufs, int(r))
+		}
+	}
+	for callErr == nil && buffered(*bufs) {
+		if err := rc.Write(write); err != nil {
+			return written, err
+		}
+	}
+	return written, callErr
+}
+
+// consume drops the first n bytes of *bufs, as net.Buffers' own writes do.
+func consume(bufs *net.Buffers, n int) {
+	for len(*bufs) > 0 {
+		b := (*bufs)[0]
+		if n < len(b) {
+			(*bufs)[0] = b[n:]
+			return
+		}
+		n -= len(b)
+		(*bufs)[0] = nil
+		*bufs = (*bufs)[1:]
+	}
+}
+
+// buffered reports whether bufs holds any byte.
+func buffered(bufs net.Buffers) bool {
+	for _, b := range bufs {
+		if len(b) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// opError wraps the error number of a failed call on c as the net package would.
+func opError(c net.Conn, op string, errno syscall.Errno) error {
+	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(),
+		Err: os.NewSyscallError(op, errno)}
+}
