@@ -32,6 +32,11 @@
 // syscall errors aliased here as [ErrRefused], [ErrReset], [ErrBrokenPipe] and [ErrAddrInUse], and
 // [ErrNoDatagrams] and [ErrDatagramTooLarge] for datagrams.
 //
+// Bulk data goes through ReadFull and WriteBuffers (rawio.go): on Linux they move the bytes of the
+// net package's TCP and unix sockets by raw system calls, so that a copy of a few MiB in the kernel
+// does not make the Go scheduler hand the goroutine's P to another thread; any other connection goes
+// through its own Read and Write.
+//
 // # Sessions over byte streams
 //
 // TCP and the in-memory network share one session implementation. DialSession opens the control
