@@ -32,6 +32,26 @@ type DiagnosisConfig struct {
 	// receiver's links in (see probeSuspects). Default false: they run, so a slow sender or receiver
 	// is told from a slow link by the time the syndrome can be raised.
 	NoProbes bool
+	// ProbeDuration is the time budget of one of those tests. They run beside the group's
+	// collectives, on the links and cores the collectives use, and need only tell a slow link from
+	// its neighbours, not rank every link as OptimizeTopology's tests do. Zero means a fifth of
+	// Config.MeasureDuration, and at least minProbeDuration: 100 ms by default.
+	ProbeDuration time.Duration
+}
+
+// minProbeDuration is the least default ProbeDuration: below it the test's handshake and the
+// receiver's settling third take most of the budget.
+const minProbeDuration = 50 * time.Millisecond
+
+// maxProbeDuration bounds ProbeDuration: peers refuse a bandwidth test longer than a minute.
+const maxProbeDuration = time.Minute
+
+// probeDuration returns the time budget of one bandwidth test that probeSuspects asks for.
+func (c Config) probeDuration() time.Duration {
+	if d := c.Diagnosis.ProbeDuration; d > 0 {
+		return d
+	}
+	return max(c.MeasureDuration/5, minProbeDuration)
 }
 
 func (c DiagnosisConfig) withDefaults() DiagnosisConfig {
@@ -53,6 +73,8 @@ func (c DiagnosisConfig) Validate() error {
 		return fmt.Errorf("master: Config.Diagnosis.PenaltyHold is %v, must be >= 0", c.PenaltyHold)
 	case c.EvictAfter < 0:
 		return fmt.Errorf("master: Config.Diagnosis.EvictAfter is %d, must be >= 0", c.EvictAfter)
+	case c.ProbeDuration < 0 || c.ProbeDuration > maxProbeDuration:
+		return fmt.Errorf("master: Config.Diagnosis.ProbeDuration is %v, must be 0 (the default) or at most %v", c.ProbeDuration, maxProbeDuration)
 	}
 	return c.Detector.Validate()
 }
@@ -198,9 +220,10 @@ func (m *Machine) diagProbe(g *group, from, to PeerID, bytesPerSec float64) {
 // probeSuspects asks for bandwidth tests around each link that looked slow in the collective just
 // diagnosed while the matrix cannot tell it from a slow sender or receiver (diagnosis.Suspects): two
 // links out of its sender, two links into its receiver, and two links between other peers for the
-// group's normal. They run beside the collectives (MeasureRound with Round 0) and their results
-// reach the detector as probes, by the time the syndrome can be raised. None are asked for while
-// OptimizeTopology measures the group: they would skew its tests, which cover every link anyway.
+// group's normal. They run beside the collectives (MeasureRound with Round 0), each for
+// ProbeDuration, and their results reach the detector as probes by the time the syndrome can be
+// raised. None are asked for while OptimizeTopology measures the group: they would skew its tests,
+// which cover every link anyway.
 func (m *Machine) probeSuspects(g *group, dg *groupDiag, ring []PeerID) {
 	if g.opt != nil {
 		return
@@ -232,7 +255,7 @@ func (m *Machine) probeSuspects(g *group, dg *groupDiag, ring []PeerID) {
 			dg.probing[t] = true
 			q := m.peers[t.to]
 			m.send(t.from, &wire.MeasureRound{Round: 0, Target: wire.PeerInfo{ID: q.id, Addr: q.hello.Addr, Site: q.hello.Site},
-				Nanos: uint64(m.cfg.MeasureDuration), Streams: uint16(m.cfg.MeasureStreams)})
+				Nanos: uint64(m.cfg.probeDuration()), Streams: uint16(m.cfg.MeasureStreams)})
 			asked = append(asked, fmt.Sprintf("%d→%d", t.from, t.to))
 		}
 		if len(asked) > 0 {

@@ -417,7 +417,8 @@ func TestDiagnoseRecoveryAndSteps(t *testing.T) {
 }
 
 func TestDiagnosisConfigValidate(t *testing.T) {
-	for _, c := range []DiagnosisConfig{{Penalty: 0.5}, {PenaltyHold: -1}, {EvictAfter: -1}} {
+	for _, c := range []DiagnosisConfig{{Penalty: 0.5}, {PenaltyHold: -1}, {EvictAfter: -1}, {ProbeDuration: -1},
+		{ProbeDuration: time.Minute + 1}} {
 		if err := (Config{Diagnosis: c}).Validate(); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
@@ -464,6 +465,12 @@ func TestDiagnoseProbesWithinThreeOps(t *testing.T) {
 				if op == 1 && len(r.asked) != 6 {
 					t.Fatalf("after the first slow collective: %d bandwidth tests asked for, want 6", len(r.asked))
 				}
+				for _, s := range r.asked {
+					// A fifth of OptimizeTopology's tests, with as many connections.
+					if mr := s.Msg.(*wire.MeasureRound); mr.Nanos != uint64(100*time.Millisecond) || mr.Streams != 2 {
+						t.Fatalf("test asked of %d for %v over %d connections, want 100ms over 2", s.To, time.Duration(mr.Nanos), mr.Streams)
+					}
+				}
 				asked := r.asked
 				r.asked = nil
 				for _, s := range asked {
@@ -486,6 +493,24 @@ func TestDiagnoseProbesWithinThreeOps(t *testing.T) {
 				t.Fatalf("the same suspect was tested again at once: %d tests", len(r.asked))
 			}
 		})
+	}
+}
+
+// TestProbeDuration checks the time budget of the master's own bandwidth tests: a fifth of
+// OptimizeTopology's, at least 50 ms, or what the configuration says.
+func TestProbeDuration(t *testing.T) {
+	for _, tc := range []struct {
+		measure, probe, want time.Duration
+	}{
+		{0, 0, 100 * time.Millisecond},
+		{time.Second, 0, 200 * time.Millisecond},
+		{100 * time.Millisecond, 0, 50 * time.Millisecond},
+		{time.Second, 30 * time.Millisecond, 30 * time.Millisecond},
+	} {
+		cfg := Config{MeasureDuration: tc.measure, Diagnosis: DiagnosisConfig{ProbeDuration: tc.probe}}.withDefaults()
+		if got := cfg.probeDuration(); got != tc.want {
+			t.Errorf("MeasureDuration %v, ProbeDuration %v: tests of %v, want %v", tc.measure, tc.probe, got, tc.want)
+		}
 	}
 }
 
