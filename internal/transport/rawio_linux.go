@@ -10,11 +10,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rawConn returns the descriptor access of c when c is a socket of the net package (whose descriptor
-// is non-blocking, so a raw call never sleeps) and the build allows raw calls.
-func rawConn(c net.Conn) (syscall.RawConn, bool) {
+// rawConn returns the socket of the net package that c is or wraps (a SocketWrapper), with its
+// descriptor access, when the build allows raw calls. Such a socket's descriptor is non-blocking, so
+// a raw call never sleeps.
+func rawConn(c net.Conn) (net.Conn, syscall.RawConn, bool) {
 	if raceEnabled {
-		return nil, false
+		return nil, nil, false
+	}
+	if w, ok := c.(SocketWrapper); ok {
+		c = w.Socket()
 	}
 	var sc syscall.Conn
 	switch c := c.(type) {
@@ -23,10 +27,10 @@ func rawConn(c net.Conn) (syscall.RawConn, bool) {
 	case *net.UnixConn:
 		sc = c
 	default:
-		return nil, false
+		return nil, nil, false
 	}
 	rc, err := sc.SyscallConn()
-	return rc, err == nil
+	return c, rc, err == nil
 }
 
 // rawReadFull is ReadFull on rc, c's descriptor.

@@ -10,13 +10,16 @@ import (
 )
 
 // TestRawPathTaken checks which connections take the raw path: the net package's TCP and unix
-// sockets, in builds without the race detector; never a connection of another kind.
+// sockets and SocketWrappers around them, in builds without the race detector; never a connection
+// of another kind.
 func TestRawPathTaken(t *testing.T) {
 	for _, p := range rawIOPairs(t) {
-		_, got := rawConn(p.a)
 		want := p.name != "pipe" && !raceEnabled
-		if got != want {
-			t.Errorf("%s (%T): raw path %v, want %v", p.name, p.a, got, want)
+		for _, c := range []net.Conn{p.a, &watched{Conn: p.a}} {
+			sock, _, got := rawConn(c)
+			if got != want || (got && sock != p.a) {
+				t.Errorf("%s (%T): raw path %v on %T, want %v on %T", p.name, c, got, sock, want, p.a)
+			}
 		}
 	}
 }

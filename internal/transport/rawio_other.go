@@ -9,7 +9,7 @@ import (
 )
 
 // rawConn reports that no connection takes the raw path off Linux.
-func rawConn(net.Conn) (syscall.RawConn, bool) { return nil, false }
+func rawConn(net.Conn) (net.Conn, syscall.RawConn, bool) { return nil, nil, false }
 
 var errNoRawIO = errors.New("transport: raw socket I/O is Linux only")
 

@@ -196,3 +196,53 @@ func TestRawIOFailures(t *testing.T) {
 		})
 	}
 }
+
+// watched wraps a socket as a benchmark's watcher does: it sees the errors of its own reads and,
+// as a SocketWrapper, those of the bulk I/O done on the socket beneath it.
+type watched struct {
+	net.Conn
+	errs []error
+}
+
+func (w *watched) Socket() net.Conn      { return w.Conn }
+func (w *watched) SocketError(err error) { w.errs = append(w.errs, err) }
+
+func (w *watched) Read(p []byte) (int, error) {
+	n, err := w.Conn.Read(p)
+	if err != nil {
+		w.SocketError(err)
+	}
+	return n, err
+}
+
+// TestSocketWrapper checks that a SocketWrapper's bytes arrive as its socket's and that its
+// SocketError is told how the stream ended, whichever path the I/O took.
+func TestSocketWrapper(t *testing.T) {
+	for _, p := range rawIOPairs(t) {
+		if p.name == "pipe" {
+			continue
+		}
+		t.Run(p.name, func(t *testing.T) {
+			a, b := &watched{Conn: p.a}, &watched{Conn: p.b}
+			frame := pattern(3<<20+1, 6)
+			go func() {
+				bufs := net.Buffers{frame}
+				WriteBuffers(a, &bufs)
+				a.Close()
+			}()
+			got := make([]byte, len(frame))
+			if n, err := ReadFull(b, got); n != len(got) || err != nil {
+				t.Fatalf("read through the wrapper: %d, %v", n, err)
+			}
+			if i := firstDiff(got, frame); i >= 0 {
+				t.Fatalf("byte %d differs", i)
+			}
+			if _, err := ReadFull(b, got[:1]); err != io.EOF {
+				t.Fatalf("read at the end: %v, want io.EOF", err)
+			}
+			if len(b.errs) != 1 || b.errs[0] != io.EOF {
+				t.Fatalf("the wrapper was told %v, want [EOF]", b.errs)
+			}
+		})
+	}
+}
