@@ -4,9 +4,10 @@
 // time the kernel tore a killed process's sockets down from the time Concord reported the failure.
 //
 // Errors of the peer's own doing (closing a connection itself, a deadline passing) are not
-// observations. Only the wrapper's Read and Write see errors: frames the standard library writes
-// with writev on a socket go around it, so a broken pipe may be missed there; the reader on
-// the other side of a dead peer sees its end of file.
+// observations. A wrapped socket is a transport.SocketWrapper: the peer's bulk reads and writes of
+// data frames run on the socket itself, as they do unwatched, and their errors are observed too.
+// Frames the standard library writes with writev on a socket go around the wrapper's Write, so a
+// broken pipe may be missed there; the reader on the other side of a dead peer sees its end of file.
 package watch
 
 import (
@@ -112,6 +113,11 @@ func (c *tcpConn) Read(p []byte) (int, error) { return c.t.observed(c.TCPConn.Re
 
 func (c *tcpConn) Write(p []byte) (int, error) { return c.t.observed(c.TCPConn.Write(p)) }
 
+// Socket and SocketError make c a transport.SocketWrapper.
+func (c *tcpConn) Socket() net.Conn { return c.TCPConn }
+
+func (c *tcpConn) SocketError(err error) { c.t.Observe(err) }
+
 type unixConn struct {
 	*net.UnixConn
 	t *Transport
@@ -120,6 +126,11 @@ type unixConn struct {
 func (c *unixConn) Read(p []byte) (int, error) { return c.t.observed(c.UnixConn.Read(p)) }
 
 func (c *unixConn) Write(p []byte) (int, error) { return c.t.observed(c.UnixConn.Write(p)) }
+
+// Socket and SocketError make c a transport.SocketWrapper.
+func (c *unixConn) Socket() net.Conn { return c.UnixConn }
+
+func (c *unixConn) SocketError(err error) { c.t.Observe(err) }
 
 type conn struct {
 	net.Conn
