@@ -33,6 +33,18 @@ func rawConn(c net.Conn) (net.Conn, syscall.RawConn, bool) {
 	return c, rc, err == nil
 }
 
+// rawCall makes the system call trap(fd, p, n) as a raw call, again if a signal interrupted it, and
+// returns its result and error number. p stays a pointer up to the call expression of RawSyscall,
+// where the conversion keeps its memory alive and in place through the call.
+func rawCall(trap, fd uintptr, p unsafe.Pointer, n int) (uintptr, syscall.Errno) {
+	for {
+		r, _, errno := unix.RawSyscall(trap, fd, uintptr(p), uintptr(n))
+		if errno != unix.EINTR {
+			return r, errno
+		}
+	}
+}
+
 // rawReadFull is ReadFull on rc, c's descriptor.
 func rawReadFull(c net.Conn, rc syscall.RawConn, b []byte) (int, error) {
 	n := 0
@@ -40,14 +52,10 @@ func rawReadFull(c net.Conn, rc syscall.RawConn, b []byte) (int, error) {
 	read := func(fd uintptr) bool {
 		for n < len(b) {
 			k := min(len(b)-n, rawMax)
-			r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[n])), uintptr(k))
-			switch errno {
-			case 0:
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
+			r, errno := rawCall(unix.SYS_READ, fd, unsafe.Pointer(&b[n]), k)
+			if errno == unix.EAGAIN {
 				return false // wait until readable, then call again
-			default:
+			} else if errno != 0 {
 				callErr = opError(c, "read", errno)
 				return true
 			}
@@ -97,14 +105,10 @@ func rawWriteBuffers(c net.Conn, rc syscall.RawConn, bufs *net.Buffers) (int64, 
 			if k == 0 {
 				return true
 			}
-			r, _, errno := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
-			switch errno {
-			case 0:
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
+			r, errno := rawCall(unix.SYS_WRITEV, fd, unsafe.Pointer(&iov[0]), k)
+			if errno == unix.EAGAIN {
 				return false // wait until writable, then call again
-			default:
+			} else if errno != 0 {
 				callErr = opError(c, "write", errno)
 				return true
 			}
