@@ -21,12 +21,11 @@ import (
 // the errors callers branch on behave as before. In exchange the P is held for the duration of one
 // call, which moves at most rawMax bytes. They do so for *net.TCPConn and *net.UnixConn on Linux;
 // any other connection (TLS, QUIC, the in-memory network) goes through its own Read and Write, unless
-// it is a [SocketWrapper] around one of those sockets. Under
-// the race detector, which sees memory written by the net package's calls but not by raw ones, they
-// go through Read and Write too.
+// it is a [SocketWrapper] around one of those sockets. Under the race detector, which sees memory
+// written by the net package's calls but not by raw ones, they go through Read and Write too.
 
-// rawMax bounds the bytes one raw system call moves: the pause it holds a P for stays near a
-// millisecond, and it covers a whole frame of the LAN preset (4 MiB and a header) in one call.
+// rawMax bounds the bytes one raw system call moves: the pause it holds a P for stays within a
+// millisecond or two, and it covers a whole frame of the LAN preset (4 MiB and a header) in one call.
 const rawMax = 8 << 20
 
 // SocketWrapper is a connection that wraps one of the net package's TCP or unix sockets, to watch it
