@@ -70,10 +70,13 @@ func rawReadFull(c net.Conn, rc syscall.RawConn, b []byte) (int, error) {
 		}
 		return true
 	}
-	for n < len(b) && callErr == nil {
-		if err := rc.Read(read); err != nil {
-			return n, err
-		}
+	if len(b) == 0 {
+		return 0, nil // as io.ReadFull: no call at all
+	}
+	// RawConn.Read calls read again each time the descriptor turns readable, until read returns
+	// true: once b is full or a call failed.
+	if err := rc.Read(read); err != nil {
+		return n, err
 	}
 	return n, callErr
 }
@@ -120,10 +123,13 @@ func rawWriteBuffers(c net.Conn, rc syscall.RawConn, bufs *net.Buffers) (int64, 
 			consume(bufs, int(r))
 		}
 	}
-	for callErr == nil && buffered(*bufs) {
-		if err := rc.Write(write); err != nil {
-			return written, err
-		}
+	if !buffered(*bufs) {
+		return 0, nil // as net.Buffers.WriteTo: nothing to write
+	}
+	// RawConn.Write calls write again each time the descriptor turns writable, until write
+	// returns true: once every byte is written or a call failed.
+	if err := rc.Write(write); err != nil {
+		return written, err
 	}
 	return written, callErr
 }
