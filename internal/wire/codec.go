@@ -10,7 +10,7 @@ import (
 
 // Version is the protocol version this build speaks. Peers and masters of different versions refuse
 // each other at the handshake.
-const Version uint16 = 4
+const Version uint16 = 5
 
 // Magic opens every connection.
 const Magic = "CNCD"
@@ -170,6 +170,22 @@ func appendString(b []byte, s string) []byte {
 
 func appendF64(b []byte, v float64) []byte { return appendU64(b, math.Float64bits(v)) }
 
+func appendStrings(b []byte, v []string) []byte {
+	b = appendU32(b, uint32(len(v)))
+	for _, s := range v {
+		b = appendString(b, s)
+	}
+	return b
+}
+
+func appendU64s(b []byte, v []uint64) []byte {
+	b = appendU32(b, uint32(len(v)))
+	for _, x := range v {
+		b = appendU64(b, x)
+	}
+	return b
+}
+
 func appendBytes(b []byte, v []byte) []byte {
 	b = appendU32(b, uint32(len(v)))
 	return append(b, v...)
@@ -270,6 +286,34 @@ func (d *decoder) count(min int, what string) int {
 		return 0
 	}
 	return int(n)
+}
+
+// strs reads a list of strings written by appendStrings, of at most max entries (max < 0: any).
+func (d *decoder) strs(max int, what string) []string {
+	n := d.count(4, what)
+	if max >= 0 && n > max {
+		d.fail(what)
+		return nil
+	}
+	var v []string
+	for range n {
+		v = append(v, d.str(what))
+	}
+	return v
+}
+
+// u64s reads a list of u64s written by appendU64s, of at most max entries (max < 0: any).
+func (d *decoder) u64s(max int, what string) []uint64 {
+	n := d.count(8, what)
+	if max >= 0 && n > max {
+		d.fail(what)
+		return nil
+	}
+	var v []uint64
+	for range n {
+		v = append(v, d.u64(what))
+	}
+	return v
 }
 
 // bytes reads a byte string; its length is bounded by the frame, which the reader already limited.

@@ -14,8 +14,13 @@
 //
 // where length counts the type byte and the payload and may not exceed the reader's limit. Integers are
 // big-endian; strings and byte strings are a u32 length followed by the bytes; lists are a u32 count
-// followed by the items. Every message type has a pure Append method and a pure decoder; Decode rejects
-// trailing bytes, oversized lengths and unknown types with an error wrapping ErrMalformed.
+// followed by the items. Every message type has a pure Append method and, beside it, a pure decode
+// method; Decode rejects trailing bytes, oversized lengths and unknown types with an error wrapping
+// ErrMalformed. The files follow who talks to whom: control.go (a peer and the master: membership and
+// wiring), collective.go and sync.go (a peer and the master: collectives, shared-state syncs and
+// bandwidth tests), session.go (the control session that outlives its connection), link.go and
+// data.go (ring neighbours), state.go (a peer and a donor or a bandwidth-test partner). PeerInfo has one
+// codec wherever it travels (message.go).
 //
 // A data frame (one part of one collective) is a fixed 40-byte header followed by the payload:
 //
@@ -28,7 +33,7 @@
 //
 //	peer                              master
 //	Hello ------------------------->
-//	      <------------------------- Welcome (peer id, heartbeat timing)   or Kick
+//	      <------------------------- SessionStart (id), Welcome (peer id, heartbeat timing)   or Kick
 //	      <------------------------- Connect (epoch, ring)   when a ring is being wired
 //	LinksReady (epoch, ok) -------->
 //	      <------------------------- Topology (epoch, ring)  the ring is in force; newcomers accepted
@@ -41,5 +46,10 @@
 //	      <------------------------- Outcome (tag, seq, ok | abort code)  exactly one per op
 //	Heartbeat --------------------->
 //	      <------------------------- HeartbeatAck
+//	      <------------------------- Notice (a warning for the operator)
 //	Bye --------------------------->
+//
+// After the Hello, both sides number their frames and acknowledge each other's (SessionAck), so that a
+// peer whose connection breaks resumes the session on a new one (SessionResume) without a loss; see
+// session.go.
 package wire

@@ -35,6 +35,13 @@ func sampleMessages() []Message {
 		&Commence{Tag: 1, Seq: 2, Epoch: 3, Alone: true},
 		&Outcome{Tag: 1, Seq: 2, Code: CodeMismatch, Detail: "count"},
 		&Kick{Reason: "illegal message"},
+		&Kick{Reason: "run token mismatch", Final: true},
+		&Notice{Text: "peer 3 could not dial your advertised address 10.0.0.9:7000"},
+		&SessionStart{ID: SessionID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
+		&SessionResume{Token: "t", Peer: 7, ID: SessionID{9, 9}, Recv: 42},
+		&SessionResumed{OK: true, Recv: 17, Next: 9},
+		&SessionResumed{Detail: "no such session"},
+		&SessionAck{Recv: 1 << 33},
 		&HeartbeatAck{Seq: 5},
 		&LinkHello{Token: "t", From: 1, To: 2, Index: 3},
 		&LinkAck{OK: false, Reason: "wrong token"},
@@ -48,7 +55,7 @@ func sampleMessages() []Message {
 		&StateResponse{OK: true, Len: 512, Compressed: true},
 		&VoteOptimize{},
 		&MeasureReport{Round: 2, To: 5, BytesPerSec: 1.25e9, LatencyNanos: 3e7},
-		&MeasureRound{Round: 2, Target: PeerInfo{ID: 5, Addr: "h:1", Site: "eu"}, Nanos: 2e8, Streams: 4},
+		&MeasureRound{Round: 2, Target: PeerInfo{ID: 5, Addr: "h:1", Site: "eu", NICs: []string{"10.0.0.5:7000"}}, Nanos: 2e8, Streams: 4},
 		&BenchHello{Token: "t", Nanos: 2e8},
 		&BenchResult{Bytes: 1 << 30, Nanos: 2e8, Start: 1.7e18},
 	}
@@ -98,6 +105,9 @@ func TestDecodeRejects(t *testing.T) {
 		{"done without its silent link", TypeDone, doneWithTimings(0, LinkTiming{})[:8+8+1+4+8+8+4]},
 		{"silent link of unknown direction", TypeDone, (&Done{Tag: 1, Silent: LinkRef{Peer: 2, Dir: 2}}).Append(nil)},
 		{"silent link direction without a peer", TypeDone, (&Done{Tag: 1, Silent: LinkRef{Dir: LinkIn}}).Append(nil)},
+		{"hello with too many NICs", TypeHello, (&Hello{Token: "t", Addr: "a:1", NICs: make([]string, MaxNICs+1)}).Append(nil)},
+		{"short session id", TypeSessionStart, make([]byte, SessionIDSize-1)},
+		{"kick without final", TypeKick, appendString(nil, "gone")},
 	}
 	for _, c := range cases {
 		if _, err := Decode(c.t, c.p); !errors.Is(err, ErrMalformed) {
