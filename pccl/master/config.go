@@ -21,6 +21,13 @@ type Config struct {
 	// operation it takes part in is aborted. Zero means 1.5s (LAN preset), which bounds the detection of
 	// a hung (SIGSTOPped) peer to under 2s.
 	HeartbeatTimeout time.Duration
+	// PartitionTimeout is how long the master waits before it kicks silent peers of a group while it
+	// hears from some of the group but fewer than half: more likely the master is cut off from most of
+	// the group than most of the group died at once, so it waits for the network to heal. While it
+	// hears from half of a group or more, a silent peer is kicked after HeartbeatTimeout; while it
+	// hears from none of a group, nobody in it is kicked for silence (see heartbeat.go). Zero means 5 ×
+	// HeartbeatTimeout.
+	PartitionTimeout time.Duration
 	// MeasureDuration is the time budget of one bandwidth test of OptimizeTopology: the receiver counts
 	// during 80% of it, the rest covers the handshake and the latencies. Zero means 500ms. A
 	// measurement of n peers takes n-1 rounds of tests run in parallel.
@@ -81,6 +88,9 @@ func (c Config) withDefaults() Config {
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = 1500 * time.Millisecond
 	}
+	if c.PartitionTimeout == 0 {
+		c.PartitionTimeout = 5 * c.HeartbeatTimeout
+	}
 	if c.MeasureDuration == 0 {
 		c.MeasureDuration = 500 * time.Millisecond
 	}
@@ -118,6 +128,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: Config.HeartbeatInterval is %v, must be >= 0", c.HeartbeatInterval)
 	case c.HeartbeatTimeout < 0:
 		return fmt.Errorf("master: Config.HeartbeatTimeout is %v, must be >= 0", c.HeartbeatTimeout)
+	case c.PartitionTimeout < 0:
+		return fmt.Errorf("master: Config.PartitionTimeout is %v, must be >= 0", c.PartitionTimeout)
 	case c.MaxPeers < 0:
 		return fmt.Errorf("master: Config.MaxPeers is %d, must be >= 0", c.MaxPeers)
 	case c.MaxOpsPerPeer < 0:
@@ -134,6 +146,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: Config.Incarnation is %d, must be below 2^32", c.Incarnation)
 	case c.MeasureStreams < 0 || c.MeasureStreams > 64:
 		return fmt.Errorf("master: Config.MeasureStreams is %d, must be in [0, 64]", c.MeasureStreams)
+	case d.PartitionTimeout < d.HeartbeatTimeout:
+		return fmt.Errorf("master: Config.PartitionTimeout (%v) must be at least HeartbeatTimeout (%v)", d.PartitionTimeout, d.HeartbeatTimeout)
 	case d.HeartbeatTimeout <= d.HeartbeatInterval:
 		return fmt.Errorf("master: Config.HeartbeatTimeout (%v) must exceed HeartbeatInterval (%v)", d.HeartbeatTimeout, d.HeartbeatInterval)
 	}

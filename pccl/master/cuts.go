@@ -157,7 +157,10 @@ func ringAvoiding(ring []PeerID, cut func(a, b PeerID) bool, budget int) []PeerI
 // every other cut) exists, the links are cut and the round is restarted on that ring, and it returns
 // true; otherwise nothing is cut and the caller evicts the unreachable as before.
 func (m *Machine) cutUnreachable(g *group, r *round) bool {
-	type failure struct{ from, to PeerID }
+	type failure struct {
+		from, to PeerID
+		detail   string
+	}
 	var fails []failure
 	for _, id := range r.ring {
 		rep := r.reported[id]
@@ -172,7 +175,7 @@ func (m *Machine) cutUnreachable(g *group, r *round) bool {
 		if p == nil || q == nil || p.group != g || q.group != g || p.state != Accepted || q.state != Accepted {
 			return false
 		}
-		fails = append(fails, failure{id, to})
+		fails = append(fails, failure{id, to, rep.Detail})
 	}
 	if len(fails) == 0 {
 		return false
@@ -192,6 +195,7 @@ func (m *Machine) cutUnreachable(g *group, r *round) bool {
 		m.counters.LinksCut++
 		m.gnote(g, "link-cut", f.from, "link %d-%d avoided for %v: %d could not reach %d while wiring",
 			f.from, f.to, m.cfg.LinkCutTimeout, f.from, f.to)
+		m.send(f.to, &wire.Notice{Text: m.unreachable(f.from, f.to, f.detail) + "; the ring goes around that link meanwhile"})
 	}
 	m.gnote(g, "ring", 0, "epoch %d: ring %v avoids the unreachable links of %v", r.epoch, ring, r.ring)
 	r.ring = slices.Clone(ring)

@@ -15,8 +15,9 @@
 // (OptimizeTopology: bandwidth measurement, ring solve, placement of newcomers) and diagnosis.go (the
 // link timings of every completed collective fed into the group's delay matrix, whose syndromes, in
 // package diagnosis, become events, a higher cost for slow links in the ring solve, and optionally
-// the eviction of chronic stragglers), and cuts.go (links that went silent on the data path, or could
-// not be dialled, between two peers that still reach the master: rings avoid them for a while).
+// the eviction of chronic stragglers), cuts.go (links that went silent on the data path, or could
+// not be dialled, between two peers that still reach the master: rings avoid them for a while) and
+// address.go (the NAT warning and the one-line report of an advertised address nobody can dial).
 //
 // # Groups
 //
@@ -72,7 +73,12 @@
 //	     <------------------------------- Connect ... Topology      the solved ring, or Topology unchanged
 //	Heartbeat --------------------------->
 //	     <------------------------------- HeartbeatAck
+//	     <------------------------------- Notice (one line for the operator: NAT, unreachable address)
 //	Bye --------------------------------->
+//
+// Every message after the Hello travels in a control session (session.go, wire/session.go) that
+// outlives its connection: a peer whose connection breaks or goes silent dials again and resumes the
+// session, and each side sends again what the other missed. The Machine never sees a resumption.
 //
 // # The master's own stalls
 //
@@ -82,6 +88,25 @@
 // readers had already received, then sends Stalled instead of Tick, which pushes every heartbeat
 // deadline back by the stall (stall.go). A pause of the master therefore costs the peers nothing but
 // the pause, as long as it is shorter than their MasterTimeout.
+//
+// # A master that suspects itself
+//
+// Silence alone cannot tell a dead peer from a master cut off from it, so the heartbeat deadline
+// (heartbeat.go) judges each group's silent peers against what the master still hears of the group:
+//
+//	hears half of the group or more:   a silent peer is kicked after HeartbeatTimeout
+//	hears some, but fewer than half:   after PartitionTimeout (5 × HeartbeatTimeout by default)
+//	hears none of the group:           nobody is kicked for silence
+//
+// A master whose own link is cut (testdata/partition_master_cut) therefore kicks nobody, and when the
+// link heals its peers resume their sessions and lose nothing, not even the collective in flight. A
+// silent minority is kicked as before (partition_minority). Halves of a group, or the master left with
+// fewer than half (partition_majority_silent), go on on the master's side once the silent ones are
+// kicked, after HeartbeatTimeout or PartitionTimeout; the others rejoin as newcomers when the partition
+// heals and fetch the state (partition_halves). Groups are judged apart (partition_groups). The rule
+// cannot split the brain: only this master accepts revisions and commences collectives, so a side
+// without it cannot advance at all. A peer that comes back with a Resume report of this very
+// incarnation, after the master removed it, is refused in one line and joins again as a newcomer.
 //
 // # Restarts, limits and the contribution guard
 //

@@ -2,6 +2,7 @@ package master
 
 import (
 	"slices"
+	"time"
 
 	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/sharedstate"
@@ -47,7 +48,14 @@ type group struct {
 	forced   []PeerID  // ring installed by the next OptimizeTopology (ForceRing)
 
 	diag *groupDiag // delay matrix, syndromes and slow-link penalties (diagnosis.go); nil until used
+
+	// isolated is when the master began to hear from fewer than half of the group's peers (it
+	// suspects a partition on its side, heartbeat.go), nil while it hears from half or more.
+	isolated *time.Time
 }
+
+// size is the number of live peers of the group, accepted and registered.
+func (g *group) size() int { return len(g.acc) + len(g.reg) }
 
 // group returns the group id, creating it if it does not exist yet.
 func (m *Machine) group(id GroupID) *group {

@@ -7,12 +7,28 @@ import (
 	"time"
 )
 
-// tick kicks every peer that has been silent for longer than the heartbeat timeout. Any message counts
-// as a sign of life, not only heartbeats.
+// tick kicks the peers that have been silent for longer than the heartbeat timeout, by the rule of
+// the master that suspects itself. Any message counts as a sign of life, not only heartbeats.
+//
+// Silence alone cannot tell a dead peer from a master cut off from it. A master whose own port or
+// uplink fails hears nobody while every peer is fine, and a partition leaves it hearing only its own
+// side. So it judges each group's silence against what it still hears of that group (its accepted
+// and registered peers):
+//
+//   - hearing from half of the group or more, it kicks each silent peer after HeartbeatTimeout: a
+//     dead, hung or cut-off minority must not hold the others up;
+//   - hearing from some of the group but fewer than half, it waits PartitionTimeout before it kicks
+//     them: a short cut of the master's own link heals without costing anyone, a long partition lets
+//     the master's side go on;
+//   - hearing from none of the group, it kicks nobody for silence: there is no one to go on with, and
+//     when the network heals the peers resume their sessions and nothing is lost.
+//
+// Only the master accepts shared-state revisions and commences collectives, so whatever it waits for,
+// no two sides of a partition ever advance apart. Peers that were kicked join again as newcomers.
 //
 // It looks only at the peers whose last sign of life is old enough, through the heap of last-seen
-// times: a tick costs O(k log n) for the k peers it examines, not a scan of all n peers. The silent
-// peers are kicked in the order of their ids.
+// times: a tick costs O(k log n) for the k silent peers, not a scan of all n peers. The silent peers
+// are kicked in the order of their ids.
 func (m *Machine) tick() {
 	var silent []*peer
 	for len(m.silence) > 0 {
@@ -33,15 +49,72 @@ func (m *Machine) tick() {
 		}
 	}
 	slices.SortFunc(silent, func(a, b *peer) int { return cmp.Compare(a.id, b.id) })
+	quiet := map[*group]int{}
+	for _, p := range silent {
+		quiet[p.group]++
+	}
+	for _, gid := range m.gids {
+		g := m.groups[gid]
+		if n := quiet[g]; n > 0 {
+			m.suspect(g, n)
+			continue
+		}
+		if g.isolated != nil {
+			if g.size() > 0 {
+				m.gnote(g, "healed", 0, "hearing from every peer of the group again after %v",
+					m.now.Sub(*g.isolated).Round(time.Millisecond))
+			}
+			g.isolated = nil
+		}
+	}
+	// Judge every group on what the master heard before this tick's kicks.
+	limit := map[*group]time.Duration{}
+	for g, n := range quiet {
+		switch heard := g.size() - n; {
+		case 2*heard >= g.size():
+			limit[g] = m.cfg.HeartbeatTimeout
+		case heard > 0:
+			limit[g] = m.cfg.PartitionTimeout
+		default:
+			limit[g] = -1 // nobody heard: nobody kicked for silence
+		}
+	}
 	for _, p := range silent {
 		if m.peers[p.id] != p {
 			continue // removed meanwhile by the kick of another
 		}
+		g := p.group
+		silence := m.now.Sub(p.lastSeen)
+		if l := limit[g]; l < 0 || silence <= l {
+			m.silence.push(watched{seen: p.lastSeen, p: p}) // waited for; judged again at the next tick
+			continue
+		}
+		if g.isolated != nil {
+			m.gnote(g, "partition", 0, "the silent peers are removed after %v; the group goes on with the peers the master hears",
+				m.now.Sub(*g.isolated).Round(time.Millisecond))
+			g.isolated = nil
+		}
 		m.counters.Timeouts++
-		reason := fmt.Sprintf("no heartbeat for %v", m.now.Sub(p.lastSeen).Round(time.Millisecond))
-		m.gnote(p.group, "timeout", p.id, "%s", reason)
+		reason := fmt.Sprintf("no heartbeat for %v", silence.Round(time.Millisecond))
+		m.gnote(g, "timeout", p.id, "%s", reason)
 		m.kick(p.id, reason)
 	}
+}
+
+// suspect notes, once per episode, that the master hears n peers of group g less than it could.
+func (m *Machine) suspect(g *group, n int) {
+	heard := g.size() - n
+	if 2*heard >= g.size() || g.isolated != nil {
+		return
+	}
+	now := m.now
+	g.isolated = &now
+	if heard == 0 {
+		m.gnote(g, "isolated", 0, "hearing from none of the group's %d peers: the master's own link is the likelier cause; nobody is kicked for silence until it heals", g.size())
+		return
+	}
+	m.gnote(g, "isolated", 0, "hearing from %d of the group's %d peers: a partition is likelier than %d deaths; the silent ones are kicked after %v",
+		heard, g.size(), n, m.cfg.PartitionTimeout)
 }
 
 // watch starts watching a new peer's heartbeats.

@@ -33,9 +33,18 @@ type Closed struct {
 // Tick lets the machine check heartbeat deadlines. The server sends one every HeartbeatInterval/4.
 type Tick struct{}
 
+// Opened reports a new connection before its first message: Remote is the address its packets come
+// from, as the master sees it ("ip:port", or empty where the transport has none). The machine compares
+// it with the address the peer advertises in its Hello, to warn of NAT.
+type Opened struct {
+	Conn   ConnID
+	Remote string
+}
+
 func (Received) isInput() {}
 func (Closed) isInput()   {}
 func (Tick) isInput()     {}
+func (Opened) isInput()   {}
 
 // Action is an output of the Machine for the server to carry out, in order.
 type Action interface{ isAction() }
@@ -79,6 +88,9 @@ type Machine struct {
 	ids   []PeerID // sorted ids of peers, for deterministic iteration
 	conns map[ConnID]PeerID
 
+	remotes map[ConnID]string // where connections without a Hello yet come from (Opened)
+	removed removals          // why recently removed peers went, for the ones that come back
+
 	silence silenceHeap // peers by last sign of life, for the heartbeat deadline
 
 	groups map[GroupID]*group
@@ -102,7 +114,7 @@ const maxEvents = 200
 
 // New returns a Machine with no peers.
 func New(cfg Config) *Machine {
-	return &Machine{cfg: cfg.withDefaults(), peers: map[PeerID]*peer{}, conns: map[ConnID]PeerID{},
+	return &Machine{cfg: cfg.withDefaults(), peers: map[PeerID]*peer{}, conns: map[ConnID]PeerID{}, remotes: map[ConnID]string{},
 		groups: map[GroupID]*group{}, bw: map[edge]float64{}, lat: map[edge]time.Duration{}, cuts: map[edge]time.Time{},
 		contrib: map[guardKey]*contributions{}}
 }
@@ -114,7 +126,12 @@ func (m *Machine) Step(now time.Time, ev Input) []Action {
 	switch ev := ev.(type) {
 	case Received:
 		m.receive(ev.Conn, ev.Msg)
+	case Opened:
+		if len(m.remotes) < maxPendingRemotes {
+			m.remotes[ev.Conn] = ev.Remote
+		}
 	case Closed:
+		delete(m.remotes, ev.Conn)
 		if id, ok := m.conns[ev.Conn]; ok {
 			m.remove(id, "left", "connection closed: "+ev.Err)
 		}
@@ -144,9 +161,16 @@ func (m *Machine) send(to PeerID, msg wire.Message) {
 	}
 }
 
-// refuse tells a connection that is not a peer why it is closed, and closes it.
+// refuse tells a connection why it is closed, and closes it. The peer may join again.
 func (m *Machine) refuse(c ConnID, reason, short string) {
+	delete(m.remotes, c)
 	m.out = append(m.out, Send{To: c, Msg: &wire.Kick{Reason: reason}}, Drop{Conn: c, Reason: short})
+}
+
+// refuseFinal is refuse for a cause that joining again cannot fix (wire.Kick.Final).
+func (m *Machine) refuseFinal(c ConnID, reason, short string) {
+	delete(m.remotes, c)
+	m.out = append(m.out, Send{To: c, Msg: &wire.Kick{Reason: reason, Final: true}}, Drop{Conn: c, Reason: short})
 }
 
 func (m *Machine) note(kind string, p PeerID, format string, args ...any) {

@@ -21,9 +21,10 @@ import (
 // golden file next to it. One line is one input; the number after the command names the connection
 // (which is the peer id of a peer that did not choose one):
 //
-//	hello C [addr=A] [site=S] [token=T] [peer=P] [group=G]
+//	hello C [addr=A] [site=S] [token=T] [peer=P] [group=G] [from=R]
 //	                                       a Hello on new connection C; P is the chosen peer id (none:
-//	                                       the master assigns one, C when it is free), G the group
+//	                                       the master assigns one, C when it is free), G the group; R
+//	                                       the remote address the connection comes from (Opened)
 //	      [rinc=I repoch=E rring=A-B-C rrev=R [rstate=name:hash,...] [rstep=N]]
 //	                                       with a Resume report: accepted by incarnation I at epoch E
 //	                                       on ring A,B,C, holding revision R of that state, at step N
@@ -146,6 +147,9 @@ func runScenario(t *testing.T, file string) string {
 				}
 			}
 			in = Received{id(), h}
+			if from := args["from"]; from != "" {
+				m.Step(now, Opened{Conn: id(), Remote: from})
+			}
 		case "links":
 			l := &wire.LinksReady{Epoch: num("epoch", 0), OK: true}
 			if _, ok := args["fail"]; ok {

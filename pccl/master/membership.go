@@ -18,6 +18,7 @@ type peer struct {
 	state    PeerState
 	joined   time.Time
 	lastSeen time.Time
+	observed string // where its connection comes from, as the master sees it (Opened); may be empty
 
 	voteTopo    bool // voted in UpdateTopology
 	rewire      bool // asked for the links to be re-established
@@ -33,14 +34,23 @@ type peer struct {
 // join registers the peer that sent Hello h on connection c.
 func (m *Machine) join(c ConnID, h *wire.Hello) {
 	if h.Token != m.cfg.Token {
-		m.refuse(c, "run token mismatch", "run token mismatch")
+		m.refuseFinal(c, "run token mismatch: start the peer with the master's --token", "run token mismatch")
 		m.counters.Kicked++
 		m.note("kicked", c, "run token mismatch")
 		return
 	}
 	if h.Addr == "" {
-		m.refuse(c, "hello without a p2p address", "no address")
+		m.refuseFinal(c, "hello without a p2p address", "no address")
 		m.counters.Kicked++
+		return
+	}
+	if r := h.Resume; r != nil && r.Incarnation == m.cfg.Incarnation && h.Peer != 0 && m.peers[h.Peer] == nil {
+		// A peer of this very master that lost its session: this master removed it (and aborted what
+		// it took part in), so its ring and operations are gone. It comes back as a newcomer.
+		reason := fmt.Sprintf("this master removed peer %d (%s); join again as a new peer", h.Peer, m.removed.why(h.Peer))
+		m.refuse(c, reason, "removed")
+		m.counters.Kicked++
+		m.note("kicked", h.Peer, "connection %d refused: %s", c, reason)
 		return
 	}
 	if !m.admit(c) {
@@ -58,7 +68,8 @@ func (m *Machine) join(c ConnID, h *wire.Hello) {
 		id = m.assignID(c)
 	}
 	g := m.group(h.Group)
-	p := &peer{id: id, conn: c, group: g, hello: *h, state: Registered, joined: m.now, lastSeen: m.now}
+	p := &peer{id: id, conn: c, group: g, hello: *h, state: Registered, joined: m.now, lastSeen: m.now, observed: m.remotes[c]}
+	delete(m.remotes, c)
 	m.peers[id] = p
 	m.conns[c] = id
 	m.ids = insertSorted(m.ids, id)
@@ -72,6 +83,7 @@ func (m *Machine) join(c ConnID, h *wire.Hello) {
 		HeartbeatTimeout:  uint64(m.cfg.HeartbeatTimeout),
 		Incarnation:       m.cfg.Incarnation,
 	})
+	m.checkNAT(p)
 	m.resumeReport(m.peers[id])
 	// Bootstrap: with nobody accepted there is nobody to vote, so wire the newcomers at once.
 	if g.wiring == nil && len(g.ring) == 0 {
@@ -126,6 +138,7 @@ func (m *Machine) remove(id PeerID, kind, reason string) {
 	}
 	m.counters.Left++
 	m.gnote(g, kind, id, "%s", reason)
+	m.removed.add(id, fmt.Sprintf("%s at %s: %s", kind, m.now.UTC().Format(time.TimeOnly), reason))
 
 	if i := slices.Index(g.ring, id); i >= 0 {
 		// Splice it out: the ring keeps its order and only the gone peer's neighbours need new links.

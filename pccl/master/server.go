@@ -51,20 +51,14 @@ type Server struct {
 
 	improveStop map[GroupID]context.CancelFunc // owned by the event loop: stop each group's background ring search
 
-	mu    sync.Mutex // guards conns and next (the accept loop adds, the event loop removes)
-	conns map[ConnID]*peerConn
-	next  ConnID
-	wg    sync.WaitGroup
+	mu       sync.Mutex // guards conns, sessions and next (the readers add, the event loop removes)
+	conns    map[ConnID]*session
+	sessions map[wire.SessionID]*session
+	next     ConnID
+	wg       sync.WaitGroup
 
 	gossipReady chan struct{} // closed once Serve started the gossip member (or did not)
 	gossipAddr  string        // written before gossipReady is closed
-}
-
-type peerConn struct {
-	id   ConnID
-	conn net.Conn
-	out  chan wire.Message // nil message: close after what is queued
-	once sync.Once
 }
 
 // Validate reports the first invalid field, the protocol configuration's included.
@@ -104,7 +98,7 @@ func NewServer(cfg ServerConfig) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{cfg: cfg, log: log, in: make(chan Input, 1024), snaps: make(chan chan Snapshot),
-		conns: map[ConnID]*peerConn{}, improveStop: map[GroupID]context.CancelFunc{},
+		conns: map[ConnID]*session{}, sessions: map[wire.SessionID]*session{}, improveStop: map[GroupID]context.CancelFunc{},
 		gossipReady: make(chan struct{})}
 }
 
@@ -159,8 +153,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	cancel()
 	<-loopDone
 	s.mu.Lock()
-	for _, pc := range s.conns {
-		pc.conn.Close()
+	for _, sess := range s.conns {
+		sess.end()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -288,45 +282,62 @@ func (s *Server) act(ctx context.Context, a Action) {
 		s.solve(ctx, a)
 	case Send:
 		s.mu.Lock()
-		pc := s.conns[a.To]
+		sess := s.conns[a.To]
 		s.mu.Unlock()
-		if pc == nil {
+		if sess == nil {
 			return
 		}
 		select {
-		case pc.out <- a.Msg:
+		case sess.out <- a.Msg:
 		default:
 			// The peer does not read: drop it rather than stall the master.
 			s.log.Warn("peer send queue full, closing", "conn", a.To)
-			pc.conn.Close()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.ended(ctx, sess, "send queue full")
+			}()
 		}
 	case Drop:
 		s.mu.Lock()
-		pc := s.conns[a.Conn]
-		delete(s.conns, a.Conn)
+		sess := s.conns[a.Conn]
 		s.mu.Unlock()
-		if pc != nil {
-			pc.closeAfterQueue()
+		if sess != nil {
+			s.forget(sess)
+			sess.closeAfterQueue()
 		}
 	case Note:
 		e := a.Event
-		s.log.Info(e.Kind, "peer", e.Peer, "group", e.Group, "detail", e.Detail)
+		level := slog.LevelInfo
+		if warnKinds[e.Kind] {
+			level = slog.LevelWarn
+		}
+		s.log.Log(ctx, level, e.Kind, "peer", e.Peer, "group", e.Group, "detail", e.Detail)
 		if s.cfg.OnEvent != nil {
 			s.cfg.OnEvent(e)
 		}
 	}
 }
 
-func (pc *peerConn) closeAfterQueue() {
-	pc.once.Do(func() {
-		select {
-		case pc.out <- nil:
-		default:
-			pc.conn.Close()
-		}
-	})
+// warnKinds are the kinds of event the server logs as warnings: an operator should look at them.
+var warnKinds = map[string]bool{"nat": true, "isolated": true, "timeout": true, "link-cut": true}
+
+// remoteOf returns the address conn's packets come from, or "" where the transport has none (a unix
+// socket of the local path).
+func remoteOf(c net.Conn) string {
+	a := c.RemoteAddr()
+	if a == nil {
+		return ""
+	}
+	switch a.(type) {
+	case *net.TCPAddr, *net.UDPAddr:
+		return a.String()
+	}
+	return ""
 }
 
+// handle serves one connection: a new peer's (its first frame a Hello), or one that resumes a session
+// (SessionResume). It reads the connection until it ends.
 func (s *Server) handle(ctx context.Context, c net.Conn) {
 	defer s.wg.Done()
 	c.SetDeadline(time.Now().Add(firstFrameTimeout))
@@ -336,22 +347,72 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 		return
 	}
 	c.SetWriteDeadline(time.Time{}) // the read deadline stays until the first message
-	s.mu.Lock()
-	s.next++
-	pc := &peerConn{id: s.next, conn: c, out: make(chan wire.Message, s.cfg.SendQueue)}
-	s.conns[pc.id] = pc
-	s.mu.Unlock()
-
+	first, buf, err := wire.ReadFrame(c, s.cfg.MaxFrame, nil)
+	if r, ok := first.(*wire.SessionResume); ok && err == nil {
+		if sess := s.resumed(r); sess != nil && sess.moveTo(c, r.Recv) {
+			s.log.Info("session resumed on a new connection", "conn", sess.id, "remote", c.RemoteAddr())
+			c.SetReadDeadline(time.Time{})
+			s.read(ctx, sess, c, buf)
+			return
+		}
+		// No such session (this master restarted, or removed the peer): the peer sends a Hello next.
+		c.Write(wire.AppendFrame(nil, &wire.SessionResumed{Detail: "no such session at this master"}))
+		first, buf, err = wire.ReadFrame(c, s.cfg.MaxFrame, buf)
+	}
+	if err != nil {
+		s.log.Debug("no first message", "remote", c.RemoteAddr(), "err", err)
+		if errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrTooLarge) {
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			c.Write(wire.AppendFrame(nil, &wire.Kick{Reason: "malformed message: " + err.Error(), Final: true}))
+		}
+		c.Close()
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	sess := s.newSession(c)
+	if _, ok := first.(*wire.Hello); ok {
+		// The session's first frame, before anything the Machine sends. The Hello itself is not
+		// numbered: the peer's frames count from the next.
+		c.SetWriteDeadline(time.Now().Add(firstFrameTimeout))
+		if _, err := c.Write(wire.AppendFrame(nil, &wire.SessionStart{ID: sess.key})); err != nil {
+			s.forget(sess)
+			c.Close()
+			return
+		}
+		c.SetWriteDeadline(time.Time{})
+		sess.mu.Lock()
+		sess.started = true
+		sess.mu.Unlock()
+	}
 	s.wg.Add(1)
-	go s.write(ctx, pc)
-	var buf []byte
-	for first := true; ; first = false {
+	go s.write(ctx, sess)
+	select {
+	case s.in <- Opened{Conn: sess.id, Remote: remoteOf(c)}:
+	case <-ctx.Done():
+		return
+	}
+	// The Machine judges the first message: anything but a Hello is refused.
+	select {
+	case s.in <- Received{Conn: sess.id, Msg: first}:
+	case <-ctx.Done():
+		return
+	}
+	s.read(ctx, sess, c, buf)
+}
+
+// read feeds the Machine the frames of connection c of session sess until c ends.
+func (s *Server) read(ctx context.Context, sess *session, c net.Conn, buf []byte) {
+	for {
 		msg, b, err := wire.ReadFrame(c, s.cfg.MaxFrame, buf)
 		buf = b
-		if first && err == nil {
-			c.SetReadDeadline(time.Time{})
-		}
 		if err != nil {
+			if !sess.failed(c, err) {
+				c.Close() // replaced by a resumption, or silent: the session waits for the peer
+				if silence(err) {
+					s.log.Info("control connection went silent; the session waits for the peer to resume it", "conn", sess.id, "err", err)
+				}
+				return
+			}
 			reason := err.Error()
 			if errors.Is(err, io.EOF) {
 				reason = "EOF"
@@ -359,45 +420,31 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 			if errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrTooLarge) {
 				// Tell the peer why before closing; the machine forgets it on Closed.
 				select {
-				case pc.out <- &wire.Kick{Reason: "malformed message: " + err.Error()}:
+				case sess.out <- &wire.Kick{Reason: "malformed message: " + err.Error()}:
 				default:
 				}
+				sess.closeAfterQueue()
+				s.forget(sess)
+				select {
+				case s.in <- Closed{Conn: sess.id, Err: reason}:
+				case <-ctx.Done():
+				}
+				return
 			}
-			pc.closeAfterQueue()
-			select {
-			case s.in <- Closed{Conn: pc.id, Err: reason}:
-			case <-ctx.Done():
-			}
-			s.mu.Lock()
-			delete(s.conns, pc.id)
-			s.mu.Unlock()
+			s.ended(ctx, sess, reason)
+			return
+		}
+		if a, ok := msg.(*wire.SessionAck); ok {
+			sess.ack(a.Recv)
+			continue
+		}
+		if !sess.received(c) {
+			c.Close()
 			return
 		}
 		select {
-		case s.in <- Received{Conn: pc.id, Msg: msg}:
+		case s.in <- Received{Conn: sess.id, Msg: msg}:
 		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-func (s *Server) write(ctx context.Context, pc *peerConn) {
-	defer s.wg.Done()
-	defer pc.conn.Close()
-	var buf []byte
-	for {
-		var msg wire.Message
-		select {
-		case msg = <-pc.out:
-		case <-ctx.Done():
-			return
-		}
-		if msg == nil {
-			return
-		}
-		buf = wire.AppendFrame(buf[:0], msg)
-		pc.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := pc.conn.Write(buf); err != nil {
 			return
 		}
 	}

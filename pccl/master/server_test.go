@@ -26,11 +26,24 @@ func dialHello(t *testing.T, addr string, h *wire.Hello) (net.Conn, wire.Message
 	if _, err := c.Write(wire.AppendFrame(nil, h)); err != nil {
 		t.Fatal(err)
 	}
-	msg, _, err := wire.ReadFrame(c, 0, nil)
-	if err != nil {
-		t.Fatal(err)
+	return c, readSkippingSession(t, c)
+}
+
+// readSkippingSession reads c's next message that is not the session layer's (SessionStart,
+// SessionAck).
+func readSkippingSession(t *testing.T, c net.Conn) wire.Message {
+	t.Helper()
+	for {
+		msg, _, err := wire.ReadFrame(c, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch msg.(type) {
+		case *wire.SessionStart, *wire.SessionAck:
+			continue
+		}
+		return msg
 	}
-	return c, msg
 }
 
 // TestServerIdentity checks over loopback that the server welcomes a peer under the id it chose and a

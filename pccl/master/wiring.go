@@ -128,6 +128,7 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 		return
 	}
 	var victims []PeerID
+	reasons := map[PeerID]string{}
 	for _, id := range r.ring {
 		rep := r.reported[id]
 		if rep.OK {
@@ -138,15 +139,24 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 			target = rep.Failed[0]
 		}
 		q := m.peers[target]
+		victim := id
 		switch {
 		case q != nil && q.group == g && q.state == Registered:
-			victims = append(victims, target)
+			victim = target
 		case m.peers[id].state == Registered:
-			victims = append(victims, id)
 		case q != nil && q.group == g:
-			victims = append(victims, target)
-		default:
-			victims = append(victims, id)
+			victim = target
+		}
+		victims = append(victims, victim)
+		if _, ok := reasons[victim]; ok {
+			continue
+		}
+		if victim == target {
+			reasons[victim] = m.unreachable(id, target, rep.Detail)
+		} else if q != nil {
+			reasons[victim] = fmt.Sprintf("this peer could not dial peer %d at %s: %s", target, q.hello.Addr, rep.Detail)
+		} else {
+			reasons[victim] = fmt.Sprintf("this peer could not wire the ring: %s", rep.Detail)
 		}
 	}
 	if len(victims) > 0 {
@@ -158,7 +168,7 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 			delete(r.member, v)
 		}
 		for _, v := range victims {
-			m.kick(v, "unreachable from its ring neighbour")
+			m.kick(v, reasons[v])
 		}
 		if g.wiring == r {
 			m.restartRound(g)
