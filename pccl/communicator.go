@@ -41,6 +41,7 @@ type Communicator struct {
 	gen      uint64 // owned by run: the master connection's generation, bumped at each reconnection
 	adv      string // the advertised link address, sent in every Hello
 	wbuf     []byte // owned by run
+	ctl      ctlSession
 	held     atomic.Pointer[heldState]
 
 	links *links
@@ -125,9 +126,11 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		c.site.close()
 		return nil, fmt.Errorf("pccl: listen for links on %s: %w", cfg.ListenAddr, err)
 	}
-	adv := cfg.AdvertiseAddr
-	if adv == "" {
-		adv = ln.Addr().String()
+	adv, err := advertised(cfg.AdvertiseAddr, ln.Addr(), cfg.Master)
+	if err != nil {
+		ln.Close()
+		c.site.close()
+		return nil, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.MasterTimeout)
 	mc, err := cfg.Transport.Dial(dctx, cfg.Master)
@@ -138,7 +141,10 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		return nil, fmt.Errorf("pccl: dial master %s: %w: %w", cfg.Master, ErrMasterLost, err)
 	}
 	c.master, c.adv = mc, adv
-	welcome, err := c.hello(ctx, mc, nil)
+	welcome, sid, err := c.hello(ctx, mc, nil)
+	if err == nil {
+		c.ctl.start(sid)
+	}
 	if err != nil {
 		ln.Close()
 		mc.Close()
@@ -183,38 +189,86 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 	return c, nil
 }
 
-// hello runs the handshake on conn and returns the master's Welcome. resume, if set, reports what
-// this peer holds to a master it reconnects to.
-func (c *Communicator) hello(ctx context.Context, conn net.Conn, resume *wire.Resume) (*wire.Welcome, error) {
+// hello runs the handshake on conn and introduces this peer (introduce).
+func (c *Communicator) hello(ctx context.Context, conn net.Conn, resume *wire.Resume) (*wire.Welcome, wire.SessionID, error) {
+	if err := c.handshake(ctx, conn); err != nil {
+		return nil, wire.SessionID{}, err
+	}
+	return c.introduce(ctx, conn, resume)
+}
+
+// handshake runs the connection handshake with the master on conn.
+func (c *Communicator) handshake(ctx context.Context, conn net.Conn) error {
+	conn.SetDeadline(c.deadline(ctx))
+	defer conn.SetDeadline(time.Time{})
+	if err := wire.Exchange(conn, wire.KindControl); err != nil {
+		if errors.Is(err, wire.ErrVersion) {
+			return fmt.Errorf("pccl: master handshake: %w: %w: %w (peer and master come from different releases)", ErrKicked, ErrRefused, err)
+		}
+		return fmt.Errorf("pccl: master handshake: %w", err)
+	}
+	return nil
+}
+
+// deadline bounds one exchange with the master: MasterTimeout, or ctx's deadline if sooner.
+func (c *Communicator) deadline(ctx context.Context) time.Time {
 	deadline := time.Now().Add(c.cfg.MasterTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	conn.SetDeadline(deadline)
+	return deadline
+}
+
+// introduce sends this peer's Hello on conn, after the handshake, and returns the master's Welcome
+// and the session it opens. resume, if set, reports what this peer holds to a master it reconnects to.
+func (c *Communicator) introduce(ctx context.Context, conn net.Conn, resume *wire.Resume) (*wire.Welcome, wire.SessionID, error) {
+	var sid wire.SessionID
+	conn.SetDeadline(c.deadline(ctx))
 	defer conn.SetDeadline(time.Time{})
-	if err := wire.Exchange(conn, wire.KindControl); err != nil {
-		return nil, fmt.Errorf("pccl: master handshake: %w", err)
-	}
 	nics := c.cfg.NICs
 	if c.site != nil {
 		nics = c.site.addrs
 	}
 	h := &wire.Hello{Token: c.cfg.Token, Addr: c.adv, Site: c.cfg.Site, Peer: c.cfg.ID, Group: c.cfg.Group, NICs: nics, Resume: resume}
 	if _, err := conn.Write(wire.AppendFrame(nil, h)); err != nil {
-		return nil, fmt.Errorf("pccl: send hello: %w: %w", ErrMasterLost, err)
+		return nil, sid, fmt.Errorf("pccl: send hello: %w: %w", ErrMasterLost, err)
+	}
+	for {
+		msg, _, err := wire.ReadFrame(conn, 0, nil)
+		if err != nil {
+			return nil, sid, fmt.Errorf("pccl: waiting for welcome: %w: %w", ErrMasterLost, err)
+		}
+		switch m := msg.(type) {
+		case *wire.SessionStart:
+			sid = m.ID
+		case *wire.Welcome:
+			return m, sid, nil
+		case *wire.Kick:
+			return nil, sid, kickError(m)
+		default:
+			return nil, sid, fmt.Errorf("pccl: master answered hello with %T", msg)
+		}
+	}
+}
+
+// resumeSession asks the master on conn, after the handshake, to move this peer's session to it, and
+// returns the master's answer.
+func (c *Communicator) resumeSession(ctx context.Context, conn net.Conn, id wire.SessionID) (*wire.SessionResumed, error) {
+	conn.SetDeadline(c.deadline(ctx))
+	defer conn.SetDeadline(time.Time{})
+	req := &wire.SessionResume{Token: c.cfg.Token, Peer: c.id, ID: id, Recv: c.ctl.recv.Load()}
+	if _, err := conn.Write(wire.AppendFrame(nil, req)); err != nil {
+		return nil, err
 	}
 	msg, _, err := wire.ReadFrame(conn, 0, nil)
 	if err != nil {
-		return nil, fmt.Errorf("pccl: waiting for welcome: %w: %w", ErrMasterLost, err)
+		return nil, err
 	}
-	switch m := msg.(type) {
-	case *wire.Welcome:
-		return m, nil
-	case *wire.Kick:
-		return nil, fmt.Errorf("%w: %s; fix the cause, then connect again", ErrKicked, m.Reason)
-	default:
-		return nil, fmt.Errorf("pccl: master answered hello with %T", msg)
+	r, ok := msg.(*wire.SessionResumed)
+	if !ok {
+		return nil, fmt.Errorf("pccl: master answered a session resumption with %T", msg)
 	}
+	return r, nil
 }
 
 // Logger returns the communicator's logger (Config.Logger, tagged with the peer id).
@@ -374,6 +428,9 @@ func (c *Communicator) run(m *machine) {
 				if f.gen != c.gen {
 					continue // from a master connection that was replaced
 				}
+				if _, ok := f.in.(masterIn); ok && !c.ctl.received() {
+					continue // arrived on the connection before, then again on this one
+				}
 				in = f.in
 			}
 		case <-tick.C:
@@ -447,23 +504,31 @@ func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
 			close(c.done)
 			c.endLife()
 			c.masterConn().Close()
-		case closeMasterAct:
-			c.log.Warn("master connection broke; reconnecting")
-			c.masterConn().Close()
 		case redialAct:
-			if a.probe {
-				c.log.Info("the master is silent; probing its address for a restarted one")
-			}
 			c.wg.Add(1)
-			go c.redial(a.resume, a.probe)
+			go c.redial(a.resume)
 		case adoptAct:
+			var err error
+			if a.resumed {
+				err = c.ctl.resume(a.conn, a.masterRecv, a.masterNext)
+				c.log.Info("resumed the session with the master on a new connection")
+			} else {
+				c.ctl.start(a.session)
+				c.log.Warn("the master restarted; reconnected with this peer's state")
+			}
 			c.masterMu.Lock()
+			old := c.master
 			c.master = a.conn
 			c.masterMu.Unlock()
+			old.Close()
 			c.gen++
-			c.log.Info("reconnected to the master")
+			if err != nil {
+				acts = append(acts, m.step(now, writeFailed{err})...)
+			}
 			c.wg.Add(1)
 			go c.readMaster(a.conn, c.gen)
+		case noticeAct:
+			c.log.Warn("the master says: " + a.text)
 		case dropConnAct:
 			if a.conn != nil {
 				a.conn.Close()
@@ -472,17 +537,18 @@ func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
 	}
 }
 
-// write sends one message to the master. On failure the master may have closed the connection after
-// telling us why (a Kick): the reader gets a moment to drain it.
+// write sends one message to the master, numbered in the session. A failure is the connection's:
+// the session keeps the frame for the next one.
 func (c *Communicator) write(now time.Time, msg wire.Message) error {
-	c.wbuf = wire.AppendFrame(c.wbuf[:0], msg)
-	mc := c.masterConn()
-	mc.SetWriteDeadline(now.Add(c.cfg.MasterTimeout))
-	if _, err := mc.Write(c.wbuf); err != nil {
-		mc.SetReadDeadline(time.Now().Add(time.Second))
+	b, err := c.ctl.frame(c.wbuf[:0], msg)
+	c.wbuf = b
+	if err != nil {
 		return err
 	}
-	return nil
+	mc := c.masterConn()
+	mc.SetWriteDeadline(now.Add(c.cfg.MasterTimeout))
+	_, err = mc.Write(b)
+	return err
 }
 
 // masterConn returns the master connection in use.
@@ -510,6 +576,10 @@ func (c *Communicator) readMaster(mc net.Conn, gen uint64) {
 			c.post(fromConn{gen, masterLost{err}})
 			return
 		}
+		if a, ok := msg.(*wire.SessionAck); ok {
+			c.ctl.ack(a.Recv)
+			continue
+		}
 		c.post(fromConn{gen, masterIn{msg}})
 	}
 }
@@ -520,24 +590,41 @@ type heldState struct {
 	digest   []byte // sharedstate.EncodeDigest
 }
 
-// redial dials the master once and sends a Hello reporting resume, and the shared state held, then
-// posts the result to run. A connection that run no longer takes is closed.
-func (c *Communicator) redial(resume *wire.Resume, probe bool) {
+// redial dials the master once and resumes the session on the new connection; if the master does not
+// know the session, it sends a Hello reporting resume and the shared state held. It posts the result
+// to run. A connection that run no longer takes is closed.
+func (c *Communicator) redial(resume *wire.Resume) {
 	defer c.wg.Done()
 	if h := c.held.Load(); h != nil {
 		resume.Revision, resume.Digest = h.revision, h.digest
 	}
 	ctx, cancel := context.WithTimeout(c.life, c.cfg.DialTimeout)
 	defer cancel()
-	res := redialedIn{probe: probe}
+	var res redialedIn
 	conn, err := c.cfg.Transport.Dial(ctx, c.cfg.Master)
 	if err == nil {
-		res.welcome, err = c.hello(ctx, conn, resume)
-		if err != nil {
-			conn.Close()
-		} else {
-			res.conn = conn
+		err = c.handshake(ctx, conn)
+	}
+	if err == nil {
+		res.conn = conn
+		if id, ok := c.ctl.ident(); ok {
+			// The answer may take longer than a dial: a master that is paused answers when it runs
+			// again, and once it has read the request it has moved the session here.
+			var r *wire.SessionResumed
+			r, err = c.resumeSession(c.life, conn, id)
+			if err == nil && r.OK {
+				res.resumed, res.masterRecv, res.masterNext = true, r.Recv, r.Next
+			}
 		}
+		if err == nil && !res.resumed {
+			res.welcome, res.session, err = c.introduce(ctx, conn, resume)
+		}
+	}
+	if err != nil {
+		if conn != nil {
+			conn.Close()
+		}
+		res.conn = nil
 	}
 	res.err, res.kicked = err, errors.Is(err, ErrKicked)
 	select {

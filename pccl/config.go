@@ -18,10 +18,14 @@ type Config struct {
 	Master string
 	// Token is the run token; the master refuses peers with another one. Default empty.
 	Token string
-	// ListenAddr is where this peer accepts links from its ring predecessor. Default "127.0.0.1:0"
-	// (loopback, any free port); use "0.0.0.0:PORT" or a public address across machines.
+	// ListenAddr is where this peer accepts links from its ring predecessor (host:port; port 0 picks
+	// one). Default: the local address of the route to the master, any port (loopback when the master
+	// is on this host). A wildcard such as "0.0.0.0:7000" or "[::]:7000" listens on every interface.
 	ListenAddr string
-	// AdvertiseAddr is the address neighbours dial. Default: the listener's address.
+	// AdvertiseAddr is the address neighbours dial to reach ListenAddr. A host without a port takes the
+	// listener's port. Default: the listener's address, or for a wildcard listener the local address
+	// of the route to the master with the listener's port. Behind NAT with a forwarded port, set it to
+	// the public address.
 	AdvertiseAddr string
 	// Site names the datacenter or region this peer runs in, for the status page and topology. When
 	// the ring holds several sites of at least two peers each, AllReduce runs hierarchically: inside
@@ -70,10 +74,11 @@ type Config struct {
 	// names the link to the master, which wires the next ring around it (master.Config.LinkCutTimeout)
 	// while both ends stay in the run. Default 10s.
 	ProgressTimeout time.Duration
-	// MasterTimeout is how long the master may stay silent (no answer, no heartbeat ack) before calls
-	// fail with ErrMasterLost, and how long a peer whose master connection broke keeps dialling its
-	// address. Meanwhile a silent master's address is probed for a restarted one (see reconnect.go).
-	// Default 10s.
+	// MasterTimeout is how long the master may stay unreachable before this peer gives up on it: calls
+	// then fail with ErrMasterLost and the Communicator dies. Meanwhile the peer resumes its session
+	// with the master on a new connection whenever one answers (a cut link, a flapping route, a paused
+	// or partitioned master cost nothing but the wait), or rejoins a restarted master with its state
+	// (see reconnect.go). Default 60s; the WAN preset waits 5 minutes.
 	MasterTimeout time.Duration
 	// ContributionStats makes every AllReduce of F32 or F64 data compute the norm and the finiteness
 	// of this peer's contribution (one pass over the send buffer) and send them in its vote, for a
@@ -107,7 +112,7 @@ const lanPartBytes = 4 << 20
 // WAN returns the preset for peers across the internet (fill in Master): four connections per
 // neighbour for long fat pipes, and more patience with the master.
 func WAN() Config {
-	return Config{PoolSize: 4, PartBytes: rings.DefaultPartBytes, DialTimeout: 15 * time.Second, MasterTimeout: 30 * time.Second}
+	return Config{PoolSize: 4, PartBytes: rings.DefaultPartBytes, DialTimeout: 15 * time.Second, MasterTimeout: 5 * time.Minute}
 }
 
 func (c Config) withDefaults() Config {
@@ -115,7 +120,7 @@ func (c Config) withDefaults() Config {
 		c.ID = randomID()
 	}
 	if c.ListenAddr == "" {
-		c.ListenAddr = "127.0.0.1:0"
+		c.ListenAddr = defaultListen(c.Master)
 	}
 	if c.PoolSize == 0 {
 		c.PoolSize = 1
@@ -127,7 +132,7 @@ func (c Config) withDefaults() Config {
 		c.DialTimeout = 5 * time.Second
 	}
 	if c.MasterTimeout == 0 {
-		c.MasterTimeout = 10 * time.Second
+		c.MasterTimeout = time.Minute
 	}
 	if c.ProgressTimeout == 0 {
 		c.ProgressTimeout = 10 * time.Second
@@ -156,6 +161,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Config.ProgressTimeout is %v, must be >= 0", ErrInvalid, c.ProgressTimeout)
 	case c.MasterTimeout < 0:
 		return fmt.Errorf("%w: Config.MasterTimeout is %v, must be >= 0", ErrInvalid, c.MasterTimeout)
+	}
+	if c.AdvertiseAddr != "" {
+		if _, _, err := splitAdvertise(c.AdvertiseAddr); err != nil {
+			return fmt.Errorf("%w: Config.AdvertiseAddr %q: %v", ErrInvalid, c.AdvertiseAddr, err)
+		}
 	}
 	for i, nic := range c.NICs {
 		if nic == "" {

@@ -43,8 +43,15 @@
 //		... compute, AllReduce with retry; after a retry's UpdateTopology, go back to the sync ...
 //	}
 //
+// A peer that the master removes (it was cut off by a partition, silent past the heartbeat timeout, or
+// its advertised address could not be dialled) dies with ErrKicked; Rejoinable says it may connect
+// again as a newcomer, and Rejoin runs a training loop that does so by itself, with backoff, giving up
+// only on what a retry cannot fix (ErrRefused: a wrong token or protocol version). The master
+// connection itself may break or go silent for up to Config.MasterTimeout: the peer resumes its
+// session with the master on a new connection and nothing is lost.
+//
 // Which method returns which error:
-//   - Connect: ErrKicked (wrong token, unreachable), ErrMasterLost, ctx errors.
+//   - Connect: ErrKicked (unreachable; with ErrRefused for a wrong token or version), ErrMasterLost, ctx errors.
 //   - UpdateTopology: ErrBusy while collectives of this peer run, ErrKicked, ErrMasterLost, ErrClosed.
 //   - ArePeersPending: ErrKicked, ErrMasterLost, ErrClosed.
 //   - AllReduce / Request.Wait: ErrPeerLeft (retryable after UpdateTopology), ErrAborted (a peer

@@ -26,8 +26,14 @@ var (
 	// ErrNonFinite: a value to be quantized is NaN or infinite (this peer's local failure). It is the
 	// same value as rings.ErrNonFinite.
 	ErrNonFinite = rings.ErrNonFinite
-	// ErrKicked: the master removed this peer; the Communicator is unusable.
+	// ErrKicked: the master removed this peer (it was silent, unreachable, or misbehaved); the
+	// Communicator is unusable. Unless the error also wraps ErrRefused, the peer may connect again as
+	// a newcomer (see Rejoinable).
 	ErrKicked = errors.New("pccl: kicked by the master")
+	// ErrRefused: the master refused this peer for a reason that connecting again cannot fix until the
+	// configuration changes: a wrong run token, a protocol version of another release. It comes
+	// wrapped together with ErrKicked.
+	ErrRefused = errors.New("pccl: refused by the master")
 	// ErrClosed: the Communicator was closed.
 	ErrClosed = errors.New("pccl: communicator closed")
 	// ErrDescriptorMismatch: peers passed different descriptors for the same tag.
@@ -52,6 +58,20 @@ func Retryable(err error) bool {
 		}
 	}
 	return errors.Is(err, ErrPeerLeft) || errors.Is(err, ErrAborted) || errors.Is(err, ErrTooFewPeers)
+}
+
+// Rejoinable reports whether a peer whose Communicator failed with err may come back by connecting
+// again as a newcomer (a new Connect, then a sync that fetches the group's state): the master removed
+// it (ErrKicked) or could not be reached for a while (ErrMasterLost), and not for a reason a retry
+// cannot fix (ErrRefused, ErrInvalid, ErrClosed). Context errors are the caller's own and are not
+// rejoinable.
+func Rejoinable(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, ErrRefused), errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	return errors.Is(err, ErrKicked) || errors.Is(err, ErrMasterLost)
 }
 
 // permanent lists the errors that make an error not retryable, whatever else it wraps.

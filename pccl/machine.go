@@ -38,8 +38,6 @@ type machine struct {
 	lastHeard time.Time // last message from the master
 	nextBeat  time.Time // when the next heartbeat is due
 	beatSeq   uint64
-	writeErr  error     // a write to the master failed; the reader's verdict is awaited
-	writeDue  time.Time // until then
 
 	ops map[uint64]*opState // collectives of this peer by tag
 	// lastAbort is the last commenced collective the master aborted (its epoch and sequence number),
@@ -199,6 +197,8 @@ type (
 	measureAct struct{ r *wire.MeasureRound }
 	// dieAct: the communicator is dead for err; wake everyone, close the master connection.
 	dieAct struct{ err error }
+	// noticeAct: log the master's warning text for the operator.
+	noticeAct struct{ text string }
 )
 
 // reply is the answer to an API call. start is set on the first reply to a collective that commenced;
@@ -232,10 +232,6 @@ type opStart struct {
 // siteAbortLimit is how many aborted collectives of one epoch turn the intra-site fabric off for the
 // rest of the epoch (opStart.siteOff).
 const siteAbortLimit = 2
-
-// writeGrace is how long a failed write to the master waits for the reader's verdict (a Kick sent
-// just before the master closed) before the communicator dies with ErrMasterLost.
-const writeGrace = 2 * time.Second
 
 func newMachine(id uint64, hbEvery, timeout time.Duration, now time.Time) *machine {
 	return &machine{id: id, hbEvery: hbEvery, timeout: timeout, lastHeard: now, nextBeat: now.Add(hbEvery),
@@ -276,23 +272,22 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 		m.tick(now, emit)
 	case masterIn:
 		m.lastHeard = now
+		if m.rc.resuming && !m.rc.broken {
+			m.rc.resuming = false // heard again on the connection in use: it recovered
+		}
 		m.fromMaster(now, in.msg, emit)
 	case masterLost:
-		m.lose(now, in.err, emit)
-	case redialedIn:
-		if in.probe {
-			m.probed(now, in, emit)
-		} else {
-			m.redialed(now, in, emit) // a dial that is no longer wanted
-		}
+		m.suspect(now, in.err, emit)
+		m.rc.broken = true
 	case writeFailed:
-		if m.writeErr == nil {
-			m.writeErr, m.writeDue = in.err, now.Add(writeGrace)
-		}
+		m.suspect(now, fmt.Errorf("write: %w", in.err), emit)
 	case wiredIn:
 		rep := &wire.LinksReady{Epoch: in.epoch, OK: in.err == nil}
 		if in.err != nil {
 			rep.Failed, rep.Detail = in.failed, in.err.Error()
+			if cause := errors.Unwrap(in.err); cause != nil && len(in.failed) > 0 {
+				rep.Detail = cause.Error() // the master names the link and the address itself
+			}
 		}
 		send(rep)
 	case measuredIn:
@@ -397,6 +392,14 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 	}
 }
 
+// kickError is the error of a peer the master kicked.
+func kickError(k *wire.Kick) error {
+	if k.Final {
+		return fmt.Errorf("%w: %w: %s; fix the cause, then connect again", ErrKicked, ErrRefused, k.Reason)
+	}
+	return fmt.Errorf("%w: %s; this communicator is closed: connect again to rejoin as a new peer", ErrKicked, k.Reason)
+}
+
 // callOf returns the call id an input carries, 0 if none.
 func callOf(in any) uint64 {
 	switch in := in.(type) {
@@ -437,10 +440,6 @@ func (m *machine) tick(now time.Time, emit func(any)) {
 		m.die(fmt.Errorf("%w: no answer for %v (Config.MasterTimeout %v); check that the master runs, then connect again", ErrMasterLost, silent.Round(time.Millisecond), m.timeout), emit)
 		return
 	}
-	if m.writeErr != nil && !now.Before(m.writeDue) {
-		m.lose(now, fmt.Errorf("write: %w", m.writeErr), emit)
-		return
-	}
 	for _, tag := range slices.Sorted(maps.Keys(m.ops)) {
 		o := m.ops[tag]
 		if (o.phase == opReported || o.phase == opWithdrawn) && now.After(o.deadline) {
@@ -454,6 +453,7 @@ func (m *machine) tick(now time.Time, emit func(any)) {
 		emit(sendAct{&wire.Heartbeat{Seq: m.beatSeq}})
 	}
 	m.probeTick(now, emit)
+	m.redialTick(now, emit)
 }
 
 func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
@@ -559,7 +559,9 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 			m.sync.phase = syncIdle
 		}
 	case *wire.Kick:
-		m.die(fmt.Errorf("%w: %s; this communicator is closed: connect again to rejoin as a new peer", ErrKicked, msg.Reason), emit)
+		m.die(kickError(msg), emit)
+	case *wire.Notice:
+		emit(noticeAct{msg.Text})
 	default:
 		m.die(fmt.Errorf("pccl: master sent unexpected %T", msg), emit)
 	}

@@ -36,7 +36,8 @@ import (
 //	redialed [fail | kick] [inc=I]                              a dial of the master ended: a
 //	                                                            Welcome of incarnation I, an error,
 //	                                                            or a Kick
-//	probed [fail | kick] [inc=I]                                the same, of a probe
+//	redialed resumed recv=R next=N                              the master resumed the session; it
+//	                                                            had R of ours, resends from its N
 //	wired epoch=E [fail=P]                                      the links of a Connect round
 //	measured round=R to=P bw=B                                  a bandwidth test ended
 //	advance DURATION                                            move the clock (no input)
@@ -195,9 +196,11 @@ func runPeerScenario(t *testing.T, file string) string {
 			in = masterLost{errors.New("EOF")}
 		case "writefail":
 			in = writeFailed{errors.New("broken pipe")}
-		case "redialed", "probed":
-			r := redialedIn{probe: arg(0) == "probed"}
+		case "redialed":
+			var r redialedIn
 			switch {
+			case strings.Contains(line, "resumed"):
+				r.resumed, r.masterRecv, r.masterNext = true, num("recv", 0), num("next", 1)
 			case strings.Contains(line, "kick"):
 				r.err, r.kicked = fmt.Errorf("%w: run token mismatch", ErrKicked), true
 			case strings.Contains(line, "fail"):
@@ -336,16 +339,16 @@ func formatPeerAction(a any) string {
 	case dieAct:
 		return "die " + errorKinds(a.err)
 	case redialAct:
-		if a.probe {
-			return fmt.Sprintf("probe Resume%+v", *a.resume)
-		}
 		return fmt.Sprintf("redial Resume%+v", *a.resume)
 	case adoptAct:
+		if a.resumed {
+			return fmt.Sprintf("adopt the new connection: session resumed, resend from frame %d, the master's from %d", a.masterRecv+1, a.masterNext)
+		}
 		return "adopt the new master connection"
 	case dropConnAct:
 		return "drop a dialled connection"
-	case closeMasterAct:
-		return "close the master connection"
+	case noticeAct:
+		return "notice: " + a.text
 	}
 	return fmt.Sprintf("%T", a)
 }
@@ -482,7 +485,7 @@ func FuzzPeerMachine(f *testing.F) {
 				case 1:
 					in = redialedIn{err: errors.New("refused")}
 				case 2:
-					in = redialedIn{welcome: &wire.Welcome{Incarnation: uint64(arg % 3)}, probe: true}
+					in = redialedIn{resumed: true, masterRecv: uint64(arg % 7), masterNext: uint64(arg % 5)}
 				default:
 					in = masterIn{&wire.HeartbeatAck{}}
 				}

@@ -13,49 +13,51 @@ import (
 
 // Reconnecting to the master.
 //
-// When the master connection breaks after this peer was accepted (the master was killed or
-// restarted), the peer keeps its state (id, group, epoch, ring, shared state, step) and
-// dials the same master address again, with a jittered exponential backoff, until Config.MasterTimeout
-// has passed since the break; then it dies with ErrMasterLost as before. Its Hello carries a Resume
-// report of what it holds, from which a restarted master rebuilds its view (see pccl/master). If the
-// master that answers is the one it lost (the same incarnation: only the connection broke, and that
-// master has removed the peer), the peer dies with ErrMasterLost, as it did before reconnection
-// existed: its ring and operations are gone, and it must join again as a new peer.
+// The control connection to the master carries a session (wire/session.go): both ends number the
+// frames they send and keep those the other has not acknowledged. When the connection fails (a read or
+// write error) or the master falls silent on it for probeAfter, an accepted peer resumes the session:
+// it dials the master's address again, with a jittered exponential backoff, and asks for its session.
+// Nothing is failed meanwhile: calls go on, what they send waits in the session, and what either side
+// missed is sent again once a master answers. A master that was cut off, paused or partitioned away
+// therefore costs its peers nothing but the time it was unreachable, as long as that stays under
+// Config.MasterTimeout; after that silence the peer dies with ErrMasterLost.
 //
-// A master can also vanish without breaking the connection: its machine dies, or, over QUIC, its
-// process does (no reset comes over UDP, and ICMP errors are ignored after the handshake). So while
-// the connection is open but the master has been silent for probeAfter, the peer probes: it dials
-// the master's address with the same Hello and report, once per probeAfter. A master of another
-// incarnation answering means the old one is gone: the peer gives up the silent connection as if it
-// had broken and adopts the probe's. Anything else (no answer, or the same master refusing this
-// peer's id because it is live there: a master that is merely paused) drops the probe and changes
-// nothing, so a paused master costs nothing but the pause.
+// The answer to a resumption tells what happened to the master:
+//   - the same master, which kept the session: the session moves to the new connection (adoptAct with
+//     the master's count of our frames), and the old connection is given up;
+//   - a master that does not know the session and belongs to the same incarnation: it removed this
+//     peer (it was silent past the master's patience, or on the wrong side of a partition); it answers
+//     the peer's report with a Kick, and the peer dies with ErrKicked, free to join again as a
+//     newcomer (Rejoinable);
+//   - a master of another incarnation: it restarted. The peer keeps its state (id, group, epoch, ring,
+//     shared state, step) and the Hello it sent carries a Resume report of it, from which the restarted
+//     master rebuilds its view (see pccl/master). What was in flight fails retryably (ErrAborted):
+//     collectives (their buffers restored), ArePeersPending, OptimizeTopology and a sync. Until the new
+//     master has wired this peer into a ring (its Topology), new collectives, syncs, ArePeersPending and
+//     OptimizeTopology fail the same way at once; UpdateTopology waits for that Topology, and if the
+//     Topology came first (the peer was still in the collective the restart aborted), the next
+//     UpdateTopology returns at once, as it would have on the Topology. A training loop that retries
+//     after UpdateTopology on a retryable error therefore carries on over a master restart, losing at
+//     most the operation in flight.
 //
-// What was in flight when the connection broke fails retryably (ErrAborted): collectives (their
-// buffers restored), ArePeersPending, OptimizeTopology and a sync. While the peer reconnects, and
-// after it until the new master has wired it into a ring (its Topology), new collectives, syncs,
-// ArePeersPending and OptimizeTopology fail the same way at once; UpdateTopology waits for that
-// Topology, and if the Topology came first (the peer was still in the collective the break aborted),
-// the next UpdateTopology returns at once, as it would have on the Topology. A training loop that
-// retries after UpdateTopology on a retryable error therefore carries on over a master restart,
-// losing at most the operation in flight.
+// A resumption that succeeds is always taken, even when the old connection came back to life while it
+// was being dialled: the master moved the session already.
 
-// reconnect is the state of a broken master connection.
+// reconnect is the state of resuming the session or rejoining a restarted master.
 type reconnect struct {
-	lost      bool      // the connection is gone; dialling
-	rejoining bool      // reconnected; the new master's Topology is awaited
-	dialing   bool      // a dial is in flight
-	since     time.Time // when the connection broke
-	next      time.Time // when the next dial is due
-	attempt   int
-	cause     error
-	rng       *rand.Rand // jitter; seeded by the peer id, so scenarios are deterministic
+	resuming bool      // the connection failed or the master fell silent: the session is being resumed
+	dialing  bool      // a dial is in flight
+	since    time.Time // when resuming began
+	next     time.Time // when the next dial is due
+	attempt  int
+	cause    error
+	broken   bool       // the connection in use failed (not only silent): nothing more comes on it
+	rng      *rand.Rand // jitter; seeded by the peer id, so scenarios are deterministic
 
-	probing   bool      // a probe dial is in flight (the connection is open, the master silent)
-	nextProbe time.Time // when the next probe may go
+	rejoining bool // the master restarted; its Topology is awaited
 
 	// rewired: the new master's Topology came while no UpdateTopology waited for it (the peer was
-	// still in the collective the break aborted, say). The next UpdateTopology is the one it answers:
+	// still in the collective the restart aborted, say). The next UpdateTopology is the one it answers:
 	// it returns at once, as every other peer's returned on the Topology, instead of casting a vote
 	// that the others, already past it, would never join. Any other group call first clears it.
 	rewired bool
@@ -68,31 +70,38 @@ const (
 	redialMax   = 400 * time.Millisecond
 )
 
-// redialedIn: a dial of the master ended. On success conn is the new connection, after its Welcome;
-// kicked says the master refused the Hello with a Kick (err holds its reason); probe says the dial
-// was a probe (redialAct.probe).
+// redialedIn: a dial of the master ended. Resumed: the master took the session over (masterRecv of
+// this peer's session frames had arrived; it sends its own again from number masterNext).
+// Otherwise, on success, conn is a new connection after its Welcome; kicked says the master refused
+// the Hello with a Kick (err holds its reason).
 type redialedIn struct {
-	conn    net.Conn
-	welcome *wire.Welcome
-	err     error
-	kicked  bool
-	probe   bool
+	conn       net.Conn
+	welcome    *wire.Welcome
+	session    wire.SessionID // the new session of a Welcome
+	err        error
+	kicked     bool
+	resumed    bool
+	masterRecv uint64
+	masterNext uint64
 }
 
 // Actions of reconnection.
 type (
-	// redialAct: dial the master and send a Hello with this report (the runtime adds the shared-state
-	// revision and digest), then input redialedIn, marked probe if this is a probe.
-	redialAct struct {
-		resume *wire.Resume
-		probe  bool
+	// redialAct: dial the master and resume the session; if the master does not know it, send a Hello
+	// with this report (the runtime adds the shared-state revision and digest). Then input redialedIn.
+	redialAct struct{ resume *wire.Resume }
+	// adoptAct: conn is the master connection from now on; start reading it. With resumed, the
+	// session moved to it: send again this peer's frames after masterRecv, and drop those of the
+	// master's frames, sent again from masterNext, that this peer had already received.
+	adoptAct struct {
+		conn       net.Conn
+		session    wire.SessionID // the session a Welcome opened, when not resumed
+		resumed    bool
+		masterRecv uint64
+		masterNext uint64
 	}
-	// adoptAct: conn is the master connection from now on; start reading it.
-	adoptAct struct{ conn net.Conn }
 	// dropConnAct: close conn, a dialled connection nobody needs any more.
 	dropConnAct struct{ conn net.Conn }
-	// closeMasterAct: close the broken master connection, so that its reader ends.
-	closeMasterAct struct{}
 )
 
 // jitter draws a delay in [d/2, d).
@@ -100,22 +109,27 @@ func (r *reconnect) jitter(d time.Duration) time.Duration {
 	return d/2 + time.Duration(r.rng.Int64N(int64(d/2)+1))
 }
 
-// lose handles the end of the master connection: a peer not accepted yet dies with ErrMasterLost; an
-// accepted one fails what was in flight retryably and starts reconnecting.
-func (m *machine) lose(now time.Time, cause error, emit func(any)) {
+// suspect handles a failed master connection (a read or write error) or a master silent for
+// probeAfter: a peer not accepted yet dies with ErrMasterLost; an accepted one resumes its session.
+func (m *machine) suspect(now time.Time, cause error, emit func(any)) {
 	if !m.joined {
 		m.die(fmt.Errorf("pccl: connection to the master broke before this peer was accepted (%w: %w); check that the master runs, then connect again", ErrMasterLost, cause), emit)
 		return
 	}
-	if m.rc.lost {
+	if m.rc.resuming {
 		return
 	}
-	m.rc.lost, m.rc.rejoining, m.rc.dialing, m.rc.rewired = true, false, false, false
-	m.rc.since, m.rc.cause, m.rc.attempt = now, cause, 0
-	m.rc.next = now.Add(m.rc.jitter(redialFirst))
-	m.writeErr = nil
-	emit(closeMasterAct{})
-	lost := fmt.Errorf("%w: the master connection broke (%v); reconnecting: call UpdateTopology, then retry", ErrAborted, cause)
+	m.rc.resuming, m.rc.since, m.rc.cause, m.rc.attempt, m.rc.broken = true, now, cause, 0, false
+	m.rc.next = now
+	m.redialTick(now, emit)
+}
+
+// restarted handles a master of another incarnation: what was in flight fails retryably, and the
+// peer waits for the new master to wire it in (rejoining).
+func (m *machine) restarted(now time.Time, inc uint64, emit func(any)) {
+	m.rc.rejoining, m.rc.rewired = true, false
+	lost := fmt.Errorf("%w: the master restarted (incarnation %d after %d; %v); call UpdateTopology, then retry",
+		ErrAborted, inc, m.incarnation, m.rc.cause)
 	for _, tag := range slices.Sorted(maps.Keys(m.ops)) {
 		o := m.ops[tag]
 		verdict := &wire.Outcome{Tag: o.tag, Seq: o.seq, Code: wire.CodeAborted, Detail: lost.Error()}
@@ -143,18 +157,18 @@ func (m *machine) lose(now time.Time, cause error, emit func(any)) {
 	m.sync.phase, m.sync.call, m.sync.voter = syncIdle, 0, 0
 }
 
-// reconnecting handles in while the master connection is broken or the new master has not wired this
+// reconnecting handles in while the session is resumed or the restarted master has not wired this
 // peer in yet; it reports whether it did.
 func (m *machine) reconnecting(now time.Time, in any, emit func(any)) bool {
-	if !m.rc.lost && !m.rc.rejoining {
+	if r, ok := in.(redialedIn); ok {
+		m.redialed(now, r, emit)
+		return true
+	}
+	if !m.rc.rejoining {
 		return false
 	}
 	busy := func(call uint64, what string) {
-		state := "is being reconnected"
-		if m.rc.rejoining {
-			state = "restarted and is wiring the ring again"
-		}
-		emit(replyAct{reply{call: call, err: fmt.Errorf("pccl: %s: %w: the master %s; call UpdateTopology, then retry", what, ErrAborted, state)}})
+		emit(replyAct{reply{call: call, err: fmt.Errorf("pccl: %s: %w: the master restarted and is wiring the ring again; call UpdateTopology, then retry", what, ErrAborted)}})
 	}
 	switch in := in.(type) {
 	case initiateCall:
@@ -176,37 +190,17 @@ func (m *machine) reconnecting(now time.Time, in any, emit func(any)) bool {
 			m.topo.call = in.call // answered by the Topology that wires this peer in again
 		}
 		return true
-	case stepCall:
-		m.lastStep = in.report
-		if m.rc.rejoining {
-			emit(sendAct{in.report})
-		}
-		return true
-	case redialedIn:
-		if in.probe {
-			m.probed(now, in, emit)
-		} else {
-			m.redialed(now, in, emit)
-		}
-		return true
-	}
-	if !m.rc.lost {
-		return false
-	}
-	switch in.(type) {
-	case tickIn:
-		m.redialTick(now, emit)
-		return true
-	case masterIn, masterLost, writeFailed, wiredIn, measuredIn:
-		return true // from the broken connection, or for its master: moot
 	}
 	return false
 }
 
 // redialTick gives up after the master timeout, or starts the next dial when it is due.
 func (m *machine) redialTick(now time.Time, emit func(any)) {
-	if gone := now.Sub(m.rc.since); gone > m.timeout {
-		m.die(fmt.Errorf("%w: no master answered for %v after the connection broke (%v); restart the master and the peers", ErrMasterLost, gone.Round(time.Millisecond), m.rc.cause), emit)
+	if !m.rc.resuming {
+		return
+	}
+	if gone := now.Sub(m.lastHeard); gone > m.timeout {
+		m.die(fmt.Errorf("%w: no master answered for %v (%v); restart the master and the peers", ErrMasterLost, gone.Round(time.Millisecond), m.rc.cause), emit)
 		return
 	}
 	if m.rc.dialing || now.Before(m.rc.next) {
@@ -215,6 +209,47 @@ func (m *machine) redialTick(now time.Time, emit func(any)) {
 	m.rc.dialing = true
 	m.rc.attempt++
 	emit(redialAct{resume: m.resumeReport()})
+}
+
+// redialed takes the result of a dial.
+func (m *machine) redialed(now time.Time, in redialedIn, emit func(any)) {
+	m.rc.dialing = false
+	switch {
+	case in.resumed:
+		// Taken even if the old connection recovered meanwhile: the master moved the session.
+		m.rc.resuming, m.rc.attempt, m.rc.broken = false, 0, false
+		m.lastHeard = now
+		emit(adoptAct{conn: in.conn, resumed: true, masterRecv: in.masterRecv, masterNext: in.masterNext})
+	case !m.rc.resuming:
+		if in.conn != nil {
+			emit(dropConnAct{in.conn}) // the connection recovered before a restarted master answered
+		}
+	case in.kicked:
+		m.die(fmt.Errorf("%w on reconnection: %v", ErrKicked, in.err), emit)
+	case in.err != nil:
+		d := min(redialFirst<<min(m.rc.attempt, 8), redialMax)
+		m.rc.next = now.Add(m.rc.jitter(d))
+	case in.welcome != nil && in.welcome.Incarnation == m.incarnation:
+		// The same master, which neither knows the session nor refused the report: it cannot tell this
+		// peer's state from a newcomer's. Join again as a new peer.
+		emit(dropConnAct{in.conn})
+		m.die(fmt.Errorf("%w: the master lost this peer's session (%v); connect again as a new peer", ErrMasterLost, m.rc.cause), emit)
+	default:
+		inc := uint64(0)
+		if w := in.welcome; w != nil {
+			inc = w.Incarnation
+		}
+		m.restarted(now, inc, emit)
+		m.rc.resuming, m.rc.broken = false, false
+		if w := in.welcome; w != nil {
+			m.incarnation = w.Incarnation
+			if w.HeartbeatInterval > 0 {
+				m.hbEvery = time.Duration(w.HeartbeatInterval)
+			}
+		}
+		m.lastHeard, m.nextBeat = now, now
+		emit(adoptAct{conn: in.conn, session: in.session})
+	}
 }
 
 // resumeReport is the Resume report of a Hello to a master that may have restarted.
@@ -226,65 +261,18 @@ func (m *machine) resumeReport() *wire.Resume {
 	return r
 }
 
-// probeAfter is how long the master may be silent on an open connection before the peer probes
-// whether another master answers on its address: four heartbeats, at least a second.
+// probeAfter is how long the master may be silent on an open connection before the peer resumes its
+// session on a new one: four heartbeats, at least a second.
 func (m *machine) probeAfter() time.Duration { return max(4*m.hbEvery, time.Second) }
 
-// probeTick starts a probe when the master has been silent for probeAfter on an open connection.
+// probeTick starts resuming the session when the master has been silent for probeAfter on an open
+// connection, and stops when it is heard again before a new connection was taken.
 func (m *machine) probeTick(now time.Time, emit func(any)) {
-	if !m.joined || m.rc.lost || m.rc.probing || now.Sub(m.lastHeard) <= m.probeAfter() || now.Before(m.rc.nextProbe) {
+	silent := now.Sub(m.lastHeard)
+	if !m.joined || m.rc.rejoining {
 		return
 	}
-	m.rc.probing = true
-	emit(redialAct{resume: m.resumeReport(), probe: true})
-}
-
-// probed takes the result of a probe: only a master of another incarnation counts (see the comment
-// at the top of this file).
-func (m *machine) probed(now time.Time, in redialedIn, emit func(any)) {
-	m.rc.probing = false
-	m.rc.nextProbe = now.Add(m.probeAfter())
-	if in.err != nil || in.welcome == nil || in.welcome.Incarnation == m.incarnation || m.rc.lost {
-		if in.conn != nil {
-			emit(dropConnAct{in.conn})
-		}
-		return
-	}
-	m.lose(now, fmt.Errorf("the master was silent for %v and a restarted one (incarnation %d) answers on its address",
-		now.Sub(m.lastHeard).Round(time.Millisecond), in.welcome.Incarnation), emit)
-	m.rc.dialing = true
-	m.redialed(now, redialedIn{conn: in.conn, welcome: in.welcome}, emit)
-}
-
-// redialed takes the result of a dial.
-func (m *machine) redialed(now time.Time, in redialedIn, emit func(any)) {
-	if !m.rc.lost || !m.rc.dialing {
-		if in.conn != nil {
-			emit(dropConnAct{in.conn})
-		}
-		return
-	}
-	m.rc.dialing = false
-	switch {
-	case in.kicked:
-		m.die(fmt.Errorf("%w on reconnection: %v", ErrKicked, in.err), emit)
-	case in.err != nil:
-		d := min(redialFirst<<min(m.rc.attempt, 8), redialMax)
-		m.rc.next = now.Add(m.rc.jitter(d))
-	case in.welcome != nil && in.welcome.Incarnation == m.incarnation:
-		// The master did not restart: it dropped this connection and has already removed this peer,
-		// aborting what it took part in. Its state is stale; it must join again as a new peer.
-		emit(dropConnAct{in.conn})
-		m.die(fmt.Errorf("%w: the connection broke (%v) and the master, which did not restart, has removed this peer; connect again as a new peer", ErrMasterLost, m.rc.cause), emit)
-	default:
-		m.rc.lost, m.rc.rejoining = false, true
-		if w := in.welcome; w != nil {
-			m.incarnation = w.Incarnation
-			if w.HeartbeatInterval > 0 {
-				m.hbEvery = time.Duration(w.HeartbeatInterval)
-			}
-		}
-		m.lastHeard, m.nextBeat = now, now
-		emit(adoptAct{in.conn})
+	if !m.rc.resuming && silent > m.probeAfter() {
+		m.suspect(now, fmt.Errorf("the master was silent for %v", silent.Round(time.Millisecond)), emit)
 	}
 }

@@ -52,6 +52,9 @@ type Config struct {
 	GSOMaxBytes int
 	// Prefix starts every namespace name (default DefaultPrefix). Sweep removes leftovers by it.
 	Prefix string
+	// IPv6 gives the NICs IPv6 addresses only (see Addr6) instead of IPv4 ones, for IPv6-only
+	// networks. Shaping classifies IPv6 packets as bulk.
+	IPv6 bool
 }
 
 func (c Config) withDefaults() Config {
@@ -95,6 +98,16 @@ func Addr(node, rail int) netip.Addr {
 	return netip.AddrFrom4([4]byte{198, 18, byte(rail), byte(node + 1)})
 }
 
+// Addr6 is the IPv6 address of node n's NIC on rail r in an IPv6 lab: 2001:2:0:r::(n+1), in the
+// subnet 2001:2:0:r::/64 of the benchmarking range 2001:2::/48.
+func Addr6(node, rail int) netip.Addr {
+	var a [16]byte
+	a[0], a[1], a[3] = 0x20, 0x01, 0x02
+	a[6], a[7] = byte(rail>>8), byte(rail)
+	a[14], a[15] = byte((node+1)>>8), byte(node+1)
+	return netip.AddrFrom16(a)
+}
+
 // RailPrefix is the subnet of rail r.
 func RailPrefix(rail int) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(rail), 0}), 24)
@@ -119,6 +132,7 @@ type Lab struct {
 	name  string // prefix + pid + sequence number, the start of every namespace name
 	hub   *Node  // holds the bridges and the hub ends of the veth pairs
 	nodes []*Node
+	extra []*Node // namespaces added with AddNode
 
 	closeOnce sync.Once
 	closeErr  error
@@ -228,7 +242,13 @@ func (l *Lab) wire(hub *netlink.Handle, node *Node) error {
 		if err := nh.LinkSetTxQLen(nic, 1000); err != nil {
 			return fmt.Errorf("netlab: %s: %s: %w", node.name, NICName(r), err)
 		}
-		addr := &netlink.Addr{IPNet: prefixIPNet(netip.PrefixFrom(Addr(node.index, r), 24))}
+		ip := Addr(node.index, r)
+		addr := &netlink.Addr{IPNet: prefixIPNet(netip.PrefixFrom(ip, 24))}
+		if l.cfg.IPv6 {
+			// No duplicate address detection: the address works at once, not after a second.
+			ip = Addr6(node.index, r)
+			addr = &netlink.Addr{IPNet: prefixIPNet(netip.PrefixFrom(ip, 64)), Flags: unix.IFA_F_NODAD}
+		}
 		if err := nh.AddrAdd(nic, addr); err != nil {
 			return fmt.Errorf("netlab: %s: address of %s: %w", node.name, NICName(r), err)
 		}
@@ -255,7 +275,7 @@ func (l *Lab) wire(hub *netlink.Handle, node *Node) error {
 		if err := nh.LinkSetUp(nic); err != nil {
 			return fmt.Errorf("netlab: %s: %s up: %w", node.name, NICName(r), err)
 		}
-		node.nics = append(node.nics, NIC{Rail: r, Name: NICName(r), Addr: Addr(node.index, r)})
+		node.nics = append(node.nics, NIC{Rail: r, Name: NICName(r), Addr: ip})
 	}
 	return nil
 }
@@ -349,6 +369,61 @@ func shape(h *netlink.Handle, link netlink.Link, rate uint64) error {
 	return nil
 }
 
+// AddNode creates a bare namespace of the lab, named after the lab and suffix, with only its
+// loopback up: a host behind a router, say, wired with Pair. Close deletes it with the rest.
+func (l *Lab) AddNode(suffix string) (*Node, error) {
+	n, err := newNode(l.name+"-"+suffix, -1)
+	if err != nil {
+		return nil, err
+	}
+	l.extra = append(l.extra, n)
+	if err := setLink(n.ns, "lo", true); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Pair joins namespaces a and b with a veth pair, the end in a named aName with address aAddr and the
+// end in b named bName with address bAddr (each with its prefix length), both up.
+func (l *Lab) Pair(a *Node, aName string, aAddr netip.Prefix, b *Node, bName string, bAddr netip.Prefix) error {
+	ah, err := netlink.NewHandleAt(a.ns)
+	if err != nil {
+		return fmt.Errorf("netlab: netlink in %s: %w", a.name, err)
+	}
+	defer ah.Close()
+	bh, err := netlink.NewHandleAt(b.ns)
+	if err != nil {
+		return fmt.Errorf("netlab: netlink in %s: %w", b.name, err)
+	}
+	defer bh.Close()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: aName, MTU: l.cfg.MTU, TxQLen: 1000},
+		PeerName: bName, PeerNamespace: netlink.NsFd(b.ns)}
+	if err := ah.LinkAdd(veth); err != nil {
+		return fmt.Errorf("netlab: veth %s-%s: %w", aName, bName, err)
+	}
+	for _, end := range []struct {
+		h    *netlink.Handle
+		name string
+		addr netip.Prefix
+	}{{ah, aName, aAddr}, {bh, bName, bAddr}} {
+		link, err := end.h.LinkByName(end.name)
+		if err != nil {
+			return fmt.Errorf("netlab: %s: %w", end.name, err)
+		}
+		a := &netlink.Addr{IPNet: prefixIPNet(end.addr)}
+		if end.addr.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD
+		}
+		if err := end.h.AddrAdd(link, a); err != nil {
+			return fmt.Errorf("netlab: address of %s: %w", end.name, err)
+		}
+		if err := end.h.LinkSetUp(link); err != nil {
+			return fmt.Errorf("netlab: %s up: %w", end.name, err)
+		}
+	}
+	return nil
+}
+
 // Name is the common start of this lab's namespace names.
 func (l *Lab) Name() string { return l.name }
 
@@ -417,7 +492,7 @@ func setLink(ns netns.NsHandle, name string, up bool) error {
 func (l *Lab) Close() error {
 	l.closeOnce.Do(func() {
 		var errs []error
-		for _, n := range l.nodes {
+		for _, n := range append(l.extra, l.nodes...) {
 			errs = append(errs, n.close())
 		}
 		if l.hub != nil {
