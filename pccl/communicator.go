@@ -591,6 +591,17 @@ func (c *Communicator) UpdateTopology(ctx context.Context) error {
 	return cleanError(err)
 }
 
+// Rewire is UpdateTopology without admission: it re-wires the ring of the accepted peers (without the
+// peers that left) and keeps peers waiting in Connect waiting, as PCCL's repair after a failed
+// collective does. Every accepted peer must call Rewire or UpdateTopology; a round in which any peer
+// called Rewire admits nobody, so newcomers join only at an UpdateTopology of every peer. It needs no
+// collective of this peer in flight (else ErrBusy).
+func (c *Communicator) Rewire(ctx context.Context) error {
+	call, ch := c.newCall()
+	_, err := c.ask(ctx, "rewire", call, ch, topologyCall{call: call, rewire: c.links.dirty(), noAdmit: true})
+	return cleanError(err)
+}
+
 // ArePeersPending asks whether peers wait to be accepted. Every accepted peer must call it; all get
 // the same answer. It may overlap running collectives.
 func (c *Communicator) ArePeersPending(ctx context.Context) (bool, error) {

@@ -70,7 +70,11 @@ func Decode(t Type, p []byte) (Message, error) {
 		}
 		m = h
 	case TypeVoteTopology:
-		m = &VoteTopology{Rewire: d.boolean("rewire")}
+		f := d.u8("topology flags")
+		if f&^(topoRewire|topoNoAdmit) != 0 {
+			d.fail("topology flags")
+		}
+		m = &VoteTopology{Rewire: f&topoRewire != 0, NoAdmit: f&topoNoAdmit != 0}
 	case TypeLinksReady:
 		v := &LinksReady{Epoch: d.u64("epoch"), OK: d.boolean("ok")}
 		n := d.count(8, "failed")
@@ -254,7 +258,16 @@ func appendResume(b []byte, r *Resume) []byte {
 
 // VoteTopology is an accepted peer's vote in UpdateTopology. Rewire asks for the ring's links to be
 // re-established even if membership did not change (after an aborted collective left them unusable).
-type VoteTopology struct{ Rewire bool }
+// NoAdmit asks the master to keep registered peers waiting: the round re-wires the accepted peers
+// only (the repair after a failed collective). Both travel in one flags byte (bit 0 Rewire, bit 1
+// NoAdmit), so a vote without NoAdmit encodes as it did when the byte was a bool.
+type VoteTopology struct{ Rewire, NoAdmit bool }
+
+// Flags of VoteTopology.
+const (
+	topoRewire  = 1
+	topoNoAdmit = 2
+)
 
 // LinksReady reports the result of wiring the ring of Epoch: OK, or the neighbours that could not be
 // reached.
@@ -532,7 +545,16 @@ func (m *Hello) Append(b []byte) []byte {
 	return b
 }
 
-func (m *VoteTopology) Append(b []byte) []byte { return appendBool(b, m.Rewire) }
+func (m *VoteTopology) Append(b []byte) []byte {
+	var f byte
+	if m.Rewire {
+		f |= topoRewire
+	}
+	if m.NoAdmit {
+		f |= topoNoAdmit
+	}
+	return append(b, f)
+}
 
 func (m *LinksReady) Append(b []byte) []byte {
 	b = appendU64(b, m.Epoch)
