@@ -63,6 +63,7 @@ type Communicator struct {
 	servingLeaves map[string][]uint64 // and the leaves of their hash trees
 	serveConns    map[net.Conn]bool   // connections serving a state range now
 	serveWG       sync.WaitGroup      // one per range being served
+	served        atomic.Int64        // entry bytes sent to fetchers, ever (SyncResult.ServedBytes)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
