@@ -64,6 +64,7 @@ type Communicator struct {
 	servingLeaves map[string][]uint64 // and the leaves of their hash trees
 	serveConns    map[net.Conn]bool   // connections serving a state range now
 	serveWG       sync.WaitGroup      // one per range being served
+	served        atomic.Int64        // entry bytes sent to fetchers, ever (SyncResult.ServedBytes)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -675,6 +676,17 @@ func (c *Communicator) wiring() {
 func (c *Communicator) UpdateTopology(ctx context.Context) error {
 	call, ch := c.newCall()
 	_, err := c.ask(ctx, "update topology", call, ch, topologyCall{call: call, rewire: c.links.dirty()})
+	return cleanError(err)
+}
+
+// Rewire is UpdateTopology without admission: it re-wires the ring of the accepted peers (without the
+// peers that left) and keeps peers waiting in Connect waiting, as PCCL's repair after a failed
+// collective does. Every accepted peer must call Rewire or UpdateTopology; a round in which any peer
+// called Rewire admits nobody, so newcomers join only at an UpdateTopology of every peer. It needs no
+// collective of this peer in flight (else ErrBusy).
+func (c *Communicator) Rewire(ctx context.Context) error {
+	call, ch := c.newCall()
+	_, err := c.ask(ctx, "rewire", call, ch, topologyCall{call: call, rewire: c.links.dirty(), noAdmit: true})
 	return cleanError(err)
 }
 

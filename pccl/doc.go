@@ -27,6 +27,10 @@
 //		break
 //	}
 //
+// That UpdateTopology also admits peers waiting in Connect. Rewire re-wires the ring without admitting
+// anyone (as PCCL's retry does), for loops that admit newcomers at one place only; a round in which
+// any peer called Rewire admits nobody.
+//
 // Membership calls are collective: every accepted peer makes the same sequence of UpdateTopology,
 // ArePeersPending, SyncSharedState, OptimizeTopology and collectives. A newcomer's first call after
 // Connect must be the one the accepted peers make right after the UpdateTopology that admitted it; the
@@ -52,7 +56,8 @@
 //
 // Which method returns which error:
 //   - Connect: ErrKicked (unreachable; with ErrRefused for a wrong token or version), ErrMasterLost, ctx errors.
-//   - UpdateTopology: ErrBusy while collectives of this peer run, ErrKicked, ErrMasterLost, ErrClosed.
+//   - UpdateTopology, Rewire: ErrBusy while collectives of this peer run, ErrKicked, ErrMasterLost,
+//     ErrClosed.
 //   - ArePeersPending: ErrKicked, ErrMasterLost, ErrClosed.
 //   - AllReduce / Request.Wait: ErrPeerLeft (retryable after UpdateTopology), ErrAborted (a peer
 //     cancelled; retryable the same way), ErrTooFewPeers (fewer than MinPeers accepted: wait, then

@@ -131,10 +131,12 @@ type (
 
 	// connectCall waits for this peer's admission (the first Topology).
 	connectCall struct{ call uint64 }
-	// topologyCall is UpdateTopology; rewire asks for new links because one broke.
+	// topologyCall is UpdateTopology; rewire asks for new links because one broke, and noAdmit keeps
+	// registered peers waiting (Rewire).
 	topologyCall struct {
-		call   uint64
-		rewire bool
+		call    uint64
+		rewire  bool
+		noAdmit bool
 	}
 	// pendingCall is ArePeersPending.
 	pendingCall struct{ call uint64 }
@@ -319,7 +321,7 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 		m.topo.call = in.call
 		if !m.topo.outstanding {
 			m.topo.outstanding = true
-			send(&wire.VoteTopology{Rewire: in.rewire})
+			send(&wire.VoteTopology{Rewire: in.rewire, NoAdmit: in.noAdmit})
 		}
 	case pendingCall:
 		m.rc.rewired = false

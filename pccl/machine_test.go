@@ -19,7 +19,7 @@ import (
 // TestPeerScenarios runs every testdata/*.txt script through a peer machine (id 2, heartbeat 250ms,
 // master timeout 2s) and compares what it did with the golden file next to it. One line is one input:
 //
-//	call N connect | topology [rewire] | pending | optimize     an API call with call id N
+//	call N connect | topology [rewire] [noadmit] | pending | optimize     an API call with call id N
 //	call N init tag=T [count=C]                                 AllReduce's vote
 //	call N report tag=T [code=ok|peer-left|aborted]             the data path of call N ended
 //	call N sync | call N syncdone prev=P [fail]                 SyncSharedState's two steps
@@ -114,7 +114,7 @@ func runPeerScenario(t *testing.T, file string) string {
 			case "connect":
 				in = connectCall{call}
 			case "topology":
-				in = topologyCall{call: call, rewire: strings.Contains(line, "rewire")}
+				in = topologyCall{call: call, rewire: strings.Contains(line, "rewire"), noAdmit: strings.Contains(line, "noadmit")}
 			case "pending":
 				in = pendingCall{call}
 			case "optimize":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -222,5 +223,69 @@ func TestBubblePeerCutRejoins(t *testing.T) {
 		if snap := b.srv.Snapshot(); snap.Counters.Timeouts != 1 {
 			t.Fatalf("counters %+v: want exactly one timeout (the cut peer)", snap.Counters)
 		}
+	})
+}
+
+// TestBubbleMasterFlaps cuts the master off from a random subset of three peers, again and again, for
+// 0.3 to 3 s each time, while they run the checked loop: sessions are resumed over and over, frames
+// are sent again and skipped, and every result stays exact, every revision has one state. The cuts
+// come from a fixed seed; the peers that are cut longer than the heartbeat timeout while the master
+// hears the others are kicked and come back through Rejoin.
+func TestBubbleMasterFlaps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := newBubble(t)
+		defer b.close()
+		link := pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6}
+		hosts := []string{"peer1", "peer2", "peer3"}
+		for _, from := range hosts {
+			for _, to := range hosts {
+				if from != to {
+					b.net.SetLink(from, to, link)
+				}
+			}
+		}
+		var revs revisions
+		const steps = 300 // 30 s of compute
+		errs := make([]error, len(hosts))
+		var wg sync.WaitGroup
+		for i, h := range hosts {
+			wg.Go(func() {
+				cfg := pccl.Config{Master: bubbleMaster, ListenAddr: h + ":9000", Transport: b.net.Host(h), PartBytes: 16 << 10}
+				errs[i] = pccl.Rejoin(ctx, cfg, pccl.RejoinConfig{}, func(ctx context.Context, c *pccl.Communicator, n int) error {
+					return checked(ctx, c, c.WorldSize() > 1, steps, 100*time.Millisecond, revs.record)
+				})
+			})
+		}
+		for len(b.srv.Snapshot().Ring) < len(hosts) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		rng := rand.New(rand.NewPCG(7, 11))
+		for range 12 {
+			time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
+			var cut []string
+			for _, h := range hosts {
+				if rng.IntN(2) == 0 {
+					cut = append(cut, h)
+				}
+			}
+			for _, h := range cut {
+				b.net.Partition("master", h)
+			}
+			time.Sleep(time.Duration(300+rng.IntN(2700)) * time.Millisecond)
+			for _, h := range cut {
+				b.net.Heal("master", h)
+			}
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d: %v", i, err)
+			}
+		}
+		if revs.err != nil {
+			t.Fatal(revs.err)
+		}
+		t.Logf("counters after the flaps: %+v, %d revisions", b.srv.Snapshot().Counters, len(revs.hash))
 	})
 }

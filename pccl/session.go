@@ -33,13 +33,13 @@ type ctlSession struct {
 // be resumed, and the peer gives the connection up as lost.
 const maxUnacked = 64 << 20
 
-// start opens the session the master named in SessionStart, on a new connection: nothing sent or
-// received on it yet.
+// start opens the session the master named in SessionStart, on a new connection whose Welcome (the
+// master's first frame of the session) was read: nothing else sent or received on it yet.
 func (s *ctlSession) start(id wire.SessionID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.id, s.started, s.sent, s.unacked, s.bytes, s.acked, s.skip = id, true, 0, nil, 0, 0, 0
-	s.recv.Store(0)
+	s.recv.Store(1) // the Welcome
 }
 
 // ident returns the session's id and whether there is one.

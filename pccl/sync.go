@@ -54,6 +54,7 @@ type SyncResult struct {
 	Revision     uint64   // the revision every participating peer now holds
 	Fetched      []string // entries this peer received
 	FetchedBytes int64
+	ServedBytes  int64  // entry bytes this peer sent to peers that fetched from it (before compression)
 	ResumeStep   uint64 // the consistent training step to resume from (see ReportStep)
 }
 
@@ -65,7 +66,7 @@ func (c *Communicator) ReportStep(step uint64, inOptimizer bool) error {
 
 // SyncSharedState makes st identical on every accepted peer. Every accepted peer calls it with a State
 // of the same entry set. Each peer sends the hash of every entry (keyed by name) and st.Revision; the
-// master elects the most popular content, and a peer whose content lost fetches the mismatched entries
+// master elects the most popular whole state (see sharedstate.Elect), and a peer whose state lost fetches the mismatched entries
 // from the peers that hold the elected content, spread over several of them. It checks the leaf hashes
 // of each entry's hash tree against the elected hash, and every received 1 MiB block against its leaf,
 // before it writes that block into st: unverified bytes never reach the application's memory. A fresh run accepts any revision; afterwards st.Revision must
@@ -80,8 +81,7 @@ func (c *Communicator) SyncSharedState(ctx context.Context, st *State, opt SyncO
 	return res, cleanError(err)
 }
 
-func (c *Communicator) syncSharedState(ctx context.Context, st *State, opt SyncOptions) (SyncResult, error) {
-	var res SyncResult
+func (c *Communicator) syncSharedState(ctx context.Context, st *State, opt SyncOptions) (res SyncResult, err error) {
 	d := st.Digest(opt.HashWorkers)
 	hashes := map[string]uint64{}
 	leaves := map[string][]uint64{}
@@ -98,7 +98,11 @@ func (c *Communicator) syncSharedState(ctx context.Context, st *State, opt SyncO
 	c.serveMu.Lock()
 	c.serving, c.servingHashes, c.servingLeaves = st, hashes, leaves
 	c.serveMu.Unlock()
-	defer c.stopServing()
+	served := c.served.Load()
+	defer func() {
+		c.stopServing() // every range served in this sync is counted once it returns
+		res.ServedBytes = c.served.Load() - served
+	}()
 
 	call, ch := c.newCall()
 	vote := &wire.VoteSync{Strategy: uint8(opt.Strategy), Digest: sharedstate.EncodeDigest(d)}
@@ -463,6 +467,9 @@ func (c *Communicator) serveState(conn net.Conn) {
 			return
 		}
 		err = c.sendRange(conn, data, req.Compress, &enc)
+		if err == nil {
+			c.served.Add(int64(len(data)))
+		}
 		c.endServe(conn)
 		if err != nil {
 			return

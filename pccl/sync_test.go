@@ -108,10 +108,16 @@ func TestSyncOutlierFetchesOnlyMismatched(t *testing.T) {
 	if progressed.Load() != int64(1001*2+(3<<20)*4) {
 		t.Fatalf("progress total %d", progressed.Load())
 	}
+	var served int64
 	for i := 0; i < 3; i++ {
 		if len(res[i].Fetched) != 0 {
 			t.Fatalf("peer %d fetched %v", i, res[i].Fetched)
 		}
+		served += res[i].ServedBytes
+	}
+	// What the donors served is what the outlier fetched (no range had to be fetched twice here).
+	if want := int64(1001*2 + (3<<20)*4); res[3].FetchedBytes != want || served != want || res[3].ServedBytes != 0 {
+		t.Fatalf("fetched %d, served %d (outlier %d), want %d", res[3].FetchedBytes, served, res[3].ServedBytes, want)
 	}
 	// The next sync must advance the revision by exactly one.
 	for _, st := range states {

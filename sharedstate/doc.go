@@ -42,20 +42,26 @@
 //     ErrResumeMismatch when the entry set differs from the Prior's or no voter at p holds an entry's
 //     remembered hash. This covers both a no-op sync and a group whose peers all left and came back
 //     from a checkpoint. If no voter holds p or p+1, Elect fails with ErrResumeMismatch.
-//   - Content. For each entry that is not MayDiffer, only voters at the elected revision count. The
-//     hash most of them hold wins; a tie goes to the smallest hash value. Different content always has
-//     different hash values here, so this order is total.
+//   - Content. The state is elected whole, never entry by entry: only voters at the elected revision
+//     count, each votes for the list of hashes of all its entries that are not MayDiffer, and the list
+//     most of them hold wins; a tie goes to the list with the smallest hashes, compared entry by entry
+//     in name order. Different content always has different hash values here, so this order is
+//     total, and every peer ends with a state that some voter held. (An election per entry could
+//     combine one peer's parameters with another's optimizer state.)
 //   - SendOnly. A SendOnly peer asserts that its state is right. If it is not at the elected revision
 //     or its hash loses for any entry, it is rejected with ErrSendOnlyLost, its vote is withdrawn and the
 //     election is run again without it, until every remaining SendOnly peer agrees with the result. A
 //     rejected peer is neither a donor nor a receiver.
 //   - Donors. The donors of an entry are the remaining voters at the elected revision that hold the
 //     elected hash. When there is no voter left, Elect fails with ErrNoDonor.
-//   - Outliers. A peer that is not rejected fetches every non-MayDiffer entry whose hash differs from
-//     the elected one. A peer that is behind (its revision is not the elected one, or it is ReceiveOnly)
-//     also fetches every MayDiffer entry whose hash differs from its donor's; that entry has exactly one
-//     donor, because holders may legitimately differ and their bytes must not be mixed. Peers at the
-//     elected revision keep their own MayDiffer entries.
+//   - Outliers. A peer that is not rejected fetches only the non-MayDiffer entries whose hash differs
+//     from the elected one. A peer that is behind (its revision is not the elected one, or it is
+//     ReceiveOnly) also takes the MayDiffer entries of one voter that holds the whole elected state
+//     (any voter at the elected revision when none does, which only a resumption allows): the one
+//     whose MayDiffer entries differ from its own by the fewest bytes, then the least loaded, then the
+//     smallest peer id. It fetches those that differ from that single donor, because holders may
+//     legitimately differ and their bytes must not be mixed. Peers at the elected revision keep their
+//     own MayDiffer entries.
 //   - Spreading. Fetches are assigned in order of peer id, then entry name. Each fetch lists all its
 //     donors, the least loaded first (bytes assigned so far as first donor, then peer id), and the first
 //     donor's load grows by the entry's size. SplitRanges cuts a large entry into ranges over those

@@ -1,8 +1,10 @@
 package sharedstate
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -176,6 +178,9 @@ type Plan struct {
 	// Entries are the elected entries sorted by name. A MayDiffer entry has hash 0: it has no single
 	// elected content.
 	Entries []EntryDigest
+	// Holders are the voters at the elected revision that hold the whole elected state, sorted; empty
+	// only for a resumption that no voter offers whole.
+	Holders []string
 	// Fetch maps each outlier peer to the entries it must fetch, sorted by name. Peers with nothing to
 	// fetch are absent.
 	Fetch map[string][]Fetch
@@ -265,7 +270,7 @@ func Elect(cands []Candidate, prev *Prior) (Plan, error) {
 			current = append(current, c)
 		}
 	}
-	plan.Fetch = assignFetches(cs, rejected, current, rev, plan.Entries)
+	plan.Fetch, plan.Holders = assignFetches(cs, rejected, current, rev, plan.Entries)
 	for i := range cs {
 		if err, ok := rejected[cs[i].Peer]; ok {
 			plan.Rejected = append(plan.Rejected, Rejection{Peer: cs[i].Peer, Err: err})
@@ -442,24 +447,58 @@ func electContent(active []*Candidate, rev uint64, resumed bool, shape []EntryDi
 		}
 		return hashes, nil
 	}
-	for k, e := range shape {
-		if e.MayDiffer {
+	// The whole state wins, never entry by entry: voters are grouped by the hashes of all their voted
+	// entries, the largest group wins, and a tie goes to the smallest hashes compared in name order.
+	// Groups are formed in peer-id order and compared by count and hashes only, so the result
+	// depends on neither the candidates' order nor map iteration.
+	type tally struct {
+		hashes []uint64
+		n      int
+	}
+	var tallies []*tally
+	index := make(map[string]*tally)
+	for _, c := range active {
+		if c.Digest.Revision != rev {
 			continue
 		}
-		counts := make(map[uint64]int)
-		for _, c := range active {
-			if c.Digest.Revision == rev {
-				counts[c.Digest.Entries[k].Hash]++
-			}
+		v := votedHashes(c, shape)
+		k := stateKey(v)
+		t := index[k]
+		if t == nil {
+			t = &tally{hashes: v}
+			index[k] = t
+			tallies = append(tallies, t)
 		}
-		best := -1
-		for h, n := range counts {
-			if n > best || (n == best && h < hashes[k]) {
-				hashes[k], best = h, n
-			}
+		t.n++
+	}
+	best := tallies[0]
+	for _, t := range tallies[1:] {
+		if t.n > best.n || (t.n == best.n && slices.Compare(t.hashes, best.hashes) < 0) {
+			best = t
 		}
 	}
+	copy(hashes, best.hashes)
 	return hashes, nil
+}
+
+// votedHashes returns c's hash of each entry of shape, 0 for MayDiffer entries.
+func votedHashes(c *Candidate, shape []EntryDigest) []uint64 {
+	v := make([]uint64, len(shape))
+	for k, e := range shape {
+		if !e.MayDiffer {
+			v[k] = c.Digest.Entries[k].Hash
+		}
+	}
+	return v
+}
+
+// stateKey encodes voted hashes as a map key.
+func stateKey(v []uint64) string {
+	b := make([]byte, 0, 8*len(v))
+	for _, h := range v {
+		b = binary.LittleEndian.AppendUint64(b, h)
+	}
+	return string(b)
 }
 
 // sendOnlyCheck returns the rejection of a SendOnly peer that lost, or nil.
@@ -479,9 +518,24 @@ func sendOnlyCheck(c *Candidate, rev uint64, shape []EntryDigest, hashes []uint6
 	return nil
 }
 
-// assignFetches lists what each peer that is not rejected must fetch, and from whom. cs is sorted by
-// peer id; current are the remaining voters at the elected revision, also sorted.
-func assignFetches(cs []Candidate, rejected map[string]error, current []*Candidate, rev uint64, elected []EntryDigest) map[string][]Fetch {
+// assignFetches lists what each peer that is not rejected must fetch, and from whom, and the holders
+// of the whole elected state. cs is sorted by peer id; current are the remaining voters at the
+// elected revision, also sorted.
+func assignFetches(cs []Candidate, rejected map[string]error, current []*Candidate, rev uint64, elected []EntryDigest) (map[string][]Fetch, []string) {
+	// A peer that is behind takes every MayDiffer entry from one peer that holds the whole elected
+	// state (any voter at the elected revision when nobody does, which only a resumption allows), so
+	// that it ends with a state that peer held.
+	whole := current[:0:0]
+	var holders []string
+	for _, d := range current {
+		if holdsElected(d, elected) {
+			whole = append(whole, d)
+			holders = append(holders, d.Peer)
+		}
+	}
+	if len(whole) == 0 {
+		whole = current
+	}
 	load := make(map[string]int64)
 	out := make(map[string][]Fetch)
 	for i := range cs {
@@ -490,6 +544,10 @@ func assignFetches(cs []Candidate, rejected map[string]error, current []*Candida
 			continue
 		}
 		behind := c.Strategy == ReceiveOnly || c.Digest.Revision != rev
+		var source *Candidate
+		if behind {
+			source = mayDifferSource(c, whole, elected, load)
+		}
 		var fs []Fetch
 		for k, e := range elected {
 			mine := c.Digest.Entries[k].Hash
@@ -507,26 +565,11 @@ func assignFetches(cs []Candidate, rejected map[string]error, current []*Candida
 				}
 				orderByLoad(f.Donors, load)
 			case behind:
-				// Keep our own bytes if some peer at the elected revision holds the same.
-				var donors []string
-				keep := false
-				for _, d := range current {
-					if d.Digest.Entries[k].Hash == mine {
-						keep = true
-						break
-					}
-					donors = append(donors, d.Peer)
+				h := source.Digest.Entries[k].Hash
+				if mine == h {
+					continue // our bytes are already the source's
 				}
-				if keep {
-					continue
-				}
-				orderByLoad(donors, load)
-				f = Fetch{Name: e.Name, Bytes: e.Bytes(), Donors: donors[:1]}
-				for _, d := range current {
-					if d.Peer == donors[0] {
-						f.Hash = d.Digest.Entries[k].Hash
-					}
-				}
+				f = Fetch{Name: e.Name, Hash: h, Bytes: e.Bytes(), Donors: []string{source.Peer}}
 			default:
 				continue
 			}
@@ -537,7 +580,45 @@ func assignFetches(cs []Candidate, rejected map[string]error, current []*Candida
 			out[c.Peer] = fs
 		}
 	}
-	return out
+	return out, holders
+}
+
+// holdsElected reports whether d holds the elected hash of every voted entry.
+func holdsElected(d *Candidate, elected []EntryDigest) bool {
+	for k, e := range elected {
+		if !e.MayDiffer && d.Digest.Entries[k].Hash != e.Hash {
+			return false
+		}
+	}
+	return true
+}
+
+// mayDifferSource picks the peer of pool that a behind peer c takes its MayDiffer entries from: the
+// one it must fetch the fewest bytes of, then the least loaded, then the smallest peer id. Nil when
+// the state has no MayDiffer entry.
+func mayDifferSource(c *Candidate, pool []*Candidate, elected []EntryDigest, load map[string]int64) *Candidate {
+	var best *Candidate
+	var bestCost int64
+	for _, d := range pool {
+		var cost int64
+		any := false
+		for k, e := range elected {
+			if e.MayDiffer {
+				any = true
+				if d.Digest.Entries[k].Hash != c.Digest.Entries[k].Hash {
+					cost += e.Bytes()
+				}
+			}
+		}
+		if !any {
+			return nil
+		}
+		if best == nil || cost < bestCost || (cost == bestCost && (load[d.Peer] < load[best.Peer] ||
+			(load[d.Peer] == load[best.Peer] && d.Peer < best.Peer))) {
+			best, bestCost = d, cost
+		}
+	}
+	return best
 }
 
 // orderByLoad sorts donors by the bytes already assigned to them as first donor, then by peer id.

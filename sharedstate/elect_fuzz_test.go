@@ -10,7 +10,8 @@ import (
 // FuzzElect runs the shared-state election on arbitrary candidates and priors and checks what every
 // plan must satisfy: no panic; entries sorted by name; every fetch of a peer that is a candidate, not
 // rejected, for an elected entry with the elected hash, from donors that hold that hash at the elected
-// revision and are not the fetcher; and a Prior that repeats the plan. Each candidate takes three
+// revision and are not the fetcher; a state elected whole from one voter (unless resumed); and a Prior
+// that repeats the plan. Each candidate takes three
 // bytes: strategy, revision, and the hashes of entries a, b and c (two bits each; 3 = absent).
 func FuzzElect(f *testing.F) {
 	f.Add([]byte{0, 1, 0x00, 0, 1, 0x00, 0, 1, 0x15}, uint64(0), false)
@@ -69,6 +70,20 @@ func FuzzElect(f *testing.F) {
 					}
 				}
 			}
+		}
+		if !plan.Resumed && !slices.ContainsFunc(cands, func(c Candidate) bool {
+			if rejected[c.Peer] || c.Strategy == ReceiveOnly || c.Digest.Revision != plan.Revision {
+				return false
+			}
+			for _, e := range plan.Entries {
+				i := slices.IndexFunc(c.Digest.Entries, func(x EntryDigest) bool { return x.Name == e.Name })
+				if !e.MayDiffer && (i < 0 || c.Digest.Entries[i].Hash != e.Hash) {
+					return false
+				}
+			}
+			return true
+		}) {
+			t.Fatalf("no voter holds the elected state %+v", plan.Entries)
 		}
 		if p := plan.Prior(); p.Revision != plan.Revision || !slices.Equal(p.Entries, plan.Entries) {
 			t.Fatalf("prior %+v does not repeat the plan", p)

@@ -2,8 +2,10 @@ package sharedstate
 
 import (
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,7 +107,7 @@ func TestElect(t *testing.T) {
 			want: wantPlan{rev: 3, ha: 1, hb: 2},
 		},
 		{
-			name: "majority repairs an outlier entry by entry",
+			name: "an outlier fetches only the entries that differ",
 			cands: []Candidate{
 				cand("p1", EnforcePopular, 3, 1, 2, 30),
 				cand("p2", EnforcePopular, 3, 1, 2, 30),
@@ -114,7 +116,7 @@ func TestElect(t *testing.T) {
 			want: wantPlan{rev: 3, ha: 1, hb: 2, fetch: map[string][]Fetch{"p3": {fa(1, "p1", "p2")}}},
 		},
 		{
-			name: "tie goes to the smallest hash",
+			name: "a tie goes to the state with the smallest hashes",
 			cands: []Candidate{
 				cand("p1", EnforcePopular, 3, 9, 2, 0),
 				cand("p2", EnforcePopular, 3, 5, 2, 0),
@@ -122,18 +124,55 @@ func TestElect(t *testing.T) {
 			want: wantPlan{rev: 3, ha: 5, hb: 2, fetch: map[string][]Fetch{"p1": {fa(5, "p2")}}},
 		},
 		{
-			name: "two-two tie per entry",
+			// Voted entry by entry, a would go to 5 and b to 4: a state nobody holds.
+			name: "a two-two tie elects one whole state, never a mix",
 			cands: []Candidate{
 				cand("p1", EnforcePopular, 3, 9, 4, 0),
 				cand("p2", EnforcePopular, 3, 9, 4, 0),
 				cand("p3", EnforcePopular, 3, 5, 8, 0),
 				cand("p4", EnforcePopular, 3, 5, 8, 0),
 			},
-			want: wantPlan{rev: 3, ha: 5, hb: 4, fetch: map[string][]Fetch{
-				"p1": {fa(5, "p3", "p4")},
-				"p2": {fa(5, "p4", "p3")},
-				"p3": {fb(4, "p1", "p2")},
-				"p4": {fb(4, "p2", "p1")},
+			want: wantPlan{rev: 3, ha: 5, hb: 8, fetch: map[string][]Fetch{
+				"p1": {fa(5, "p3", "p4"), fb(8, "p4", "p3")},
+				"p2": {fa(5, "p3", "p4"), fb(8, "p3", "p4")},
+			}},
+		},
+		{
+			name: "two peers with crossed entries end with one of the two states",
+			cands: []Candidate{
+				cand("p0", EnforcePopular, 1, 201, 251, 0),
+				cand("p1", EnforcePopular, 1, 202, 252, 0),
+			},
+			want: wantPlan{rev: 1, ha: 201, hb: 251, fetch: map[string][]Fetch{"p1": {fa(201, "p0"), fb(251, "p0")}}},
+		},
+		{
+			// Entry by entry, a would go to 1 (p1, p2) and b to 9 (p3, p4): a state nobody holds.
+			name: "majorities of single entries do not make a state",
+			cands: []Candidate{
+				cand("p1", EnforcePopular, 3, 1, 7, 0),
+				cand("p2", EnforcePopular, 3, 1, 8, 0),
+				cand("p3", EnforcePopular, 3, 2, 9, 0),
+				cand("p4", EnforcePopular, 3, 3, 9, 0),
+			},
+			want: wantPlan{rev: 3, ha: 1, hb: 7, fetch: map[string][]Fetch{
+				"p2": {fb(7, "p1")},
+				"p3": {fa(1, "p2", "p1"), fb(7, "p1")},
+				"p4": {fa(1, "p2", "p1"), fb(7, "p1")},
+			}},
+		},
+		{
+			name: "the most popular whole state wins over a more popular single entry",
+			cands: []Candidate{
+				cand("p1", EnforcePopular, 3, 4, 5, 0),
+				cand("p2", EnforcePopular, 3, 4, 5, 0),
+				cand("p3", EnforcePopular, 3, 1, 6, 0),
+				cand("p4", EnforcePopular, 3, 1, 7, 0),
+				cand("p5", EnforcePopular, 3, 1, 8, 0),
+			},
+			want: wantPlan{rev: 3, ha: 4, hb: 5, fetch: map[string][]Fetch{
+				"p3": {fa(4, "p1", "p2"), fb(5, "p2", "p1")},
+				"p4": {fa(4, "p1", "p2"), fb(5, "p1", "p2")},
+				"p5": {fa(4, "p2", "p1"), fb(5, "p2", "p1")},
 			}},
 		},
 		{
@@ -181,18 +220,27 @@ func TestElect(t *testing.T) {
 			want: wantPlan{rev: 3, ha: 1, hb: 2, rejected: map[string]error{"s": ErrSendOnlyLost}},
 		},
 		{
-			// s1 and s2 make content 1 win "a", but both lose "b" and are withdrawn; the vote
-			// is then rerun so that "a" still has a donor.
+			// s1 and s2 make revision 4 win (a tie with 3 goes to the higher one) and s1's state
+			// wins at 4; s2 is withdrawn, the vote is rerun, revision 3 wins and s1 is withdrawn too.
 			name: "withdrawn send-only votes are recounted",
 			cands: []Candidate{
-				cand("s1", SendOnly, 3, 1, 8, 0),
-				cand("s2", SendOnly, 3, 1, 9, 0),
+				cand("s1", SendOnly, 4, 1, 8, 0),
+				cand("s2", SendOnly, 4, 1, 9, 0),
 				cand("y", EnforcePopular, 3, 2, 4, 0),
 				cand("z", EnforcePopular, 3, 3, 4, 0),
 			},
 			want: wantPlan{rev: 3, ha: 2, hb: 4,
 				fetch:    map[string][]Fetch{"z": {fa(2, "y")}},
 				rejected: map[string]error{"s1": ErrSendOnlyLost, "s2": ErrSendOnlyLost}},
+		},
+		{
+			name: "of two send-only peers that disagree one wins",
+			cands: []Candidate{
+				cand("s1", SendOnly, 6, 2, 1, 0),
+				cand("s2", SendOnly, 6, 1, 2, 0),
+			},
+			prior: &Prior{Revision: 5, Entries: elected(1, 2)},
+			want:  wantPlan{rev: 6, ha: 1, hb: 2, rejected: map[string]error{"s1": ErrSendOnlyLost}},
 		},
 		{
 			name: "receive-only never votes and receives the rest",
@@ -307,7 +355,6 @@ func TestElectErrors(t *testing.T) {
 		{"duplicate entry", []Candidate{badDigest}, nil, []error{ErrInvalidCandidate}},
 		{"invalid dtype", []Candidate{badDType}, nil, []error{ErrInvalidCandidate}},
 		{"all receive-only", []Candidate{cand("r1", ReceiveOnly, 1, 1, 1, 1), cand("r2", ReceiveOnly, 1, 1, 1, 1)}, nil, []error{ErrNoDonor}},
-		{"only send-only losers", []Candidate{cand("s1", SendOnly, 6, 1, 2, 0), cand("s2", SendOnly, 6, 2, 1, 0)}, prior5, []error{ErrNoDonor, ErrSendOnlyLost}},
 		{"every voter too far ahead", []Candidate{cand("p1", EnforcePopular, 8, 1, 2, 0), cand("r", ReceiveOnly, 5, 1, 2, 0)}, prior5, []error{ErrNoDonor, ErrRevision}},
 		{"resume from an older revision", []Candidate{cand("p1", EnforcePopular, 3, 1, 2, 0)}, prior5, []error{ErrResumeMismatch}},
 		{"resume with other content", []Candidate{cand("p1", EnforcePopular, 5, 1, 7, 0), cand("p2", EnforcePopular, 5, 1, 7, 0)}, prior5, []error{ErrResumeMismatch}},
@@ -436,9 +483,13 @@ func TestPlanPrior(t *testing.T) {
 }
 
 // checkPlan asserts the invariants every plan must satisfy: fetches come from eligible donors that
-// hold exactly the promised bytes, and once applied every kept peer holds the elected content.
+// hold exactly the promised bytes; once applied every kept peer holds the elected content; the
+// elected content is the whole state of some voter (unless the plan resumes the remembered one);
+// and a peer that is behind ends with the whole state, MayDiffer entries included, of one voter that
+// holds the elected content.
 func checkPlan(t *testing.T, name string, cands []Candidate, p Plan) {
 	t.Helper()
+	checkWholeState(t, name, cands, p)
 	byPeer := make(map[string]Candidate)
 	for _, c := range cands {
 		byPeer[c.Peer] = c
@@ -543,4 +594,83 @@ func TestElectDeterministic(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkWholeState asserts that the plan elects a state some voter holds whole and that every peer
+// that is behind ends with exactly the state of one holder.
+func checkWholeState(t *testing.T, name string, cands []Candidate, p Plan) {
+	t.Helper()
+	rej := rejectedPeers(p)
+	full := func(c Candidate) map[string]uint64 {
+		m := make(map[string]uint64)
+		for _, e := range c.Digest.Entries {
+			m[e.Name] = e.Hash
+		}
+		return m
+	}
+	holdsElected := func(m map[string]uint64) bool {
+		for _, e := range p.Entries {
+			if !e.MayDiffer && m[e.Name] != e.Hash {
+				return false
+			}
+		}
+		return true
+	}
+	var holders []map[string]uint64
+	for _, c := range cands {
+		if _, ok := rej[c.Peer]; ok || c.Strategy == ReceiveOnly || c.Digest.Revision != p.Revision {
+			continue
+		}
+		if m := full(c); holdsElected(m) {
+			holders = append(holders, m)
+		}
+	}
+	if len(holders) == 0 {
+		if !p.Resumed {
+			t.Errorf("%s: no voter holds the elected state %+v", name, p.Entries)
+		}
+		return
+	}
+	for _, c := range cands {
+		if _, ok := rej[c.Peer]; ok || (c.Strategy != ReceiveOnly && c.Digest.Revision == p.Revision) {
+			continue
+		}
+		after := full(c)
+		for _, f := range p.Fetch[c.Peer] {
+			after[f.Name] = f.Hash
+		}
+		if !slices.ContainsFunc(holders, func(h map[string]uint64) bool { return maps.Equal(h, after) }) {
+			t.Errorf("%s: %s ends with %v, the whole state of no holder", name, c.Peer, after)
+		}
+	}
+}
+
+// TestElectMayDifferFromOneHolder: a peer that is behind takes all its MayDiffer entries from one
+// holder of the elected state, the one it has most in common with, never a mix of several holders'.
+func TestElectMayDifferFromOneHolder(t *testing.T) {
+	shape := []EntryDigest{
+		{Name: "w", DType: rings.F32, Count: 4},
+		{Name: "x", DType: rings.F32, Count: 4, MayDiffer: true},
+		{Name: "y", DType: rings.F32, Count: 4, MayDiffer: true},
+	}
+	mk := func(peer string, rev, w, x, y uint64) Candidate {
+		es := append([]EntryDigest(nil), shape...)
+		es[0].Hash, es[1].Hash, es[2].Hash = w, x, y
+		return Candidate{Peer: peer, Digest: Digest{Revision: rev, Entries: es}}
+	}
+	cands := []Candidate{mk("h1", 4, 1, 10, 20), mk("h2", 4, 1, 11, 21), mk("new", 0, 0, 11, 20)}
+	p, err := Elect(cands, &Prior{Revision: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// new shares x with h2 and y with h1: per entry it would keep both and end with a mix. It takes
+	// h1's state (equal cost, then peer id): y is kept, x fetched.
+	want := map[string][]Fetch{"new": {
+		{Name: "w", Hash: 1, Bytes: 16, Donors: []string{"h1", "h2"}},
+		{Name: "x", Hash: 10, Bytes: 16, Donors: []string{"h1"}},
+	}}
+	if !reflect.DeepEqual(p.Fetch, want) {
+		t.Errorf("fetch\n got %+v\nwant %+v", p.Fetch, want)
+	}
+	checkPlan(t, "may-differ", cands, p)
 }

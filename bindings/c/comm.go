@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/rings"
 )
 
 // comm is the Go side of a pcclComm_t. Any C thread may call into it; mu serializes the calls that
@@ -39,11 +40,11 @@ type comm struct {
 	secret    []byte
 }
 
-// pending is an async all-reduce launched and not yet awaited.
+// pending is an async all-reduce launched and not yet awaited, with the ring it was launched on.
 type pending struct {
-	req   *pccl.Request
-	bytes int
-	world int
+	req         *pccl.Request
+	desc        pccl.Desc
+	rank, world int
 }
 
 // commOf returns the comm behind a C handle.
@@ -100,7 +101,8 @@ func pcclCreateCommunicator(params *C.pcclCommCreateParams_t, out **C.pcclComm_t
 	if err != nil {
 		return fail(C.pcclInvalidArgument, err)
 	}
-	c := &comm{cfg: pccl.LAN(), group: uint32(params.peer_group), ops: map[uint64]*pending{}}
+	cfg, _ := peerPreset("pccl")
+	c := &comm{cfg: cfg, group: uint32(params.peer_group), ops: map[uint64]*pending{}}
 	c.cfg.Master = addr
 	c.cfg.Group = c.group
 	if n := params.p2p_connection_pool_size; n > 0 {
@@ -279,13 +281,14 @@ func pcclOptimizeTopology(p *C.pcclComm_t) C.pcclResult_t {
 	return C.pcclSuccess
 }
 
-// rewire runs the UpdateTopology that repairs the ring after a peer left, once no collective of this
-// peer is in flight. c.mu must be held.
+// rewire repairs the ring after a peer left, once no collective of this peer is in flight. Like
+// PCCL's re-establishment of its links it admits nobody: a peer waiting in pcclConnect joins only at a
+// pcclUpdateTopology, never in the middle of a retry. c.mu must be held.
 func (c *comm) rewire(pc *pccl.Communicator) {
 	if !c.dirty || len(c.ops) > 0 {
 		return
 	}
-	if err := pc.UpdateTopology(c.ctx); err != nil {
+	if err := pc.Rewire(c.ctx); err != nil {
 		fail(C.pcclUpdateTopologyFailed, err)
 		return
 	}
@@ -314,7 +317,7 @@ func (c *comm) start(pc *pccl.Communicator, send, recv unsafe.Pointer, d *C.pccl
 	n := desc.Count * desc.DType.Size()
 	sb := unsafe.Slice((*byte)(send), n)
 	rb := unsafe.Slice((*byte)(recv), n)
-	c.ops[desc.Tag] = &pending{req: pc.AllReduceAsync(c.ctx, sb, rb, desc), bytes: n, world: world}
+	c.ops[desc.Tag] = &pending{req: pc.AllReduceAsync(c.ctx, sb, rb, desc), desc: desc, rank: max(pc.Rank(), 0), world: world}
 	return desc.Tag, C.pcclSuccess
 }
 
@@ -340,13 +343,26 @@ func (c *comm) finish(pc *pccl.Communicator, tag uint64, info *C.pcclReduceInfo_
 		return code
 	}
 	if info != nil {
-		// A ring all-reduce sends and receives 2(w-1)/w of the buffer on every peer.
-		moved := uint64(2 * (o.world - 1) * o.bytes / o.world)
+		tx, rx := c.traffic(o)
 		info.local_world_size = C.uint32_t(o.world)
-		info.tx_bytes = C.uint64_t(moved)
-		info.rx_bytes = C.uint64_t(moved)
+		info.tx_bytes = C.uint64_t(tx)
+		info.rx_bytes = C.uint64_t(rx)
 	}
 	return C.pcclSuccess
+}
+
+// traffic returns the payload bytes o sent and received: the ring schedule's frames of this rank and
+// of its predecessor, quantized as they went on the wire (quantization headers included).
+func (c *comm) traffic(o *pending) (tx, rx uint64) {
+	opt := rings.Options{PartBytes: c.cfg.PartBytes, Quant: o.desc.Quant}
+	sent := func(rank int) uint64 {
+		t, err := rings.SentTraffic(rings.KindAllReduce, o.desc.Count, o.desc.DType, rank, o.world, opt)
+		if err != nil {
+			return 0 // a descriptor the collective itself accepted; cannot happen
+		}
+		return uint64(t.Bytes)
+	}
+	return sent(o.rank), sent((o.rank + o.world - 1) % o.world)
 }
 
 //export pcclAllReduceAsync
@@ -503,7 +519,7 @@ func pcclSynchronizeSharedState(p *C.pcclComm_t, st *C.pcclSharedState_t, strate
 	}
 	st.revision = C.uint64_t(state.Revision)
 	if info != nil {
-		info.tx_bytes = 0
+		info.tx_bytes = C.uint64_t(res.ServedBytes)
 		info.rx_bytes = C.uint64_t(res.FetchedBytes)
 	}
 	return C.pcclSuccess
@@ -584,19 +600,15 @@ func concordSetListenAddress(p *C.pcclComm_t, listen, advertise *C.char) C.pcclR
 //export concordSetPreset
 func concordSetPreset(p *C.pcclComm_t, preset *C.char) C.pcclResult_t {
 	return configure(p, func(c *comm) error {
-		var base pccl.Config
-		switch goString(preset) {
-		case "lan":
-			base = pccl.LAN()
-		case "wan":
-			base = pccl.WAN()
-		default:
-			return fmt.Errorf("%w: preset %q (want lan or wan)", pccl.ErrInvalid, goString(preset))
+		base, err := peerPreset(goString(preset))
+		if err != nil {
+			return err
 		}
 		if !c.explicit.pool {
 			c.cfg.PoolSize = base.PoolSize
 		}
 		c.cfg.DialTimeout, c.cfg.MasterTimeout, c.cfg.PartBytes = base.DialTimeout, base.MasterTimeout, base.PartBytes
+		c.cfg.ProgressTimeout = base.ProgressTimeout
 		return nil
 	})
 }

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
 )
 
@@ -58,7 +57,8 @@ func pcclCreateMaster(addr C.ccoip_socket_address_t, out **C.pcclMasterInstance_
 	if err != nil {
 		return fail(C.pcclInvalidArgument, err)
 	}
-	m := &masterInst{addr: s, cfg: master.LAN()}
+	m := &masterInst{addr: s}
+	m.cfg.HeartbeatInterval, m.cfg.HeartbeatTimeout, _ = masterPreset("pccl")
 	p := (*C.pcclMasterInstance_t)(C.calloc(1, C.sizeof_struct_pcclMasterInstanceState_t))
 	p.handle = C.uintptr_t(cgo.NewHandle(m))
 	*out = p
@@ -73,19 +73,21 @@ func pcclRunMaster(p *C.pcclMasterInstance_t) C.pcclResult_t {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// As in PCCL, every failure to launch is pcclInvalidUsage: a second run, or a port that
+	// cannot be bound.
 	if m.done != nil {
-		return fail(C.pcclInvalidArgument, errors.New("pccl: the master already ran"))
+		return fail(C.pcclInvalidUsage, errors.New("pccl: the master already ran"))
 	}
 	if err := m.cfg.Validate(); err != nil {
-		return fail(C.pcclInvalidArgument, err)
+		return fail(C.pcclInvalidUsage, err)
 	}
 	tr, err := selectTransport(m.transport, m.secret)
 	if err != nil {
-		return fail(C.pcclInvalidArgument, err)
+		return fail(C.pcclInvalidUsage, err)
 	}
 	ln, err := tr.Listen(m.addr)
 	if err != nil {
-		return fail(C.pcclInternalError, fmt.Errorf("pccl: master: listen on %s: %w", m.addr, err))
+		return fail(C.pcclInvalidUsage, fmt.Errorf("pccl: master: listen on %s: %w", m.addr, err))
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	srv := master.NewServer(master.ServerConfig{Config: m.cfg})
@@ -97,6 +99,8 @@ func pcclRunMaster(p *C.pcclMasterInstance_t) C.pcclResult_t {
 	return C.pcclSuccess
 }
 
+// pcclInterruptMaster stops a master that runs; interrupting it again does nothing, as in PCCL.
+//
 //export pcclInterruptMaster
 func pcclInterruptMaster(p *C.pcclMasterInstance_t) C.pcclResult_t {
 	m, err := masterOf(p)
@@ -106,7 +110,7 @@ func pcclInterruptMaster(p *C.pcclMasterInstance_t) C.pcclResult_t {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stop == nil {
-		return fail(C.pcclInvalidArgument, errors.New("pccl: the master is not running"))
+		return fail(C.pcclInvalidUsage, errors.New("pccl: the master is not running"))
 	}
 	m.stop()
 	return C.pcclSuccess
@@ -122,7 +126,7 @@ func pcclMasterAwaitTermination(p *C.pcclMasterInstance_t) C.pcclResult_t {
 	done := m.done
 	m.mu.Unlock()
 	if done == nil {
-		return fail(C.pcclInvalidArgument, errors.New("pccl: the master never ran"))
+		return fail(C.pcclInvalidUsage, errors.New("pccl: the master never ran"))
 	}
 	<-done
 	m.mu.Lock()
@@ -169,16 +173,11 @@ func configureMaster(p *C.pcclMasterInstance_t, f func(m *masterInst) error) C.p
 //export concordMasterSetPreset
 func concordMasterSetPreset(p *C.pcclMasterInstance_t, preset *C.char) C.pcclResult_t {
 	return configureMaster(p, func(m *masterInst) error {
-		base := m.cfg
-		switch goString(preset) {
-		case "lan":
-			base = master.LAN()
-		case "wan":
-			base = master.WAN()
-		default:
-			return fmt.Errorf("%w: master preset %q (want lan or wan)", pccl.ErrInvalid, goString(preset))
+		interval, timeout, err := masterPreset(goString(preset))
+		if err != nil {
+			return err
 		}
-		m.cfg.HeartbeatInterval, m.cfg.HeartbeatTimeout = base.HeartbeatInterval, base.HeartbeatTimeout
+		m.cfg.HeartbeatInterval, m.cfg.HeartbeatTimeout = interval, timeout
 		return nil
 	})
 }

@@ -116,8 +116,8 @@ typedef struct pcclRankInfo_t pcclRankInfo_t;
 /* What an all-reduce did. */
 typedef struct pcclReduceInfo_t {
     uint32_t local_world_size; /* peers that took part */
-    uint64_t tx_bytes;         /* bytes this peer sent (ring estimate) */
-    uint64_t rx_bytes;         /* bytes this peer received (ring estimate) */
+    uint64_t tx_bytes;         /* payload bytes this peer sent, quantized as on the wire */
+    uint64_t rx_bytes;         /* payload bytes this peer received, quantized as on the wire */
 } pcclReduceInfo_t;
 
 /* A hint about the values of a buffer; accepted and ignored. */
@@ -191,8 +191,8 @@ typedef struct pcclSharedState_t {
 
 /* What a shared-state sync did. */
 typedef struct pcclSharedStateSyncInfo_t {
-    uint64_t tx_bytes; /* Concord does not count sent bytes: always 0 */
-    uint64_t rx_bytes; /* bytes this peer fetched */
+    uint64_t tx_bytes; /* entry bytes this peer sent to peers that fetched from it */
+    uint64_t rx_bytes; /* entry bytes this peer fetched */
 } pcclSharedStateSyncInfo_t;
 
 /* A master instance. Opaque. */
@@ -227,7 +227,8 @@ PCCL_EXPORT pcclResult_t pcclConnect(pcclComm_t *communicator);
 
 /*
  * The membership step: every accepted peer calls it; together they admit waiting peers and re-wire
- * the ring. pcclPendingAsyncOps while async all-reduces of this peer are not awaited.
+ * the ring. It is the only call that admits a peer waiting in pcclConnect. pcclPendingAsyncOps while
+ * async all-reduces of this peer are not awaited.
  */
 PCCL_EXPORT pcclResult_t pcclUpdateTopology(pcclComm_t *communicator);
 
@@ -258,8 +259,8 @@ PCCL_EXPORT pcclResult_t pcclAllReduceAsync(const void *sendbuff, void *recvbuff
 
 /*
  * Runs count all-reduces, at most max_in_flight at a time. When some fail because a peer left, it
- * waits for the others, re-wires the ring and retries the failed ones, until all succeed or fewer than
- * two peers remain (pcclTooFewPeers).
+ * waits for the others, re-wires the ring (admitting nobody) and retries the failed ones, until all
+ * succeed or fewer than two peers remain (pcclTooFewPeers). The byte counts are summed.
  */
 PCCL_EXPORT pcclResult_t pcclAllReduceMultipleWithRetry(const pcclReduceOpDescriptor_t *descriptors, size_t count,
                                                         const pcclComm_t *communicator,
@@ -269,14 +270,16 @@ PCCL_EXPORT pcclResult_t pcclAllReduceMultipleWithRetry(const pcclReduceOpDescri
 /*
  * Waits for an async all-reduce. pcclRankConnectionLost when a peer left during it: the buffers hold
  * what they held before the call, the ring is re-wired without the peer once this peer has no other
- * all-reduce in flight, and the caller may simply start the all-reduce again.
+ * all-reduce in flight, and the caller may simply start the all-reduce again. The re-wiring admits
+ * nobody: peers waiting in pcclConnect keep waiting for a pcclUpdateTopology.
  */
 PCCL_EXPORT pcclResult_t pcclAwaitAsyncReduce(const pcclAsyncReduceOp_t *reduce_handle,
                                               pcclReduceInfo_t *PCCL_NULLABLE reduce_info_out);
 
 /*
- * Makes the shared state identical on every accepted peer of the group: the most popular content
- * wins and peers that differ fetch it into their tensors in place. shared_state->revision must grow
+ * Makes the shared state identical on every accepted peer of the group: the most popular whole state
+ * (the list of hashes of every entry not marked allow_content_inequality) wins, ties broken the same
+ * way every time, and peers that differ fetch the entries that differ into their tensors in place. shared_state->revision must grow
  * by one per sync (any value on a fresh run). pcclPendingAsyncOps while async all-reduces run;
  * pcclInvalidUsage when the sync fails.
  */
@@ -287,13 +290,16 @@ PCCL_EXPORT pcclResult_t pcclSynchronizeSharedState(const pcclComm_t *communicat
 /* Creates a master that will listen on listen_address (port 0 picks a free port). */
 PCCL_EXPORT pcclResult_t pcclCreateMaster(ccoip_socket_address_t listen_address, pcclMasterInstance_t **p_master_handle_out);
 
-/* Starts the master in the background and returns; pcclInvalidArgument if it already runs. */
+/*
+ * Starts the master in the background and returns; pcclInvalidUsage if it ran before or cannot listen
+ * on its address.
+ */
 PCCL_EXPORT pcclResult_t pcclRunMaster(pcclMasterInstance_t *master_instance);
 
-/* Asks a running master to stop. */
+/* Asks a running master to stop (again: nothing more); pcclInvalidUsage if it never ran. */
 PCCL_EXPORT pcclResult_t pcclInterruptMaster(pcclMasterInstance_t *master_instance);
 
-/* Blocks until an interrupted master has stopped; pcclInvalidArgument if it never ran. */
+/* Blocks until an interrupted master has stopped; pcclInvalidUsage if it never ran. */
 PCCL_EXPORT pcclResult_t pcclMasterAwaitTermination(pcclMasterInstance_t *master_instance);
 
 /* Frees a master (after pcclMasterAwaitTermination, or one that never ran). */
@@ -365,7 +371,10 @@ PCCL_EXPORT pcclResult_t concordSetListenAddress(pcclComm_t *communicator, const
                                                  const char *advertise);
 
 /*
- * Applies a timing preset, "lan" or "wan" (pool size, dial and master timeouts). An explicit
+ * Applies a timing preset (pool size, part size, dial, master and link timeouts). "pccl", the
+ * default, is as patient as PCCL, which leaves failure detection to TCP keepalive: the master may stay
+ * silent for 60 s and a collective's link for 30 s, while a closed connection fails at once. "lan" and
+ * "wan" are Concord's presets, which give up on silence within seconds. An explicit
  * p2p_connection_pool_size still wins.
  */
 PCCL_EXPORT pcclResult_t concordSetPreset(pcclComm_t *communicator, const char *preset);
@@ -379,7 +388,11 @@ PCCL_EXPORT pcclResult_t concordGetPeerGroup(const pcclComm_t *communicator, uin
 /* Returns this peer's position in the ring in force. */
 PCCL_EXPORT pcclResult_t concordGetRank(const pcclComm_t *communicator, int *rank_out);
 
-/* Applies a master timing preset, "lan" (the default) or "wan", before pcclRunMaster. */
+/*
+ * Applies a master timing preset before pcclRunMaster. "pccl", the default, keeps a silent peer for
+ * 60 s, as PCCL's keepalive does (a closed connection still removes it at once); "lan" removes it
+ * after 1.5 s and "wan" after 6 s.
+ */
 PCCL_EXPORT pcclResult_t concordMasterSetPreset(pcclMasterInstance_t *master_instance, const char *preset);
 
 /* Sets the master's run secret before pcclRunMaster (see concordSetSecret). */

@@ -147,10 +147,35 @@ func (m *Bye) decode(*decoder)        {}
 
 // VoteTopology is an accepted peer's vote in UpdateTopology. Rewire asks for the ring's links to be
 // re-established even if membership did not change (after an aborted collective left them unusable).
-type VoteTopology struct{ Rewire bool }
+// NoAdmit asks the master to keep registered peers waiting: the round re-wires the accepted peers
+// only (the repair after a failed collective). Both travel in one flags byte (bit 0 Rewire, bit 1
+// NoAdmit), so a vote without NoAdmit encodes as it did when the byte was a bool.
+type VoteTopology struct{ Rewire, NoAdmit bool }
 
-func (m *VoteTopology) Append(b []byte) []byte { return appendBool(b, m.Rewire) }
-func (m *VoteTopology) decode(d *decoder)      { m.Rewire = d.boolean("rewire") }
+// Flags of VoteTopology.
+const (
+	topoRewire  = 1
+	topoNoAdmit = 2
+)
+
+func (m *VoteTopology) Append(b []byte) []byte {
+	var f byte
+	if m.Rewire {
+		f |= topoRewire
+	}
+	if m.NoAdmit {
+		f |= topoNoAdmit
+	}
+	return append(b, f)
+}
+
+func (m *VoteTopology) decode(d *decoder) {
+	f := d.u8("topology flags")
+	if f&^(topoRewire|topoNoAdmit) != 0 {
+		d.fail("topology flags")
+	}
+	*m = VoteTopology{Rewire: f&topoRewire != 0, NoAdmit: f&topoNoAdmit != 0}
+}
 
 // Connect asks the peer to wire the ring of Epoch: open links to its successor and accept its
 // predecessor's, then answer LinksReady.

@@ -37,7 +37,7 @@
 //	      <------------------------- Connect (epoch, ring)   when a ring is being wired
 //	LinksReady (epoch, ok) -------->
 //	      <------------------------- Topology (epoch, ring)  the ring is in force; newcomers accepted
-//	VoteTopology ------------------>                       (UpdateTopology)
+//	VoteTopology (rewire, no admit) ->                     (UpdateTopology, Rewire)
 //	VotePending ------------------->
 //	      <------------------------- Pending (answer)
 //	Initiate (tag, descriptor) ---->

@@ -56,7 +56,7 @@
 //	     <------------------------------- Connect (epoch, ring)     a wiring round
 //	LinksReady (epoch, ok | failed) ----->
 //	     <------------------------------- Topology (epoch, ring)    ring in force; newcomers accepted
-//	VoteTopology (rewire) --------------->                          UpdateTopology
+//	VoteTopology (rewire, no admit) ----->                          UpdateTopology, Rewire
 //	VotePending ------------------------->                          ArePeersPending
 //	     <------------------------------- Pending (answer)          same answer for the whole group
 //	Initiate (tag, descriptor) ---------->
@@ -131,14 +131,17 @@
 //	registered or accepted --- connection closed, Bye, heartbeat timeout, kick ---> gone
 //
 // A registered peer waits: it is wired in when the accepted peers of its group call UpdateTopology
-// (or at once when its group has no accepted peer). If its links fail, it is kicked and the round is
+// (or at once when its group has no accepted peer). A round in which any accepted peer voted with
+// NoAdmit (the repair after a failed collective, as PCCL's retry re-establishes its links) re-wires
+// the accepted peers only, and the newcomers keep waiting for a round where every vote admits. If its links fail, it is kicked and the round is
 // retried without it: the accepted peers never wait on a newcomer. When an accepted peer goes, every
 // collective of its group is aborted with CodePeerLeft, its sync and optimization are repaired or
 // abandoned, and collectives are refused with CodePeerLeft until an UpdateTopology re-wires the ring.
 //
 // # A wiring round
 //
-//	UpdateTopology votes of every accepted peer, with newcomers, a dirty ring or rewire asked
+//	UpdateTopology votes of every accepted peer, with newcomers (none if a vote said NoAdmit), a
+//	dirty ring or rewire asked
 //	   -> round (epoch E): Connect to every member of the new ring
 //	   -> every member answers LinksReady(E)
 //	        all ok:  Topology(E) to all; newcomers accepted

@@ -52,7 +52,7 @@ func fuzzMaster(t *testing.T, script []byte) {
 			case 2:
 				step(Received{c, &wire.LinksReady{Epoch: epoch, OK: arg%5 != 0, Failed: []uint64{uint64(arg % 4)}}})
 			case 3:
-				step(Received{c, &wire.VoteTopology{Rewire: arg%2 == 0}})
+				step(Received{c, &wire.VoteTopology{Rewire: arg%2 == 0, NoAdmit: arg%3 == 0}})
 			case 4:
 				var st *wire.Contribution
 				if arg%3 != 0 {

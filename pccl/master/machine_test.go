@@ -29,7 +29,7 @@ import (
 //	                                       with a Resume report: accepted by incarnation I at epoch E
 //	                                       on ring A,B,C, holding revision R of that state, at step N
 //	links ID epoch=E [fail=P]              LinksReady (ok unless fail names an unreachable peer)
-//	topo ID [rewire]                       VoteTopology
+//	topo ID [rewire] [noadmit]             VoteTopology
 //	pending ID                             VotePending
 //	init ID tag=T count=N [dtype=D] [op=O] [quant=Q] [part=P]
 //	done ID tag=T seq=S [code=peer-left|aborted]
@@ -158,7 +158,8 @@ func runScenario(t *testing.T, file string) string {
 			in = Received{id(), l}
 		case "topo":
 			_, rewire := args["rewire"]
-			in = Received{id(), &wire.VoteTopology{Rewire: rewire}}
+			_, noAdmit := args["noadmit"]
+			in = Received{id(), &wire.VoteTopology{Rewire: rewire, NoAdmit: noAdmit}}
 		case "pending":
 			in = Received{id(), &wire.VotePending{}}
 		case "init":

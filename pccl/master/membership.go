@@ -22,6 +22,7 @@ type peer struct {
 
 	voteTopo    bool // voted in UpdateTopology
 	rewire      bool // asked for the links to be re-established
+	noAdmit     bool // voted to keep the registered peers waiting (a repair, not a membership step)
 	votePending bool // voted in ArePeersPending
 
 	voteOpt  bool           // voted in OptimizeTopology
@@ -87,7 +88,7 @@ func (m *Machine) join(c ConnID, h *wire.Hello) {
 	m.resumeReport(m.peers[id])
 	// Bootstrap: with nobody accepted there is nobody to vote, so wire the newcomers at once.
 	if g.wiring == nil && len(g.ring) == 0 {
-		m.startRound(g)
+		m.startRound(g, true)
 	}
 }
 
@@ -176,6 +177,6 @@ func (m *Machine) remove(id PeerID, kind, reason string) {
 		}
 	}
 	if g.wiring == nil && len(g.ring) == 0 && len(m.registered(g)) > 0 {
-		m.startRound(g)
+		m.startRound(g, true)
 	}
 }

@@ -116,7 +116,7 @@ func (m *Machine) checkResume() {
 		if ids := byGroup[gid]; len(ids) > 0 {
 			m.rebuild(g, ids)
 		} else if g.wiring == nil && len(g.ring) == 0 && len(m.registered(g)) > 0 {
-			m.startRound(g)
+			m.startRound(g, true)
 		}
 	}
 	rs.reports = nil

@@ -118,7 +118,7 @@ func (m *Machine) checkSync(g *group) {
 		m.send(id, msg)
 	}
 	g.sync = round
-	m.gnote(g, "sync", 0, "revision %d: %d peers, %d outliers fetch %d bytes", plan.Revision, len(round.members), outliers, fetched)
+	m.gnote(g, "sync", 0, "revision %d: %d peers, the state of %v elected, %d outliers fetch %d bytes", plan.Revision, len(round.members), plan.Holders, outliers, fetched)
 	m.checkSyncDone(g)
 }
 

@@ -132,8 +132,9 @@ func (m *Machine) checkOptimize(g *group) {
 		m.peers[id].voteOpt = false
 	}
 	if g.ringDirty {
-		// Re-wire first: the ring lost a peer. The newcomers come along, as in UpdateTopology.
-		m.startRound(g)
+		// Re-wire first: the ring lost a peer. Newcomers wait for UpdateTopology, as in PCCL, where
+		// only that call admits.
+		m.startRound(g, false)
 		return
 	}
 	if forced := g.forced; forced != nil {
@@ -399,7 +400,7 @@ func (m *Machine) leaveOptimize(g *group, id PeerID) {
 		}
 		m.gnote(g, "ring", 0, "topology optimization abandoned: peer %d left", id)
 		if g.wiring == nil {
-			m.startRound(g)
+			m.startRound(g, false)
 		}
 		return
 	}

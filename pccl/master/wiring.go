@@ -41,6 +41,7 @@ func (m *Machine) voteTopology(p *peer, v *wire.VoteTopology) {
 	p.voteTopo = true
 	g.topoVotes++
 	p.rewire = p.rewire || v.Rewire
+	p.noAdmit = v.NoAdmit
 	m.checkTopology(g)
 }
 
@@ -53,14 +54,15 @@ func (m *Machine) checkTopology(g *group) {
 	if len(acc) == 0 || g.topoVotes < len(acc) {
 		return
 	}
-	rewire := false
+	rewire, admit := false, true
 	for _, id := range acc {
 		p := m.peers[id]
 		rewire = rewire || p.rewire
-		p.voteTopo, p.rewire = false, false
+		admit = admit && !p.noAdmit
+		p.voteTopo, p.rewire, p.noAdmit = false, false, false
 	}
 	g.topoVotes = 0
-	if len(m.registered(g)) == 0 && !g.ringDirty && !rewire {
+	if (!admit || len(m.registered(g)) == 0) && !g.ringDirty && !rewire {
 		// One copy of the ring, shared by every message: receivers only read it.
 		ring, run := slices.Clone(g.ring), m.runSize()
 		for _, id := range acc {
@@ -68,15 +70,20 @@ func (m *Machine) checkTopology(g *group) {
 		}
 		return
 	}
-	m.startRound(g)
+	m.startRound(g, admit)
 }
 
-// startRound begins wiring a ring made of g's ring in force plus every registered peer of g.
-func (m *Machine) startRound(g *group) {
+// startRound begins wiring a ring made of g's ring in force plus, if admit, every registered peer of
+// g.
+func (m *Machine) startRound(g *group, admit bool) {
 	if m.holding() {
 		return // the rebuild window after a restart wires every group when it closes
 	}
-	ring := m.avoidCuts(g, m.placeNewcomers(slices.Clone(g.ring), m.registered(g)))
+	ring := slices.Clone(g.ring)
+	if admit {
+		ring = m.placeNewcomers(ring, m.registered(g))
+	}
+	ring = m.avoidCuts(g, ring)
 	if len(ring) == 0 {
 		return
 	}

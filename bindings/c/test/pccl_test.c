@@ -413,11 +413,11 @@ static int driver(const char *self) {
     if (test_transport() != NULL) {
         if (concordMasterSetTransport(master, "carrier-pigeon") != pcclInvalidArgument) die("an unknown transport was accepted");
         CHECK(concordMasterSetTransport(master, test_transport()));
-        if (pcclRunMaster(master) != pcclInvalidArgument) die("%s without a run secret did not fail", test_transport());
+        if (pcclRunMaster(master) != pcclInvalidUsage) die("%s without a run secret did not fail", test_transport());
         CHECK(concordMasterSetSecret(master, test_secret()));
     }
     CHECK(pcclRunMaster(master));
-    if (pcclRunMaster(master) != pcclInvalidArgument) die("a second pcclRunMaster did not fail");
+    if (pcclRunMaster(master) != pcclInvalidUsage) die("a second pcclRunMaster did not fail");
     uint16_t port = 0;
     CHECK(concordMasterGetPort(master, &port));
 

@@ -68,7 +68,8 @@ class Strategy(enum.IntEnum):
 
 @dataclass(frozen=True)
 class ReduceInfo:
-    """What an all-reduce did: the peers that took part and the bytes moved (ring estimate)."""
+    """What an all-reduce did: the peers that took part and the payload bytes this peer sent and
+    received, quantized as they went on the wire."""
 
     world_size: int
     tx_bytes: int
@@ -77,10 +78,12 @@ class ReduceInfo:
 
 @dataclass(frozen=True)
 class SyncInfo:
-    """What a shared-state sync did: the revision now held and the bytes this peer fetched."""
+    """What a shared-state sync did: the revision now held, the entry bytes this peer fetched and
+    those it sent to peers that fetched from it."""
 
     revision: int
     rx_bytes: int
+    tx_bytes: int = 0
 
 
 def library_path() -> str:
@@ -109,16 +112,19 @@ def _split(address: str) -> tuple[str, int]:
 class Master:
     """A Concord master served in this process (the run's coordinator). Use it as a context manager,
     or call run() and close(). ``port=0`` picks a free port; read it from ``port`` or ``address``.
-    ``transport`` is "tcp" (default), "tls" or "quic"; the last two need ``secret``."""
+    ``preset`` is "pccl" (the default: a silent peer is kept for 60 s, as PCCL's TCP keepalive
+    does, while a closed connection removes it at once), "lan" (removed after 1.5 s of silence) or
+    "wan" (6 s). ``transport`` is "tcp" (default), "tls" or "quic"; the last two need ``secret``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, preset: str = "lan", secret: str | None = None,
-                 transport: str | None = None):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, preset: str | None = None,
+                 secret: str | None = None, transport: str | None = None):
         self._lib = _lib.lib()
         self._h = ctypes.c_void_p()
         check(self._lib.pcclCreateMaster(_socket_address(host, port), ctypes.byref(self._h)), "create master")
         self._host = host
         self._running = False
-        check(self._lib.concordMasterSetPreset(self._h, preset.encode()), "master preset")
+        if preset is not None:
+            check(self._lib.concordMasterSetPreset(self._h, preset.encode()), "master preset")
         if secret is not None:
             check(self._lib.concordMasterSetSecret(self._h, secret.encode()), "master secret")
         if transport is not None:
@@ -216,8 +222,9 @@ class Communicator:
     for its status), ``pool_size`` the connections per ring neighbour, ``secret`` the run secret,
     ``transport`` "tcp" (default), "tls" or "quic" (both need ``secret``, and the master the same
     transport), ``site`` the datacenter name, ``nics`` the network interfaces (names or addresses, in
-    rail order) the intra-site tier runs on when ``site`` is set, ``preset`` "lan" or "wan", ``listen``/``advertise`` the address this peer accepts ring
-    links on and the one neighbours dial."""
+    rail order) the intra-site tier runs on when ``site`` is set, ``preset`` "pccl" (the default: as
+    patient with silence as PCCL), "lan" or "wan", ``listen``/``advertise`` the address this peer
+    accepts ring links on and the one neighbours dial."""
 
     def __init__(self, master: str, *, group: int = 0, pool_size: int = 0, secret: str | None = None,
                  transport: str | None = None, site: str | None = None, nics: list[str] | None = None,
@@ -256,7 +263,8 @@ class Communicator:
         return self
 
     def update_topology(self) -> None:
-        """The membership step: every accepted peer calls it; together they admit waiting peers."""
+        """The membership step: every accepted peer calls it; together they admit waiting peers. It is
+        the only call that admits them: the re-wiring after a failed all-reduce never does."""
         check(self._lib.pcclUpdateTopology(self._h), "update topology")
 
     def are_peers_pending(self) -> bool:
@@ -354,8 +362,9 @@ class Communicator:
     # -- shared state --
 
     def sync_shared_state(self, state: SharedState, strategy: Strategy = Strategy.ENFORCE_POPULAR) -> SyncInfo:
-        """Makes ``state`` identical on every accepted peer of the group: the most popular content
-        wins and peers that differ receive it in place."""
+        """Makes ``state`` identical on every accepted peer of the group: the most popular whole
+        state (every entry outside ``may_differ``) wins, ties broken the same way every time, and
+        peers that differ receive the entries that differ in place."""
         names = list(state.entries)
         infos = (_lib.TensorInfo * max(1, len(names)))()
         keep = []
@@ -374,7 +383,7 @@ class Communicator:
         check(self._lib.pcclSynchronizeSharedState(self._h, ctypes.byref(st), int(strategy), ctypes.byref(info)),
               "sync shared state")
         state.revision = st.revision
-        return SyncInfo(st.revision, info.rx_bytes)
+        return SyncInfo(st.revision, info.rx_bytes, info.tx_bytes)
 
     # -- lifetime --
 
