@@ -156,9 +156,9 @@ func New(cfg Config) (*Lab, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if _, err := Sweep(cfg.Prefix); err != nil {
-		return nil, err
-	}
+	// Leftovers that cannot be removed (a dead process's, hidden under another tool's mount of the
+	// namespace directory) are not this lab's concern: their names never collide with its own.
+	Sweep(cfg.Prefix)
 	l := &Lab{cfg: cfg, name: fmt.Sprintf("%s%d-%d", cfg.Prefix, os.Getpid(), labSeq.Add(1))}
 	if err := l.build(); err != nil {
 		l.Close()

@@ -185,7 +185,7 @@ func (n *Node) close() error {
 		close(forks)
 		<-done
 	}
-	err := netns.DeleteNamed(n.name)
+	err := deleteNamed(n.name)
 	if cerr := n.ns.Close(); err == nil {
 		err = cerr
 	}

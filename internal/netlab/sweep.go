@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Sweep deletes the named namespaces that start with prefix and belong to a process that no longer
@@ -33,13 +35,33 @@ func Sweep(prefix string) (int, error) {
 		if !ok || alive(pid) {
 			continue
 		}
-		if err := netns.DeleteNamed(e.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := deleteNamed(e.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("netlab: sweep %s: %w", e.Name(), err))
 			continue
 		}
 		removed++
 	}
 	return removed, errors.Join(errs...)
+}
+
+// deleteNamed unmounts and removes the named namespace. Where another tool bind-mounted the namespace
+// directory over itself (as container runtimes do, to share it) after the namespace was named, the
+// name has mounts at more than one layer: they are detached one by one until the file can go.
+func deleteNamed(name string) error {
+	err := netns.DeleteNamed(name)
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	p := filepath.Join(nsDir, name)
+	for range 8 {
+		if unix.Unmount(p, unix.MNT_DETACH) != nil {
+			break
+		}
+	}
+	if rerr := os.Remove(p); rerr == nil || errors.Is(rerr, os.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // ownerPID parses the process id out of a namespace name "<prefix><pid>-...".
