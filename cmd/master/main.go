@@ -16,9 +16,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/concord-ccl/concord/internal/auth"
+	"github.com/concord-ccl/concord/cmd/internal/runflag"
 	"github.com/concord-ccl/concord/internal/logx"
-	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/pccl/master"
 	"github.com/concord-ccl/concord/pccl/master/status"
 )
@@ -48,7 +47,7 @@ func app() *cli.App {
 			"and chronic stragglers can be evicted (--evict-stragglers-after). A status page,\n" +
 			"/status.json and Prometheus /metrics are served on --http. Stop it with SIGINT or SIGTERM.\n" +
 			"Every flag can also be set through the environment variable shown next to it.",
-		Flags: []cli.Flag{
+		Flags: append(runflag.Transport(),
 			&cli.StringFlag{Name: "listen", Value: "0.0.0.0:48148", EnvVars: []string{"CONCORD_LISTEN"},
 				Usage: "address peers connect to (host:port)"},
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:48180", EnvVars: []string{"CONCORD_HTTP"},
@@ -57,18 +56,6 @@ func app() *cli.App {
 				Usage: "timing preset: lan (heartbeat 250ms, gone after 1.5s) or wan (1s, gone after 6s)"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"CONCORD_TOKEN"},
 				Usage: "run token; peers with another token are refused"},
-			&cli.StringFlag{Name: "transport", Value: "tcp", EnvVars: []string{"CONCORD_TRANSPORT"},
-				Usage: "tcp (plaintext), tls (TLS 1.3 over TCP) or quic; tls and quic need the run secret"},
-			&cli.StringFlag{Name: "secret", EnvVars: []string{"CONCORD_SECRET"},
-				Usage: "run secret for tls and quic: at least 16 random bytes (e.g. `openssl rand -hex 32`); prefer --secret-file"},
-			&cli.StringFlag{Name: "secret-file", EnvVars: []string{"CONCORD_SECRET_FILE"},
-				Usage: "file holding the run secret (a trailing newline is ignored)"},
-			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CONCORD_TLS_CA"},
-				Usage: "PEM file of the run's CA: every end must then present a certificate it issued"},
-			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CONCORD_TLS_CERT"}, Usage: "PEM certificate issued by --tls-ca"},
-			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CONCORD_TLS_KEY"}, Usage: "PEM private key of --tls-cert"},
-			&cli.BoolFlag{Name: "no-local", EnvVars: []string{"CONCORD_NO_LOCAL"},
-				Usage: "keep tcp and tls on TCP between processes of one host, instead of the unix socket each TCP listener also opens"},
 			&cli.IntFlag{Name: "min-peers", Value: 1, EnvVars: []string{"CONCORD_MIN_PEERS"},
 				Usage: "collectives fail with ErrTooFewPeers while fewer peers are accepted"},
 			&cli.DurationFlag{Name: "heartbeat-interval", EnvVars: []string{"CONCORD_HEARTBEAT_INTERVAL"},
@@ -90,7 +77,7 @@ func app() *cli.App {
 				Usage: "log format: text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"CONCORD_LOG_LEVEL"},
 				Usage: "log level: debug, info, warn or error"},
-		},
+		),
 		Action: run,
 	}
 }
@@ -128,7 +115,7 @@ func run(cc *cli.Context) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tr, err := transportFromFlags(cc)
+	tr, err := runflag.Select(cc, cc.String("listen"), log)
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
@@ -155,15 +142,4 @@ func run(cc *cli.Context) error {
 	}
 	log.Info("master stopped")
 	return nil
-}
-
-// transportFromFlags builds the transport named by --transport with the run secret and CA flags.
-func transportFromFlags(cc *cli.Context) (transport.Transport, error) {
-	secret, err := auth.LoadSecret(cc.String("secret"), cc.String("secret-file"))
-	if err != nil {
-		return nil, fmt.Errorf("--secret: %w", err)
-	}
-	return transport.SelectTCP(cc.String("transport"), transport.AuthConfig{
-		Secret: secret, CAFile: cc.String("tls-ca"), CertFile: cc.String("tls-cert"), KeyFile: cc.String("tls-key"),
-	}, transport.TCPConfig{DisableLocal: cc.Bool("no-local")})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/concord-ccl/concord/cmd/internal/runflag"
 	"github.com/concord-ccl/concord/diloco"
 	"github.com/concord-ccl/concord/internal/logx"
 	"github.com/concord-ccl/concord/pccl"
@@ -82,7 +84,10 @@ func trainCommand() *cli.Command {
 	}
 }
 
-// standalone connects to the master named by the flags and runs body, printing a progress line.
+// standalone connects to the master named by the flags and runs body, printing a progress line. A peer
+// that the master removes (a partition, a long silence) connects again as a newcomer by itself, with
+// backoff, and body runs again, fetching the group's state at its first sync; it gives up only on what
+// a retry cannot fix, such as a wrong token, each named in one line.
 func standalone(cc *cli.Context, body func(context.Context, *pccl.Communicator, func(event)) error) error {
 	log, err := logx.New(os.Stderr, cc.String("log-format"), cc.String("log-level"))
 	if err != nil {
@@ -99,27 +104,40 @@ func standalone(cc *cli.Context, body func(context.Context, *pccl.Communicator, 
 	}
 	cfg.Master, cfg.Token, cfg.Site, cfg.Logger = cc.String("master"), cc.String("token"), cc.String("site"), log
 	cfg.ListenAddr, cfg.AdvertiseAddr = cc.String("listen"), cc.String("advertise")
-	if cfg.Transport, err = transportFromFlags(cc); err != nil {
+	if cfg.Transport, err = runflag.Select(cc, cfg.Master, log); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
 	cfg.NICs = cc.StringSlice("nics")
+	if err := cfg.Validate(); err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
 	ctx, stop := signal.NotifyContext(cc.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(os.Stderr, "connecting to %s (waiting to be accepted by the running peers)...\n", cfg.Master)
-	comm, err := pccl.Connect(ctx, cfg)
-	if err != nil {
-		return cli.Exit(fmt.Sprintf("connect: %v", err), 1)
-	}
-	defer comm.Close()
-	fmt.Fprintf(os.Stderr, "accepted as peer %d: rank %d of %d\n", comm.ID(), comm.Rank(), comm.WorldSize())
 	start := time.Now()
-	err = body(ctx, comm, func(e event) {
-		fmt.Fprintf(os.Stderr, "\r[%5s] step %5d  world %d  rank %d  revision %5d  loss %.3f  aborts %d  joins %d   ",
-			time.Since(start).Truncate(time.Second), e.Step, e.World, e.Rank, e.Rev, e.Loss, e.Aborts, e.Joins)
+	rc := pccl.RejoinConfig{OnRejoin: func(err error, n int) {
+		fmt.Fprintf(os.Stderr, "\nremoved from the run (%v); joining again as a newcomer (rejoin %d)\n", err, n)
+	}}
+	err = pccl.Rejoin(ctx, cfg, rc, func(ctx context.Context, comm *pccl.Communicator, rejoins int) error {
+		fmt.Fprintf(os.Stderr, "accepted as peer %d: rank %d of %d\n", comm.ID(), comm.Rank(), comm.WorldSize())
+		return body(ctx, comm, func(e event) {
+			if e.Event == "done" {
+				fmt.Fprintf(os.Stderr, "\ndone: step %d, world %d, revision %d, aborts %d, joins %d, rejoins %d, state %s\n",
+					e.Step, e.World, e.Rev, e.Aborts, e.Joins, rejoins, e.State)
+				return
+			}
+			fmt.Fprintf(os.Stderr, "\r[%5s] step %5d  world %d  rank %d  revision %5d  loss %.3f  aborts %d  joins %d   ",
+				time.Since(start).Truncate(time.Second), e.Step, e.World, e.Rank, e.Rev, e.Loss, e.Aborts, e.Joins)
+		})
 	})
 	fmt.Fprintln(os.Stderr)
-	if err != nil {
-		return cli.Exit(err.Error(), 1)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pccl.ErrRefused):
+		return cli.Exit(fmt.Sprintf("refused by the master, not retrying: %v", err), 1)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return cli.Exit("stopped by a signal", 1)
 	}
-	return nil
+	return cli.Exit(err.Error(), 1)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -160,6 +161,17 @@ func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopA
 	// every peer right after an UpdateTopology (it may have admitted someone).
 	atSync := fresh
 	contribution := func(id, s uint64, i int) float32 { return float32((id*31 + s*7 + uint64(i)) % 1024) }
+	// rewire is the retry pattern after a failure the group recovers from: UpdateTopology, then the
+	// step again from its sync, where newcomers enter.
+	rewire := func(err error) error {
+		if !pccl.Retryable(err) && !errors.Is(err, pccl.ErrSync) {
+			return err
+		}
+		aborts++
+		log.Info("step failed, re-wiring", "err", err)
+		atSync = true
+		return comm.UpdateTopology(ctx)
+	}
 	for step[0] < stopAt() {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -167,7 +179,10 @@ func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopA
 		if !atSync {
 			pending, err := comm.ArePeersPending(ctx)
 			if err != nil {
-				return err
+				if err := rewire(err); err != nil {
+					return err
+				}
+				continue
 			}
 			if pending {
 				if err := comm.UpdateTopology(ctx); err != nil {
@@ -192,24 +207,20 @@ func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopA
 			strategy = pccl.ReceiveOnly
 		}
 		if _, err := comm.SyncSharedState(ctx, st, pccl.SyncOptions{Strategy: strategy}); err != nil {
-			return fmt.Errorf("sync: %w", err)
+			if err := rewire(err); err != nil {
+				return fmt.Errorf("sync: %w", err)
+			}
+			continue
 		}
 		fresh = false
 		for i := range buf {
 			buf[i] = contribution(comm.ID(), step[0], i)
 		}
-		err := comm.AllReduce(ctx, pccl.Bytes(buf), pccl.Bytes(buf), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum})
-		if pccl.Retryable(err) {
-			aborts++
-			log.Info("allreduce aborted, re-wiring", "err", err)
-			if err := comm.UpdateTopology(ctx); err != nil {
+		if err := comm.AllReduce(ctx, pccl.Bytes(buf), pccl.Bytes(buf), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum}); err != nil {
+			if err := rewire(err); err != nil {
 				return err
 			}
-			atSync = true // restart the step from its sync: newcomers may have been admitted
 			continue
-		}
-		if err != nil {
-			return err
 		}
 		ring := comm.Ring()
 		for i, v := range buf {
