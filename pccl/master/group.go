@@ -52,6 +52,11 @@ type group struct {
 	// isolated is when the master began to hear from fewer than half of the group's peers (it
 	// suspects a partition on its side, heartbeat.go), nil while it hears from half or more.
 	isolated *time.Time
+	// blind says that the master heard none of the group at its last judgement; forgiven is when it
+	// last heard more of the group than before (an isolation healing): silence before it does not
+	// count against the peers.
+	blind    bool
+	forgiven time.Time
 }
 
 // size is the number of live peers of the group, accepted and registered.

@@ -59,6 +59,7 @@ func (m *Machine) tick() {
 			m.suspect(g, n)
 			continue
 		}
+		g.blind = false
 		if g.isolated != nil {
 			if g.size() > 0 {
 				m.gnote(g, "healed", 0, "hearing from every peer of the group again after %v",
@@ -70,12 +71,27 @@ func (m *Machine) tick() {
 	// Judge every group on what the master heard before this tick's kicks.
 	limit := map[*group]time.Duration{}
 	for g, n := range quiet {
-		switch heard := g.size() - n; {
+		heard := g.size() - n
+		if heard > 0 && (g.blind || (2*heard >= g.size() && g.isolated != nil)) {
+			// The master hears more of the group than it did: its own link healed, at least in part.
+			// The ones still silent were silent through the master's isolation, which is not theirs to
+			// answer for: they get a fresh deadline from now to resume their sessions.
+			m.gnote(g, "healed", 0, "hearing from %d of the group's %d peers again after %v; the %d still silent are judged from now",
+				heard, g.size(), m.now.Sub(*g.isolated).Round(time.Millisecond), n)
+			g.blind, g.forgiven = false, m.now
+			if 2*heard >= g.size() {
+				g.isolated = nil
+			}
+			limit[g] = -1
+			continue
+		}
+		switch {
 		case 2*heard >= g.size():
 			limit[g] = m.cfg.HeartbeatTimeout
 		case heard > 0:
 			limit[g] = m.cfg.PartitionTimeout
 		default:
+			g.blind = true
 			limit[g] = -1 // nobody heard: nobody kicked for silence
 		}
 	}
@@ -84,18 +100,21 @@ func (m *Machine) tick() {
 			continue // removed meanwhile by the kick of another
 		}
 		g := p.group
-		silence := m.now.Sub(p.lastSeen)
+		silence, since := m.now.Sub(p.lastSeen), ""
+		if f := g.forgiven; f.After(p.lastSeen) {
+			silence, since = m.now.Sub(f), " since the master's own link healed" // silent through the isolation
+		}
 		if l := limit[g]; l < 0 || silence <= l {
 			m.silence.push(watched{seen: p.lastSeen, p: p}) // waited for; judged again at the next tick
 			continue
 		}
-		if g.isolated != nil {
+		if g.isolated != nil && limit[g] == m.cfg.PartitionTimeout {
 			m.gnote(g, "partition", 0, "the silent peers are removed after %v; the group goes on with the peers the master hears",
 				m.now.Sub(*g.isolated).Round(time.Millisecond))
 			g.isolated = nil
 		}
 		m.counters.Timeouts++
-		reason := fmt.Sprintf("no heartbeat for %v", silence.Round(time.Millisecond))
+		reason := fmt.Sprintf("no heartbeat for %v%s", silence.Round(time.Millisecond), since)
 		m.gnote(g, "timeout", p.id, "%s", reason)
 		m.kick(p.id, reason)
 	}
