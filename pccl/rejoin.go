@@ -16,9 +16,12 @@ type RejoinConfig struct {
 	// MaxAttempts bounds the connections in a row that fail before the body runs again (0: no bound;
 	// the context bounds the whole).
 	MaxAttempts int
-	// OnRejoin, if set, is called before each new connection with the error that caused it and the
-	// number of rejoins so far (1 for the first).
+	// OnRejoin, if set, is called when the body failed with a rejoinable error, before the peer
+	// connects again, with that error and the number of rejoins so far (1 for the first).
 	OnRejoin func(err error, rejoins int)
+	// OnConnectError, if set, is called when a connection fails (the master is not up yet, or not
+	// reachable), before the next attempt, with the error and the failures in a row.
+	OnConnectError func(err error, failures int)
 }
 
 // Rejoin connects with cfg and runs body with the Communicator, and keeps a peer in the run through
@@ -43,7 +46,8 @@ func Rejoin(ctx context.Context, cfg Config, rc RejoinConfig, body func(ctx cont
 	rejoins, failures := 0, 0
 	for {
 		c, err := Connect(ctx, cfg)
-		if err == nil {
+		ran := err == nil
+		if ran {
 			failures = 0
 			err = body(ctx, c, rejoins)
 			c.Close()
@@ -61,9 +65,13 @@ func Rejoin(ctx context.Context, cfg Config, rc RejoinConfig, body func(ctx cont
 		if rc.MaxAttempts > 0 && failures > rc.MaxAttempts {
 			return fmt.Errorf("pccl: rejoin: %d attempts in a row failed: %w", rc.MaxAttempts, err)
 		}
-		rejoins++
-		if rc.OnRejoin != nil {
-			rc.OnRejoin(err, rejoins)
+		if ran {
+			rejoins++
+			if rc.OnRejoin != nil {
+				rc.OnRejoin(err, rejoins)
+			}
+		} else if rc.OnConnectError != nil {
+			rc.OnConnectError(err, failures)
 		}
 		d := min(rc.MinBackoff<<min(failures-1, 16), rc.MaxBackoff)
 		d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))

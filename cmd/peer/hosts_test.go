@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,12 +194,13 @@ func TestIPv6RunWithMasterByName(t *testing.T) {
 	}
 }
 
-// proc is a command started on a host, its output kept.
+// proc is a command started on a host, its output kept: stdout alone, and both streams together.
 type proc struct {
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	err  error
-	done chan struct{}
+	cmd    *exec.Cmd
+	stdout *syncBuffer
+	out    *syncBuffer
+	err    error
+	done   chan struct{}
 }
 
 // start starts args (whose first word is a binary in bin) on host h in directory dir.
@@ -207,8 +209,8 @@ func start(t *testing.T, ctx context.Context, h *hosts.Host, bin, dir string, ar
 	cmd := h.Command(filepath.Join(bin, args[0]), args[1:]...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
+	p := &proc{cmd: cmd, stdout: &syncBuffer{}, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(p.stdout, p.out), p.out
 	if err := h.Start(cmd); err != nil {
 		t.Fatalf("start %v on %s: %v", args, h.Addr(), err)
 	}

@@ -58,6 +58,8 @@ func commonFlags() []cli.Flag {
 			Usage: "network interfaces (names or IPv4 addresses) this peer uses inside its site, in rail order, comma-separated; with --site the collectives inside the site run on them (the intra-site tier, with hot repair)"},
 		&cli.StringFlag{Name: "preset", Value: "lan", EnvVars: []string{"CONCORD_PRESET"},
 			Usage: "connection preset: lan (1 connection per neighbour) or wan (4, more patience)"},
+		&cli.BoolFlag{Name: "json", EnvVars: []string{"CONCORD_JSON"},
+			Usage: "print every step as one JSON object per line on stdout (step, world, rank, revision, state hash, aborts, joins, rejoins)"},
 		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"CONCORD_LOG_FORMAT"},
 			Usage: "log format: text or json"},
 		&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"CONCORD_LOG_LEVEL"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -115,12 +116,25 @@ func standalone(cc *cli.Context, body func(context.Context, *pccl.Communicator, 
 	defer stop()
 	fmt.Fprintf(os.Stderr, "connecting to %s (waiting to be accepted by the running peers)...\n", cfg.Master)
 	start := time.Now()
-	rc := pccl.RejoinConfig{OnRejoin: func(err error, n int) {
-		fmt.Fprintf(os.Stderr, "\nremoved from the run (%v); joining again as a newcomer (rejoin %d)\n", err, n)
-	}}
+	rc := pccl.RejoinConfig{
+		OnRejoin: func(err error, n int) {
+			fmt.Fprintf(os.Stderr, "\nremoved from the run (%v); joining again as a newcomer (rejoin %d)\n", err, n)
+		},
+		OnConnectError: func(err error, n int) {
+			fmt.Fprintf(os.Stderr, "connecting failed (%v); trying again (%d)\n", err, n)
+		},
+	}
+	jsonOut := json.NewEncoder(os.Stdout)
 	err = pccl.Rejoin(ctx, cfg, rc, func(ctx context.Context, comm *pccl.Communicator, rejoins int) error {
 		fmt.Fprintf(os.Stderr, "accepted as peer %d: rank %d of %d\n", comm.ID(), comm.Rank(), comm.WorldSize())
 		return body(ctx, comm, func(e event) {
+			if cc.Bool("json") {
+				e.Time, e.Rejoins = time.Now().UnixNano(), rejoins
+				jsonOut.Encode(e)
+			}
+			if e.Event == "sync" {
+				return
+			}
 			if e.Event == "done" {
 				fmt.Fprintf(os.Stderr, "\ndone: step %d, world %d, revision %d, aborts %d, joins %d, rejoins %d, state %s\n",
 					e.Step, e.World, e.Rev, e.Aborts, e.Joins, rejoins, e.State)

@@ -48,8 +48,10 @@ type event struct {
 	Ops    int64   `json:"ops,omitempty"`
 	Aborts int     `json:"aborts,omitempty"`
 	Joins  int     `json:"joins,omitempty"`
-	State  string  `json:"state,omitempty"` // hash of the shared state (or of the last result)
-	Detail string  `json:"detail,omitempty"`
+	// Rejoins counts the times this peer was removed and joined again as a newcomer (peer run, train).
+	Rejoins int    `json:"rejoins,omitempty"`
+	State   string `json:"state,omitempty"` // hash of the shared state (or of the last result)
+	Detail  string `json:"detail,omitempty"`
 	// SiteOps and SiteGens count the collectives whose site phases ran on the intra-site tier and
 	// the fabrics opened (pccl.Stats), in the done event.
 	SiteOps  uint64 `json:"site_ops,omitempty"`
@@ -206,13 +208,16 @@ func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopA
 		if fresh {
 			strategy = pccl.ReceiveOnly
 		}
-		if _, err := comm.SyncSharedState(ctx, st, pccl.SyncOptions{Strategy: strategy}); err != nil {
+		res, err := comm.SyncSharedState(ctx, st, pccl.SyncOptions{Strategy: strategy})
+		if err != nil {
 			if err := rewire(err); err != nil {
 				return fmt.Errorf("sync: %w", err)
 			}
 			continue
 		}
 		fresh = false
+		emit(event{Event: "sync", Step: step[0], Rank: comm.Rank(), World: comm.WorldSize(), Rev: res.Revision,
+			State: fmt.Sprintf("%016x", sharedstate.Hash(pccl.Bytes(step)))})
 		for i := range buf {
 			buf[i] = contribution(comm.ID(), step[0], i)
 		}

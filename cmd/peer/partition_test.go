@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/concord-ccl/concord/internal/hosts"
+)
+
+// A run on a test bed for the partition tests: the master on host 0, `peer run` with --json on the
+// others, all in the README's form.
+type hostRun struct {
+	t      *testing.T
+	bed    *hosts.Bed
+	master *proc
+	peers  []*proc
+}
+
+// heartbeatTimeout is the master's on the LAN preset, the unit of the partition tests' cuts.
+const heartbeatTimeout = 1500 * time.Millisecond
+
+func newHostRun(t *testing.T, ctx context.Context, bin string, peers int) *hostRun {
+	t.Helper()
+	work := t.TempDir()
+	if err := os.WriteFile(filepath.Join(work, "run.secret"), []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bed, err := hosts.New(hosts.Config{Hosts: 1 + peers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &hostRun{t: t, bed: bed}
+	t.Cleanup(func() { bed.Close() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("master:\n%s", r.master.out.String())
+			for i, p := range r.peers {
+				t.Logf("peer %d:\n%s", i, strings.ReplaceAll(p.out.String(), "\r", "\n"))
+			}
+		}
+	})
+	master := "master --listen :48148 --token run-42 --secret-file run.secret"
+	r.master = start(t, ctx, bed.Host(0), bin, work, strings.Fields(master), nil)
+	t.Cleanup(r.master.stop)
+	line := fmt.Sprintf("peer run --master %s:48148 --token run-42 --secret-file run.secret --json", bed.Host(0).Addr())
+	for i := range peers {
+		p := start(t, ctx, bed.Host(i+1), bin, work, strings.Fields(line), []string{"CONCORD_STEPS=100000000", "CONCORD_SIZE=65536", "CONCORD_LOG_LEVEL=info"})
+		r.peers = append(r.peers, p)
+		t.Cleanup(p.stop)
+	}
+	return r
+}
+
+// events returns the events of a kind ("step", "sync") peer i printed so far.
+func (r *hostRun) eventsOf(i int, kind string) []event {
+	var out []event
+	for _, line := range strings.Split(r.peers[i].stdout.String(), "\n") {
+		var e event
+		if json.Unmarshal([]byte(line), &e) == nil && e.Event == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// events returns the step events peer i printed so far.
+func (r *hostRun) events(i int) []event { return r.eventsOf(i, "step") }
+
+// waitFor polls cond every 50 ms until it holds, or fails the test after limit with what.
+func (r *hostRun) waitFor(limit time.Duration, what string, cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		for i, p := range r.peers {
+			select {
+			case <-p.done:
+				r.t.Fatalf("peer %d exited while waiting for %s: %v\n%s\nmaster:\n%s", i, what, p.err, p.out.String(), r.master.out.String())
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("no %s within %v\nmaster:\n%s", what, limit, r.master.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// steps returns the last step peer i reported, and the world size then.
+func (r *hostRun) last(i int) event {
+	ev := r.events(i)
+	if len(ev) == 0 {
+		return event{}
+	}
+	return ev[len(ev)-1]
+}
+
+// settled waits until every peer runs in a ring of all of them.
+func (r *hostRun) settled(limit time.Duration) {
+	r.waitFor(limit, "ring of every peer", func() bool {
+		for i := range r.peers {
+			if e := r.last(i); e.World != len(r.peers) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// progress waits until every peer in which has taken n more steps than it had at the call.
+func (r *hostRun) progress(which []int, n uint64, limit time.Duration) {
+	r.t.Helper()
+	from := map[int]uint64{}
+	for _, i := range which {
+		from[i] = r.last(i).Step
+	}
+	r.waitFor(limit, fmt.Sprintf("%d more steps on peers %v", n, which), func() bool {
+		for _, i := range which {
+			if r.last(i).Step < from[i]+n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// check stops the peers and checks what they printed: the revisions a peer accepts advance by exactly
+// one per sync (a peer that rejoined picks up the group's), every revision has one state across peers,
+// and no peer ended before it was stopped.
+func (r *hostRun) check() {
+	r.t.Helper()
+	for i, p := range r.peers {
+		select {
+		case <-p.done:
+			r.t.Errorf("peer %d ended on its own: %v\n%s", i, p.err, p.out.String())
+		default:
+		}
+		p.stop()
+	}
+	state := map[uint64]string{}
+	for i := range r.peers {
+		var prev event
+		for k, e := range r.eventsOf(i, "sync") {
+			if k > 0 && e.Rejoins == prev.Rejoins && e.Rev != prev.Rev+1 {
+				r.t.Errorf("peer %d: revision %d after %d, want %d", i, e.Rev, prev.Rev, prev.Rev+1)
+			}
+			if k > 0 && e.Rev <= prev.Rev {
+				r.t.Errorf("peer %d: revision %d after %d went back", i, e.Rev, prev.Rev)
+			}
+			if s, ok := state[e.Rev]; ok && s != e.State {
+				r.t.Errorf("revision %d: state %s on peer %d, %s on another", e.Rev, e.State, i, s)
+			}
+			state[e.Rev] = e.State
+			prev = e
+		}
+	}
+}
+
+// TestPartitionsOnHosts cuts a real run on five hosts (the master and four peers, in the README's
+// form, on the bridge) the ways networks fail, with the hosts' ports taken down and the switch
+// split:
+//   - the master's port for 2×, 5× and 10× the heartbeat timeout: nobody is kicked, every peer stays
+//     alive and the checked loop goes on after the heal with consecutive revisions;
+//   - one peer's port for the same times: the others go on throughout, the cut one is kicked and back
+//     in the ring by itself within 5 s of the heal;
+//   - the network split into halves of two peers, with the master on either side: the master's side
+//     goes on, the other joins again after the heal.
+//
+// Every step's result is checked by the peers themselves (peer run), and every revision must have one
+// state across all peers.
+func TestPartitionsOnHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes on five hosts for minutes")
+	}
+	if err := hosts.Available(); err != nil {
+		t.Skipf("runs on network namespaces, which need root: %v", err)
+	}
+	bin := buildBinaries(t)
+	for _, mult := range []time.Duration{2, 5, 10} {
+		cut := mult * heartbeatTimeout
+		t.Run(fmt.Sprintf("master cut %v", cut), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			r := newHostRun(t, ctx, bin, 4)
+			r.settled(time.Minute)
+			r.progress([]int{0, 1, 2, 3}, 5, time.Minute)
+			if err := r.bed.Host(0).Cut(true); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(cut) // the length of the fault
+			if err := r.bed.Host(0).Cut(false); err != nil {
+				t.Fatal(err)
+			}
+			r.progress([]int{0, 1, 2, 3}, 10, time.Minute)
+			for i := range r.peers {
+				if e := r.last(i); e.Rejoins != 0 || e.World != 4 {
+					t.Errorf("peer %d after the master's cut: %d rejoins, world %d; want none and 4", i, e.Rejoins, e.World)
+				}
+			}
+			r.check()
+			if out := r.master.out.String(); strings.Contains(out, "msg=kicked") || strings.Contains(out, "msg=timeout") {
+				t.Errorf("the master kicked a peer over its own cut:\n%s", out)
+			}
+		})
+		t.Run(fmt.Sprintf("peer cut %v", cut), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			r := newHostRun(t, ctx, bin, 4)
+			r.settled(time.Minute)
+			r.progress([]int{0, 1, 2, 3}, 5, time.Minute)
+			const victim = 3
+			if err := r.bed.Host(victim + 1).Cut(true); err != nil {
+				t.Fatal(err)
+			}
+			// The others go on without it while it is cut.
+			r.progress([]int{0, 1, 2}, 5, time.Minute)
+			time.Sleep(time.Until(time.Now().Add(cut))) // the rest of the fault's length
+			healed := time.Now()
+			if err := r.bed.Host(victim + 1).Cut(false); err != nil {
+				t.Fatal(err)
+			}
+			var back time.Time
+			r.waitFor(time.Minute, "the cut peer back in the ring", func() bool {
+				for _, e := range r.events(victim) {
+					if e.Rejoins > 0 && e.World == 4 {
+						back = time.Unix(0, e.Time)
+						return true
+					}
+				}
+				return false
+			})
+			if d := back.Sub(healed); d > 5*time.Second {
+				t.Errorf("the cut peer was back in the ring %v after the heal, want within 5s", d.Round(time.Millisecond))
+			} else {
+				t.Logf("the cut peer was back in the ring %v after the heal", d.Round(time.Millisecond))
+			}
+			r.progress([]int{0, 1, 2, 3}, 5, time.Minute)
+			r.check()
+		})
+	}
+	for _, side := range [][2][]int{{{1, 2}, {3, 4}}, {{3, 4}, {1, 2}}} {
+		with, without := side[0], side[1]
+		t.Run(fmt.Sprintf("halves, master with %v", with), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			r := newHostRun(t, ctx, bin, 4)
+			r.settled(time.Minute)
+			r.progress([]int{0, 1, 2, 3}, 5, time.Minute)
+			if err := r.bed.Split(append([]int{0}, with...), without); err != nil {
+				t.Fatal(err)
+			}
+			peersOf := func(hs []int) []int {
+				var out []int
+				for _, h := range hs {
+					out = append(out, h-1)
+				}
+				return out
+			}
+			r.progress(peersOf(with), 5, time.Minute)
+			time.Sleep(3 * heartbeatTimeout)
+			if err := r.bed.Unblock(); err != nil {
+				t.Fatal(err)
+			}
+			r.settled(time.Minute)
+			r.progress([]int{0, 1, 2, 3}, 5, time.Minute)
+			for _, i := range peersOf(without) {
+				if e := r.last(i); e.Rejoins == 0 {
+					t.Errorf("peer %d on the side without the master: no rejoin", i)
+				}
+			}
+			r.check()
+		})
+	}
+}
