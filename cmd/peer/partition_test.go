@@ -169,7 +169,9 @@ func (r *hostRun) check() {
 //   - one peer's port for the same times: the others go on throughout, the cut one is kicked and back
 //     in the ring by itself within 5 s of the heal;
 //   - the network split into halves of two peers, with the master on either side: the master's side
-//     goes on, the other joins again after the heal.
+//     goes on, the other joins again after the heal;
+//   - one way only: the master's packets to a peer (kicked, back after), and one peer's to its ring
+//     neighbour (the ring goes around the link; nobody is kicked).
 //
 // Every step's result is checked by the peers themselves (peer run), and every revision must have one
 // state across all peers.
@@ -243,6 +245,49 @@ func TestPartitionsOnHosts(t *testing.T) {
 			r.check()
 		})
 	}
+	t.Run("one way from the master to a peer", func(t *testing.T) {
+		// The master's packets to host 4 are dropped, the other direction passes: TCP needs both, so
+		// the peer is cut off from the master while its heartbeats may still arrive for a while. It is
+		// kicked once they stop, the others go on, and it comes back when the block is lifted.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		r := newHostRun(t, ctx, bin, 4)
+		r.settled(time.Minute)
+		r.progress([]int{0, 1, 2, 3}, 5, time.Minute)
+		if err := r.bed.Block([]int{0}, []int{4}); err != nil {
+			t.Fatal(err)
+		}
+		r.progress([]int{0, 1, 2}, 5, time.Minute)
+		time.Sleep(2 * heartbeatTimeout)
+		if err := r.bed.Unblock(); err != nil {
+			t.Fatal(err)
+		}
+		r.settled(time.Minute)
+		r.progress([]int{0, 1, 2, 3}, 5, time.Minute)
+		r.check()
+	})
+	t.Run("one way between two peers", func(t *testing.T) {
+		// The packets of host 2 to host 3 are dropped while both reach the master: the ring link
+		// between them goes silent; the master wires the ring around it and nobody is kicked.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		r := newHostRun(t, ctx, bin, 4)
+		r.settled(time.Minute)
+		r.progress([]int{0, 1, 2, 3}, 5, time.Minute)
+		if err := r.bed.Block([]int{2}, []int{3}); err != nil {
+			t.Fatal(err)
+		}
+		r.progress([]int{0, 1, 2, 3}, 10, 2*time.Minute)
+		for i := range r.peers {
+			if e := r.last(i); e.Rejoins != 0 || e.World != 4 {
+				t.Errorf("peer %d: %d rejoins, world %d; want none and 4", i, e.Rejoins, e.World)
+			}
+		}
+		if err := r.bed.Unblock(); err != nil {
+			t.Fatal(err)
+		}
+		r.check()
+	})
 	for _, side := range [][2][]int{{{1, 2}, {3, 4}}, {{3, 4}, {1, 2}}} {
 		with, without := side[0], side[1]
 		t.Run(fmt.Sprintf("halves, master with %v", with), func(t *testing.T) {
