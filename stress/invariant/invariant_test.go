@@ -122,3 +122,21 @@ func TestCheckerCatchesEveryInvariant(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckerExcusesOneFetchAfterTheMasterDied: a step that the master's death left applied on
+// some peers only may cost either side one fetch, at its first sync after the restart.
+func TestCheckerExcusesOneFetchAfterTheMasterDied(t *testing.T) {
+	c := New(10*time.Second, 2)
+	c.Synced(t0, "a/1", 5, 0xaa, 0, false)
+	c.Synced(t0, "b/2", 5, 0xaa, 0, false)
+	c.MasterRestarted()
+	c.Synced(t0, "a/1", 6, 0xab, 1, false)
+	c.Synced(t0, "b/2", 6, 0xab, 0, false)
+	if len(c.Violations()) != 0 || c.Excused() != 1 {
+		t.Fatalf("violations %v, excused %d: want none and one", c.Violations(), c.Excused())
+	}
+	c.Synced(t0, "a/1", 7, 0xac, 1, false) // a second fetch is a divergence again
+	if got := kinds(c); !slices.Equal(got, []string{Diverged}) {
+		t.Fatalf("violations %v, want [%s]", got, Diverged)
+	}
+}
