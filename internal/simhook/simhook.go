@@ -100,3 +100,23 @@ func GateOf(ctx context.Context) *Gate {
 	g, _ := ctx.Value(gateKey{}).(*Gate)
 	return g
 }
+
+type plantedKey struct{}
+
+// WithPlanted returns ctx carrying the names of planted bugs: deliberate misbehaviours that the
+// simulated soak plants to show that its invariants catch them. The master's code that a planted
+// bug breaks checks Planted on the context of Serve; nothing else ever carries one.
+func WithPlanted(ctx context.Context, names ...string) context.Context {
+	return context.WithValue(ctx, plantedKey{}, append([]string(nil), names...))
+}
+
+// Planted reports whether ctx carries the planted bug name.
+func Planted(ctx context.Context, name string) bool {
+	names, _ := ctx.Value(plantedKey{}).([]string)
+	for _, n := range names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}

@@ -70,3 +70,14 @@ func TestHooksTravelInTheContext(t *testing.T) {
 		t.Fatal("the wall offset did not travel")
 	}
 }
+
+func TestPlantedBugsTravelInTheContext(t *testing.T) {
+	ctx := context.Background()
+	if Planted(ctx, "x") {
+		t.Fatal("a bare context plants a bug")
+	}
+	ctx = WithPlanted(ctx, "x", "y")
+	if !Planted(ctx, "x") || !Planted(ctx, "y") || Planted(ctx, "z") {
+		t.Fatal("the planted bugs did not travel as given")
+	}
+}

@@ -44,6 +44,8 @@ type Cluster struct {
 	// OnMasterEvent, if set before the master starts, receives every event the master notes, on
 	// its event loop.
 	OnMasterEvent func(master.Event)
+	// Planted names the bugs every master started from now on plants (simhook.WithPlanted).
+	Planted []string
 }
 
 // masterProc is one start of the master.
@@ -120,7 +122,11 @@ func (c *Cluster) StartMaster(incarnation uint64) error {
 	cfg.Incarnation = incarnation
 	m := &masterProc{srv: master.NewServer(master.ServerConfig{Config: cfg, OnEvent: c.OnMasterEvent}), gate: simhook.NewGate(),
 		done: make(chan error, 1)}
-	ctx, stop := context.WithCancel(simhook.WithGate(context.Background(), m.gate))
+	ctx := simhook.WithGate(context.Background(), m.gate)
+	if len(c.Planted) > 0 {
+		ctx = simhook.WithPlanted(ctx, c.Planted...)
+	}
+	ctx, stop := context.WithCancel(ctx)
 	m.stop = stop
 	go pprof.Do(ctx, pprof.Labels(labelRole, "master"), func(ctx context.Context) { m.done <- m.srv.Serve(ctx, ln) })
 	c.master = m

@@ -50,16 +50,34 @@ type event struct {
 	detail   string
 }
 
-// breakMode is a planted bug: the way every peer misbehaves, so that a run shows the soak notices.
+// breakMode is a planted bug: the way every peer, or the master, misbehaves, so that a run shows the
+// soak notices (Options.Break).
 type breakMode string
 
 const (
-	// breakNone is the correct peer.
+	// breakNone plants nothing.
 	breakNone breakMode = ""
-	// breakStaleUpdate applies the state update after a failed step, from the restored buffers, as
-	// the real soak's --break stale-update does.
+	// breakStaleUpdate makes every peer apply the state update after a failed step, from the
+	// restored buffers, as the real soak's --break stale-update does.
 	breakStaleUpdate breakMode = "stale-update"
 )
+
+// plantedBug says where a planted bug lives.
+type plantedBug struct {
+	// master: the bug is in the master's code, which checks simhook.Planted on the context of
+	// Serve (the cluster starts every master with the run's planted bugs in it). Otherwise it is
+	// in the soak's peer loop (session.run), which checks peerParams.brk.
+	master bool
+	about  string
+}
+
+// plantedBugs are the bugs Options.Break can plant, by name; TestPlantedBugCaught runs each. To
+// plant one in the master's partition handling, add an entry with master set, and make the
+// master's code that the bug breaks misbehave when simhook.Planted(ctx, name) holds for the
+// context Serve was given.
+var plantedBugs = map[breakMode]plantedBug{
+	breakStaleUpdate: {about: "peers apply the state update of a failed step"},
+}
 
 // proc is one simulated peer process: a host of its own on the network, running sessions (Connect,
 // the training-like loop, Close) until it is told to leave or is killed. Its goroutine owns the

@@ -65,7 +65,8 @@ type Options struct {
 	// OptimizeEvery makes the group run OptimizeTopology after steps at revisions divisible by it.
 	// Default 64; -1 never.
 	OptimizeEvery int
-	// Break plants a bug in every peer: "stale-update" (see breakStaleUpdate). Empty: none.
+	// Break plants a bug (see plantedBugs): "stale-update" makes every peer apply the state
+	// update of a failed step. Empty: none.
 	Break string
 	// Topology places the hosts. Default: WAN().
 	Topology *Topology
@@ -123,8 +124,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("sim: Options.Step %v: must not be negative", o.Step)
 	case slices.ContainsFunc(o.Classes, func(c string) bool { return !slices.Contains(FaultClasses, c) }):
 		return fmt.Errorf("sim: Options.Classes %v: the classes are %v", o.Classes, FaultClasses)
-	case o.Break != string(breakNone) && o.Break != string(breakStaleUpdate):
-		return fmt.Errorf("sim: Options.Break %q: the only mode is %s", o.Break, breakStaleUpdate)
+	case o.Break != string(breakNone) && plantedBugs[breakMode(o.Break)] == (plantedBug{}):
+		return fmt.Errorf("sim: Options.Break %q: the planted bugs are %v", o.Break, slices.Sorted(maps.Keys(plantedBugs)))
 	}
 	return o.Topology.Validate()
 }
@@ -263,6 +264,9 @@ func Run(o Options) (Summary, error) {
 	cl, err := NewCluster(*o.Topology, mcfg)
 	if err != nil {
 		return Summary{}, err
+	}
+	if b := breakMode(o.Break); plantedBugs[b].master {
+		cl.Planted = []string{o.Break}
 	}
 	s := &soak{
 		o: o, cl: cl,

@@ -6,11 +6,15 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/concord-ccl/concord/stress/invariant"
 )
 
 var (
@@ -78,4 +82,32 @@ func classes(list string) []string {
 		return nil
 	}
 	return strings.Split(list, ",")
+}
+
+var flagBugSeeds = flag.Int("sim.bugseeds", 1, "TestPlantedBugCaught: seeds to run (10 shows it in 10 of 10)")
+
+// TestPlantedBugCaught plants a bug in every peer (Options.Break) and runs the soak until its first
+// violation: every seed must catch it within 10 minutes of virtual time, as a divergence of the
+// state (a peer that applied a failed step loses the election) or two hashes for one revision.
+// -sim.bugseeds sets how many seeds run (fresh ones, printed).
+func TestPlantedBugCaught(t *testing.T) {
+	const within = 10 * time.Minute
+	for _, b := range slices.Sorted(maps.Keys(plantedBugs)) {
+		brk := string(b)
+		for i := range *flagBugSeeds {
+			seed := freshSeed()
+			if i == 0 && *flagSeed != 0 {
+				seed = *flagSeed
+			}
+			sum := runSoak(t, Options{Duration: within, Seed: seed, Break: brk, Wall: Wall})
+			if sum.Violations == 0 {
+				t.Fatalf("break %s, seed %d: no violation in %v of virtual time (%d aborts)", brk, seed, within, sum.Aborts)
+			}
+			v := sum.ViolationList[0]
+			if v.Kind != invariant.Diverged && v.Kind != invariant.TwoHashes {
+				t.Fatalf("break %s, seed %d: the first violation is %s, want %s or %s", brk, seed, v, invariant.Diverged, invariant.TwoHashes)
+			}
+			t.Logf("break %s, seed %d: caught after %.1f s of virtual time (%.2f s wall): %s", brk, seed, sum.FirstViolationS, sum.WallS, v)
+		}
+	}
 }
