@@ -146,10 +146,10 @@ func joinVirtual(res *virtualResult, topo sim.Topology, n, size, entries int) er
 	for i := 1; i < n; i++ {
 		wg.Go(func() { comms[i], errs[i] = connect(i) })
 	}
-	if err := registered(ctx, cl, n); err != nil {
+	if err := cl.WaitRegistered(ctx, n); err != nil {
 		return err
 	}
-	if err := admit(ctx, comms[:1], n); err != nil {
+	if err := sim.Admit(ctx, comms[:1], n); err != nil {
 		return err
 	}
 	wg.Wait()
@@ -173,10 +173,10 @@ func joinVirtual(res *virtualResult, topo sim.Topology, n, size, entries int) er
 	// The newcomer registers and is admitted, then everyone syncs.
 	go func() { comms[n], errs[n] = connect(n) }()
 	t0 := time.Now()
-	if err := registered(ctx, cl, n+1); err != nil {
+	if err := cl.WaitRegistered(ctx, n+1); err != nil {
 		return err
 	}
-	if err := admit(ctx, comms[:n], n+1); err != nil {
+	if err := sim.Admit(ctx, comms[:n], n+1); err != nil {
 		return err
 	}
 	for comms[n] == nil && errs[n] == nil {
@@ -232,40 +232,6 @@ func joinVirtual(res *virtualResult, topo sim.Topology, n, size, entries int) er
 
 // virtualLimit bounds a virtual run in virtual time.
 const virtualLimit = time.Hour
-
-// registered waits until the master knows n peers.
-func registered(ctx context.Context, cl *sim.Cluster, n int) error {
-	for len(cl.Master().Snapshot().Peers) < n {
-		if ctx.Err() != nil {
-			return fmt.Errorf("waiting for %d peers to register: %w", n, ctx.Err())
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return nil
-}
-
-// admit has the accepted peers admit the registered ones until the ring holds world peers.
-func admit(ctx context.Context, accepted []*pccl.Communicator, world int) error {
-	for accepted[0].WorldSize() < world {
-		errs := make([]error, len(accepted))
-		var wg sync.WaitGroup
-		for i, c := range accepted {
-			wg.Go(func() {
-				pending, err := c.ArePeersPending(ctx)
-				if err == nil && pending {
-					err = c.UpdateTopology(ctx)
-				}
-				errs[i] = err
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return err
-		}
-		time.Sleep(admitRetryPeriod)
-	}
-	return nil
-}
 
 // syncAll syncs every peer at revision rev and reports each one's result and call time; the last
 // peer's sync reports its progress.
