@@ -70,6 +70,9 @@ type Options struct {
 	Break string
 	// Topology places the hosts. Default: WAN().
 	Topology *Topology
+	// StallLimit is the longest time without a completed collective while two healthy peers are in
+	// the group. Default 20 s.
+	StallLimit time.Duration
 	// Classes lists the fault classes dealt (see FaultClasses). Empty: all.
 	Classes []string
 	// KeepGoing runs on after the first violation (by default the soak stops there).
@@ -103,6 +106,9 @@ func (o Options) withDefaults() Options {
 	if o.Topology == nil {
 		t := WAN()
 		o.Topology = &t
+	}
+	if o.StallLimit == 0 {
+		o.StallLimit = stallLimit
 	}
 	if o.StatusEvery == 0 {
 		o.StatusEvery = 10 * time.Minute
@@ -182,7 +188,7 @@ var invariantList = []string{
 	"one state hash per accepted revision (" + invariant.TwoHashes + ")",
 	"revision +1 per sync in a session (" + invariant.RevisionStep + "), none skipped by the group (" + invariant.RevisionGap + ")",
 	"a peer that held the state never fetches it (" + invariant.Diverged + ")",
-	"no stall over " + stallLimit.String() + " with enough healthy peers (" + invariant.Stall + ")",
+	"no stall over the stall limit (20s unless set) with two healthy peers (" + invariant.Stall + ")",
 	"a leaving peer exits within " + hangLimit.String() + " (" + invariant.Hang + ")",
 	"no goroutine of a session left " + leakWait.String() + " after Close, none of any process at the end (" + invariant.Leak + ")",
 	"no unexpected error, no healthy peer kicked (" + invariant.Peer + ")",
@@ -273,7 +279,7 @@ func Run(o Options) (Summary, error) {
 	s := &soak{
 		o: o, cl: cl,
 		rng:        rand.New(rand.NewPCG(o.Seed, 0x51a1)),
-		check:      invariant.New(stallLimit, minPeers),
+		check:      invariant.New(o.StallLimit, minPeers),
 		events:     make(chan event, 4096),
 		recovery:   map[string][]float64{},
 		iterations: map[uint64]bool{},
@@ -599,7 +605,7 @@ func (s *soak) tick(now time.Time) {
 		healthy = 0 // nobody can make progress while the master is paused
 	}
 	s.check.Tick(now, healthy)
-	for len(s.pending) > 0 && now.Sub(s.pending[0].at) > 2*stallLimit {
+	for len(s.pending) > 0 && now.Sub(s.pending[0].at) > 2*s.o.StallLimit {
 		s.pending = s.pending[1:]
 	}
 	if s.o.Log != nil && now.Sub(s.lastStatus) >= s.o.StatusEvery {
@@ -1228,6 +1234,15 @@ func (s *soak) report() {
 	fmt.Fprintf(&b, "sim: FAILED with seed %d (replay: go test ./stress/sim -run TestSimulatedSoak -sim.seed %d -sim.duration %v", s.o.Seed, s.o.Seed, s.o.Duration)
 	if s.o.Break != "" {
 		fmt.Fprintf(&b, " -sim.break %s", s.o.Break)
+	}
+	if s.o.Peers != 5 {
+		fmt.Fprintf(&b, " -sim.peers %d", s.o.Peers)
+	}
+	if s.o.StallLimit != stallLimit {
+		fmt.Fprintf(&b, " -sim.stall %v", s.o.StallLimit)
+	}
+	if len(s.o.Classes) > 0 {
+		fmt.Fprintf(&b, " -sim.classes %s", strings.Join(s.o.Classes, ","))
 	}
 	b.WriteString(")\n")
 	for _, v := range s.check.Violations() {

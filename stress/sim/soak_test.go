@@ -22,6 +22,7 @@ var (
 	flagSeed     = flag.Uint64("sim.seed", 0, "TestSimulatedSoak: the seed of the fault schedule (0: a fresh one, printed)")
 	flagBreak    = flag.String("sim.break", "", "TestSimulatedSoak: plant a bug in every peer (stale-update)")
 	flagPeers    = flag.Int("sim.peers", 5, "TestSimulatedSoak: peer processes kept running")
+	flagStall    = flag.Duration("sim.stall", 0, "TestSimulatedSoak: the stall limit (0: 20s)")
 	flagClasses  = flag.String("sim.classes", "", "TestSimulatedSoak: comma-separated fault classes to deal (empty: all)")
 )
 
@@ -58,7 +59,7 @@ func TestSimulatedSoak(t *testing.T) {
 	fmt.Fprintf(os.Stderr, "sim: seed %d, %v of virtual time, %d peers (replay: go test ./stress/sim -run TestSimulatedSoak -sim.seed %d -sim.duration %v)\n",
 		seed, *flagDuration, *flagPeers, seed, *flagDuration)
 	sum := runSoak(t, Options{Duration: *flagDuration, Seed: seed, Peers: *flagPeers, Break: *flagBreak, Log: os.Stderr, Wall: Wall,
-		StatusEvery: statusEvery(*flagDuration), Classes: classes(*flagClasses)})
+		StatusEvery: statusEvery(*flagDuration), Classes: classes(*flagClasses), StallLimit: *flagStall})
 	js, _ := json.Marshal(sum)
 	fmt.Println(string(js))
 	t.Logf("seed %d: %.0f s virtual in %.1f s wall, %d faults (fewest in a class: %d), %d ops, %d syncs, %d sessions, %d violations",
