@@ -360,7 +360,6 @@ func latest(a, b time.Time) time.Time {
 	return a
 }
 
-
 // newVirtualState is a member's state (one entry over data, which the members share) or, for a
 // newcomer, zeros of the same size.
 func newVirtualState(data []byte, zero bool) *sharedstate.State {
