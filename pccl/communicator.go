@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/internal/gossip"
+	"github.com/concord-ccl/concord/internal/simhook"
 	"github.com/concord-ccl/concord/internal/wire"
 )
 
@@ -70,6 +71,10 @@ type Communicator struct {
 	wg        sync.WaitGroup
 
 	gossip *gossip.Member // the failure detector's member when Config.GossipJoin is set (gossip.go)
+
+	// wallOffset, nil but in the simulator (internal/simhook), is this peer's wall-clock error,
+	// added wherever it reads Unix time: a clock that jumps.
+	wallOffset func() time.Duration
 }
 
 // view is what accessors read without asking run: the ring in force and optimization stats.
@@ -93,6 +98,15 @@ type callEntry struct {
 	abort func(error)
 }
 
+// unixNano is t's Unix time in nanoseconds as this peer's wall clock reads it. It may be called on
+// a nil Communicator (the links of unit tests have none): that clock is exact.
+func (c *Communicator) unixNano(t time.Time) int64 {
+	if c == nil || c.wallOffset == nil {
+		return t.UnixNano()
+	}
+	return t.UnixNano() + int64(c.wallOffset())
+}
+
 // Connect joins the run: it registers with the master, waits until the accepted peers admit it (at
 // their next UpdateTopology; at once if it is the first peer) and returns with the ring wired.
 func Connect(ctx context.Context, cfg Config) (*Communicator, error) {
@@ -113,6 +127,8 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		done:     make(chan struct{}),
 		stop:     make(chan struct{}),
 		calls:    map[uint64]*callEntry{},
+
+		wallOffset: simhook.WallOffset(ctx),
 	}
 	c.view.Store(&view{})
 	if cfg.Site != "" && len(cfg.NICs) > 0 {

@@ -458,7 +458,7 @@ func (l *links) admit(conn net.Conn) {
 		return
 	}
 	ic := &inConn{conn: conn, from: h.From, index: int(h.Index)}
-	ic.last.Store(time.Now().UnixNano())
+	ic.last.Store(l.c.unixNano(time.Now()))
 	l.mu.Lock()
 	if l.isClosed {
 		l.mu.Unlock()
@@ -528,7 +528,7 @@ func (l *links) read(ic *inConn) {
 			l.broken(ic.conn)
 			return
 		}
-		ic.last.Store(time.Now().UnixNano())
+		ic.last.Store(l.c.unixNano(time.Now()))
 		h, err := wire.DecodeDataHeader(hb[:], maxPayload)
 		if err != nil {
 			l.c.log.Warn("bad data frame, closing link", "from", ic.from, "err", err)
@@ -872,7 +872,7 @@ func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
 		_, err := io.CopyN(io.Discard, ic.conn, int64(h.Len))
 		return err
 	}
-	ic.last.Store(time.Now().UnixNano())
+	ic.last.Store(ib.s.l.c.unixNano(time.Now()))
 	if err := ib.check(h, req); err != nil {
 		return err
 	}
@@ -918,7 +918,7 @@ func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID, wait tim
 	if _, err := transport.ReadFull(ic.conn, buf); err != nil {
 		return err
 	}
-	ic.last.Store(time.Now().UnixNano())
+	ic.last.Store(ib.s.l.c.unixNano(time.Now()))
 	var req *recvReq
 	if wait > 0 {
 		var timeout bool
@@ -1175,7 +1175,7 @@ func (s *stream) Recv(id rings.ChunkID, dst []byte) error {
 // breakIdle closes the connections from the predecessor that read nothing for limit, and asks for a
 // re-wire in any case.
 func (s *stream) breakIdle(limit time.Duration) {
-	now := time.Now().UnixNano()
+	now := s.l.c.unixNano(time.Now())
 	for _, ic := range s.ins {
 		if now-ic.last.Load() >= int64(limit) {
 			s.l.broken(ic.conn)

@@ -197,7 +197,7 @@ func (c *Communicator) serveBench(conn net.Conn) {
 	elapsed := time.Since(baseAt)
 	total -= base
 	conn.SetDeadline(time.Now().Add(c.cfg.DialTimeout))
-	conn.Write(wire.AppendFrame(nil, &wire.BenchResult{Bytes: total, Nanos: uint64(elapsed), Start: uint64(baseAt.UnixNano())}))
+	conn.Write(wire.AppendFrame(nil, &wire.BenchResult{Bytes: total, Nanos: uint64(elapsed), Start: uint64(c.unixNano(baseAt))}))
 	// Drain until the sender notices and closes.
 	conn.SetReadDeadline(time.Now().Add(c.cfg.DialTimeout))
 	io.Copy(io.Discard, conn)

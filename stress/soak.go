@@ -19,6 +19,7 @@ import (
 	"github.com/concord-ccl/concord/internal/cluster"
 	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/pccl/master"
+	"github.com/concord-ccl/concord/stress/invariant"
 )
 
 // Fault classes, in the order of the summary.
@@ -113,17 +114,17 @@ type Summary struct {
 	LinkHoleEvictions int `json:"link_hole_evictions"`
 	// SilentLinkAborts counts aborted steps that failed on a link given up as silent past its
 	// progress deadline (a black-holed ring link, or its far end stopped), as seen by any peer.
-	SilentLinkAborts int              `json:"silent_link_aborts"`
-	MaxRevision      uint64           `json:"max_revision"`
-	LongestGapMs     float64          `json:"longest_gap_ms"`   // longest time without a completed collective
-	LongestGapAtS    float64          `json:"longest_gap_at_s"` // when it ended, from the start
-	Faults           map[string]int   `json:"faults"`
-	FaultsTotal      int              `json:"faults_total"`
-	OpsPerWindow     []int64          `json:"ops_per_10s"`
-	MinOpsPerWindow  int64            `json:"min_ops_per_10s"`
-	Recovery         map[string]Stats `json:"recovery_ms"`
-	Violations       int              `json:"violations"`
-	ViolationList    []Violation      `json:"violation_list,omitempty"`
+	SilentLinkAborts int                   `json:"silent_link_aborts"`
+	MaxRevision      uint64                `json:"max_revision"`
+	LongestGapMs     float64               `json:"longest_gap_ms"`   // longest time without a completed collective
+	LongestGapAtS    float64               `json:"longest_gap_at_s"` // when it ended, from the start
+	Faults           map[string]int        `json:"faults"`
+	FaultsTotal      int                   `json:"faults_total"`
+	OpsPerWindow     []int64               `json:"ops_per_10s"`
+	MinOpsPerWindow  int64                 `json:"min_ops_per_10s"`
+	Recovery         map[string]Stats      `json:"recovery_ms"`
+	Violations       int                   `json:"violations"`
+	ViolationList    []invariant.Violation `json:"violation_list,omitempty"`
 }
 
 // percentile is the nearest-rank percentile of xs, 0 for none.
@@ -249,7 +250,7 @@ type soak struct {
 	junkWG             sync.WaitGroup // junk connections in flight
 	closing            bool           // shutting down: no more faults or replacements
 	start              time.Time
-	check              *checker
+	check              *invariant.Checker
 	procs              map[*cluster.Proc]*peerProc
 	order              []*peerProc // spawn order
 	spawned            int
@@ -283,7 +284,7 @@ func run(ctx context.Context, o options, log io.Writer) (Summary, error) {
 		o: o, log: log, watch: watch,
 		secret:     newSecret(),
 		rng:        rand.New(rand.NewPCG(o.Seed, 0x57e55)),
-		check:      newChecker(stallLimit, minPeers),
+		check:      invariant.New(stallLimit, minPeers),
 		procs:      map[*cluster.Proc]*peerProc{},
 		recovery:   map[string][]float64{},
 		iterations: map[uint64]bool{},
@@ -394,7 +395,6 @@ func (s *soak) run(ctx context.Context) error {
 	}
 	s.start = time.Now()
 	s.nextFault = s.start.Add(2*time.Second + s.faultGap())
-	s.check.lastProgress = s.start
 	end := s.start.Add(s.o.Duration)
 	tick := time.NewTicker(tickEvery)
 	defer tick.Stop()
@@ -415,7 +415,7 @@ func (s *soak) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if len(s.check.violations) > 0 {
+		if len(s.check.Violations()) > 0 {
 			return nil
 		}
 	}
@@ -446,7 +446,7 @@ func (s *soak) handle(l cluster.Line) {
 		s.event("%s connected as %d (world %d)", p.name, ev.Sess, ev.World)
 	case "synced":
 		h, _ := strconv.ParseUint(ev.Hash, 16, 64)
-		s.check.synced(now, key, ev.Rev, h, ev.Fetched, ev.Fresh)
+		s.check.Synced(now, key, ev.Rev, h, ev.Fetched, ev.Fresh)
 		if ev.Sess == p.sess && p.sess != 0 {
 			p.established = true
 		}
@@ -471,7 +471,7 @@ func (s *soak) handle(l cluster.Line) {
 		if s.o.Verbose && !s.iterations[ev.Rev] {
 			s.event("revision %d done by %s (world %d)", ev.Rev, key, ev.World)
 		}
-		s.check.completed(now)
+		s.check.Completed(now)
 		s.sum.OpsCompleted += int64(ev.Ops)
 		s.iterations[ev.Rev] = true
 		s.lastWorld = ev.World
@@ -495,22 +495,22 @@ func (s *soak) handle(l cluster.Line) {
 		s.pending = kept
 	case "aborted":
 		s.sum.Aborts++
-		s.check.aborted(now, key, ev.Rev, ev.Restored, ev.Detail)
+		s.check.Aborted(now, key, ev.Rev, ev.Restored, ev.Detail)
 		silent := strings.Contains(ev.Detail, "silent past its progress deadline")
 		if silent {
 			s.sum.SilentLinkAborts++
 		}
 		s.event("%s aborted at revision %d (%d ops done): %s (silent link: %v)", key, ev.Rev, ev.Ops, ev.Kind, silent)
 	case "wrong":
-		s.check.wrongElement(now, key, ev.Rev, ev.Detail)
+		s.check.WrongElement(now, key, ev.Rev, ev.Detail)
 	case "sync_failed":
 		s.sum.SyncFailures++
 		s.event("%s sync failed: %s", key, ev.Detail)
 	case "session_end":
-		s.check.sessionEnded(key)
+		s.check.SessionEnded(key)
 		s.event("%s session ended: %s: %s", key, ev.Kind, ev.Detail)
 		if ev.Leak {
-			s.check.fail(now, vLeak, 0, key, "%s", ev.Detail)
+			s.check.Fail(now, invariant.Leak, 0, key, "%s", ev.Detail)
 		}
 		switch ev.Kind {
 		case "canceled", "deadline":
@@ -524,17 +524,17 @@ func (s *soak) handle(l cluster.Line) {
 					s.sum.LinkHoleEvictions++
 				}
 				if !excused && strings.Contains(ev.Detail, "kicked by the master") && !strings.Contains(ev.Detail, "no heartbeat") {
-					s.check.fail(now, vPeer, 0, key, "a healthy peer was kicked: %s", ev.Detail)
+					s.check.Fail(now, invariant.Peer, 0, key, "a healthy peer was kicked: %s", ev.Detail)
 				}
 			}
 		default:
-			s.check.fail(now, vPeer, 0, key, "session ended by an unexpected error: %s", ev.Detail)
+			s.check.Fail(now, invariant.Peer, 0, key, "session ended by an unexpected error: %s", ev.Detail)
 		}
 		if ev.Sess == p.sess {
 			p.sess, p.established = 0, false
 		}
 	case "error":
-		s.check.fail(now, vPeer, ev.Rev, key, "%s", ev.Detail)
+		s.check.Fail(now, invariant.Peer, ev.Rev, key, "%s", ev.Detail)
 	}
 }
 
@@ -554,7 +554,7 @@ func (s *soak) faulted(class string, now time.Time, victim *peerProc) {
 // the stall check and the status line.
 func (s *soak) tick(now time.Time) error {
 	for _, line := range s.watch.takeCrashes() {
-		s.check.fail(now, vPanic, 0, "", "%s", line)
+		s.check.Fail(now, invariant.Panic, 0, "", "%s", line)
 	}
 	if !s.masterStoppedUntil.IsZero() && now.After(s.masterStoppedUntil) {
 		s.masterStoppedUntil = time.Time{}
@@ -596,15 +596,15 @@ func (s *soak) tick(now time.Time) error {
 			switch {
 			case p.killed:
 			case p.leaveAt.IsZero():
-				s.check.fail(now, vExit, 0, p.name, "exited (status %d) without being told to", code)
+				s.check.Fail(now, invariant.Exit, 0, p.name, "exited (status %d) without being told to", code)
 			case code != 0:
-				s.check.fail(now, vExit, 0, p.name, "left with status %d", code)
+				s.check.Fail(now, invariant.Exit, 0, p.name, "left with status %d", code)
 			}
 			continue
 		default:
 		}
 		if !p.leaveAt.IsZero() && now.Sub(p.leaveAt) > hangLimit {
-			s.check.fail(now, vHang, 0, p.name, "still running %v after being told to leave", now.Sub(p.leaveAt).Round(time.Millisecond))
+			s.check.Fail(now, invariant.Hang, 0, p.name, "still running %v after being told to leave", now.Sub(p.leaveAt).Round(time.Millisecond))
 			p.proc.Continue()
 			p.proc.Kill()
 			p.killed = true
@@ -629,7 +629,7 @@ func (s *soak) tick(now time.Time) error {
 	if !s.masterStoppedUntil.IsZero() {
 		healthy = 0 // nobody can make progress while the master is paused
 	}
-	s.check.tick(now, healthy)
+	s.check.Tick(now, healthy)
 	// Recovery that never came (the run ended it, or a stall is reported) is not a sample; a fault
 	// pending this long is dropped so the list stays bounded.
 	for len(s.pending) > 0 && now.Sub(s.pending[0].at) > 2*stallLimit {
@@ -802,7 +802,7 @@ func (s *soak) inject(now time.Time) {
 	case "master-restart":
 		s.lastMasterRestart = now
 		if err := s.restartMaster(); err != nil {
-			s.check.fail(now, vPeer, 0, "master", "restart: %v", err)
+			s.check.Fail(now, invariant.Peer, 0, "master", "restart: %v", err)
 			return
 		}
 		// Recovery counts from the new master's start: the process start is not Concord's.
@@ -827,7 +827,7 @@ func (s *soak) restartMaster() error {
 		return err
 	}
 	s.mproc = p
-	s.check.masterRestarted()
+	s.check.MasterRestarted()
 	s.event("master restarted on %s", s.master)
 	return nil
 }
@@ -998,7 +998,7 @@ func (s *soak) shutdown() {
 func (s *soak) finish() {
 	now := time.Now()
 	if !s.start.IsZero() {
-		s.check.finish(now)
+		s.check.Finish(now)
 		s.sum.DurationS = now.Sub(s.start).Seconds()
 	}
 	s.sum.Iterations = len(s.iterations)
@@ -1014,8 +1014,8 @@ func (s *soak) finish() {
 		xs := s.recovery[c]
 		s.sum.Recovery[c] = Stats{Samples: len(xs), P50: percentile(xs, 50), P90: percentile(xs, 90), P99: percentile(xs, 99), Max: percentile(xs, 100)}
 	}
-	s.sum.Violations = len(s.check.violations)
-	s.sum.ViolationList = s.check.violations[:min(len(s.check.violations), 20)]
+	s.sum.Violations = len(s.check.Violations())
+	s.sum.ViolationList = s.check.Violations()[:min(len(s.check.Violations()), 20)]
 	s.status(now, true)
 }
 
@@ -1024,7 +1024,7 @@ func (s *soak) finish() {
 func (s *soak) report() {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "stress: FAILED with seed %d (replay: go run ./stress --seed %d --duration %v --peers %d)\n", s.o.Seed, s.o.Seed, s.o.Duration, s.o.Peers)
-	for _, v := range s.check.violations {
+	for _, v := range s.check.Violations() {
 		fmt.Fprintf(&b, "stress: violation: %s\n", v)
 	}
 	ev := s.events[max(0, len(s.events)-eventLogLen):]

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,128 +9,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/stress/invariant"
 )
 
 func TestMain(m *testing.M) {
 	cluster.Main(roles) // the peers are this test binary, re-executed
 	goleak.VerifyTestMain(m)
-}
-
-var t0 = time.Unix(1_700_000_000, 0)
-
-func kinds(c *checker) []string {
-	var out []string
-	for _, v := range c.violations {
-		out = append(out, v.Kind)
-	}
-	return out
-}
-
-// TestCheckerAcceptsGoodLog feeds a log with churn that breaks nothing.
-func TestCheckerAcceptsGoodLog(t *testing.T) {
-	c := newChecker(10*time.Second, 2)
-	c.tick(t0, 3)
-	c.synced(t0, "a/1", 1, 0xaa, 0, false)
-	c.synced(t0, "b/2", 1, 0xaa, 0, false)
-	c.completed(t0.Add(100 * time.Millisecond))
-	c.aborted(t0, "a/1", 2, true, "")
-	c.synced(t0.Add(time.Second), "a/1", 2, 0xbb, 0, false)
-	c.synced(t0.Add(time.Second), "c/3", 2, 0xbb, 1, true) // a newcomer fetches, and jumps
-	c.sessionEnded("b/2")
-	c.synced(t0.Add(2*time.Second), "b/7", 3, 0xcc, 1, true) // the same process, rejoined
-	c.synced(t0.Add(2*time.Second), "a/1", 3, 0xcc, 0, false)
-	c.completed(t0.Add(2 * time.Second))
-	c.tick(t0.Add(11*time.Second), 3)
-	c.tick(t0.Add(30*time.Second), 1) // too few peers: no stall
-	c.tick(t0.Add(39*time.Second), 2) // the clock restarts when enough peers are back
-	c.finish(t0.Add(40 * time.Second))
-	if len(c.violations) != 0 {
-		t.Fatalf("violations on a good log: %v", c.violations)
-	}
-}
-
-// TestCheckerAllowsCommitLostWithMaster: the master dies after sending revision 6's commit to b only;
-// the new master takes 6 as accepted (b reports it), so a's next sync is revision 7.
-func TestCheckerAllowsCommitLostWithMaster(t *testing.T) {
-	c := newChecker(10*time.Second, 2)
-	c.synced(t0, "a/1", 5, 0xaa, 0, false)
-	c.synced(t0, "b/2", 5, 0xaa, 0, false)
-	c.synced(t0, "b/2", 6, 0xaa, 0, false)
-	c.masterRestarted()
-	c.synced(t0, "b/2", 7, 0xaa, 0, false)
-	c.synced(t0, "a/1", 7, 0xaa, 0, false)
-	c.finish(t0)
-	if len(c.violations) != 0 {
-		t.Fatalf("violations: %v", c.violations)
-	}
-}
-
-// TestCheckerCatchesEveryInvariant feeds one broken log per invariant: the checker cannot pass
-// silently.
-func TestCheckerCatchesEveryInvariant(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		feed func(c *checker)
-		want string
-		rev  uint64
-	}{
-		{"two hashes for one revision", func(c *checker) {
-			c.synced(t0, "a/1", 5, 0xaa, 0, false)
-			c.synced(t0, "b/2", 5, 0xab, 0, false)
-		}, vTwoHashes, 5},
-		{"skipped revision in a session", func(c *checker) {
-			c.synced(t0, "a/1", 5, 0xaa, 0, false)
-			c.synced(t0, "a/1", 7, 0xac, 0, false)
-		}, vRevisionStep, 7},
-		{"revision skipped across a master restart that nobody accepted", func(c *checker) {
-			c.synced(t0, "a/1", 5, 0xaa, 0, false)
-			c.masterRestarted()
-			c.synced(t0, "a/1", 7, 0xac, 0, false)
-		}, vRevisionStep, 7},
-		{"revision accepted elsewhere skipped without a master restart", func(c *checker) {
-			c.synced(t0, "a/1", 5, 0xaa, 0, false)
-			c.synced(t0, "b/2", 5, 0xaa, 0, false)
-			c.synced(t0, "b/2", 6, 0xab, 0, false)
-			c.synced(t0, "a/1", 7, 0xac, 0, false)
-		}, vRevisionStep, 7},
-		{"repeated revision in a session", func(c *checker) {
-			c.synced(t0, "a/1", 5, 0xaa, 0, false)
-			c.synced(t0, "a/1", 5, 0xaa, 0, false)
-		}, vRevisionStep, 5},
-		{"revision never accepted by the group", func(c *checker) {
-			c.synced(t0, "a/1", 5, 0xaa, 0, false)
-			c.synced(t0, "b/2", 7, 0xac, 1, true)
-			c.finish(t0)
-		}, vRevisionGap, 6},
-		{"holder fetched", func(c *checker) {
-			c.synced(t0, "a/1", 5, 0xaa, 0, false)
-			c.synced(t0, "a/1", 6, 0xab, 1, false)
-		}, vDiverged, 6},
-		{"wrong element", func(c *checker) {
-			c.wrongElement(t0, "a/1", 9, "tag 1 element 3: 7, want 8")
-		}, vWrongElement, 9},
-		{"buffer not restored", func(c *checker) {
-			c.aborted(t0, "a/1", 9, false, "tag 2 element 0")
-		}, vNotRestored, 9},
-		{"stall", func(c *checker) {
-			c.tick(t0, 2)
-			c.completed(t0.Add(time.Second))
-			c.tick(t0.Add(5*time.Second), 3)
-			c.tick(t0.Add(11500*time.Millisecond), 2)
-			c.tick(t0.Add(20*time.Second), 2) // reported once
-		}, vStall, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := newChecker(10*time.Second, 2)
-			tc.feed(c)
-			if got := kinds(c); !slices.Equal(got, []string{tc.want}) {
-				t.Fatalf("violations %v, want exactly [%s]", c.violations, tc.want)
-			}
-			if got := c.violations[0].Revision; got != tc.rev {
-				t.Fatalf("revision %d, want %d", got, tc.rev)
-			}
-		})
-	}
 }
 
 func TestPercentile(t *testing.T) {
@@ -216,7 +99,7 @@ func TestSoakCatchesStaleUpdate(t *testing.T) {
 		t.Fatalf("no violation with stale updates: %+v", sum)
 	}
 	for _, v := range sum.ViolationList {
-		if v.Kind != vDiverged && v.Kind != vTwoHashes {
+		if v.Kind != invariant.Diverged && v.Kind != invariant.TwoHashes {
 			t.Errorf("unexpected violation %s", v)
 		}
 	}

@@ -219,3 +219,28 @@ func TestRecoveryPeers(t *testing.T) {
 		t.Errorf("ratios %v %v limit %v; want 1, 1 with one size", res.AbortP50Ratio, res.ResumeP50Ratio, res.RatioLimit)
 	}
 }
+
+// TestVirtualRecovery runs the virtual mode at 4 and 5 peers, two kill rounds each: every round
+// gives samples, the ratios are against the smallest size, and the master's CPU is measured.
+func TestVirtualRecovery(t *testing.T) {
+	o := options{bytes: 16 << 10, stateBytes: 64 << 10, kills: 2, seed: 3}
+	res := runVirtualScale([]int{4, 5}, o, t.Logf)
+	for _, s := range res.Sizes {
+		if s.Failure != "" {
+			t.Fatalf("%d peers: %s", s.Peers, s.Failure)
+		}
+		if s.Rounds == 0 || len(s.Rewired.Samples) != s.Rounds || len(s.Admit.Samples) != o.kills || len(s.Join.Samples) != o.kills {
+			t.Fatalf("%d peers: %d rounds, samples %d rewired, %d admit, %d join", s.Peers, s.Rounds, len(s.Rewired.Samples),
+				len(s.Admit.Samples), len(s.Join.Samples))
+		}
+		if s.Rewired.P50 <= 0 || s.Resume.P50 < s.Rewired.P50 {
+			t.Fatalf("%d peers: rewired p50 %.1f ms, resume p50 %.1f ms: want 0 < rewired <= resume", s.Peers, s.Rewired.P50, s.Resume.P50)
+		}
+		if s.MasterIdleCPUMsPerS < 0 {
+			t.Fatalf("%d peers: no CPU profile of the master", s.Peers)
+		}
+	}
+	if res.Sizes[0].RewiredP50Ratio != 1 {
+		t.Fatalf("the smallest size's ratio is %v, want 1", res.Sizes[0].RewiredP50Ratio)
+	}
+}

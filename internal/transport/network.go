@@ -88,6 +88,9 @@ type Network struct {
 	links  map[linkKey]*link    // guarded by mu; entries live as long as the Network
 	ports  map[portKey]*memPort // guarded by mu; datagram ports of open session ends
 	healed chan struct{}        // guarded by mu; closed and replaced whenever Heal runs
+
+	linkDefault func(from, to string) LinkConfig // guarded by mu; the config of links not set yet
+	holds       map[string]time.Time             // guarded by mu; hosts held (see Hold) until then
 }
 
 // linkKey names a directed link.
@@ -142,6 +145,47 @@ func (n *Network) SetLink(from, to string, c LinkConfig) {
 	l.mu.Lock()
 	l.cfg = c
 	l.mu.Unlock()
+}
+
+// SetLinkDefault makes f give the config of every directed link that comes into being from now on
+// (a link exists once SetLink, a dial, or any other method names it), so that a network of many hosts
+// needs no SetLink for each of their pairs: only the links used are made. Links that exist keep
+// theirs. f is called with the network's lock held and must not call its methods; SetLinkDefault
+// panics, on the first use, if the config f returns fails Validate. nil restores the perfect link.
+func (n *Network) SetLinkDefault(f func(from, to string) LinkConfig) {
+	n.mu.Lock()
+	n.linkDefault = f
+	n.mu.Unlock()
+}
+
+// Hold freezes host until then as a SIGSTOP freezes a process, seen from the network: every byte
+// written to the host or by it before then, on a connection or as a datagram, arrives no earlier
+// than then, in order, and nothing is lost. Connections are still accepted meanwhile, as a stopped
+// process's kernel accepts them. A later Hold replaces the time; a time in the past ends the hold
+// for what is written from then on.
+func (n *Network) Hold(host string, until time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.holds == nil {
+		n.holds = map[string]time.Time{}
+	}
+	n.holds[host] = until
+	for k, l := range n.links {
+		if k.from == host || k.to == host {
+			l.mu.Lock()
+			l.holdUntil = n.holdLocked(k.from, k.to)
+			l.mu.Unlock()
+		}
+	}
+}
+
+// holdLocked returns the later hold of the two ends of a link.
+func (n *Network) holdLocked(from, to string) time.Time {
+	a, b := n.holds[from], n.holds[to]
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Partition cuts hosts a and b apart: bytes written in either direction are black-holed (see
@@ -223,6 +267,14 @@ func (n *Network) linkLocked(from, to string) *link {
 		h.Write([]byte{0})
 		h.Write([]byte(to))
 		l = &link{from: from, to: to, rng: rand.New(rand.NewPCG(lossSeed, h.Sum64()))}
+		if n.linkDefault != nil {
+			c := n.linkDefault(from, to)
+			if err := c.Validate(); err != nil {
+				panic(fmt.Sprintf("transport: link default %s->%s: %v", from, to, err))
+			}
+			l.cfg = c
+		}
+		l.holdUntil = n.holdLocked(from, to)
 		n.links[k] = l
 	}
 	return l
@@ -344,6 +396,7 @@ type link struct {
 	cfg         LinkConfig // guarded by mu
 	partitioned bool       // guarded by mu
 	busyUntil   time.Time  // guarded by mu; when the link finishes serialising what it was given
+	holdUntil   time.Time  // guarded by mu; nothing written before it arrives before it (Hold)
 	rng         *rand.Rand // guarded by mu
 }
 
@@ -371,6 +424,9 @@ func (l *link) schedule(size int, now time.Time, unreliable bool) (at time.Time,
 		l.busyUntil = sent
 	}
 	at = sent.Add(l.cfg.Latency)
+	if at.Before(l.holdUntil) {
+		at = l.holdUntil
+	}
 	if l.cfg.Loss > 0 && l.rng.Float64() < l.cfg.Loss {
 		if unreliable {
 			return time.Time{}, true

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/atsp"
+	"github.com/concord-ccl/concord/internal/simhook"
 	"github.com/concord-ccl/concord/internal/wire"
 )
 
@@ -127,7 +128,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	loopDone := make(chan struct{})
 	go func() {
 		defer close(loopDone)
-		s.loop(ctx, m)
+		s.loop(ctx, m, simhook.GateOf(ctx))
 	}()
 	go func() {
 		<-ctx.Done()
@@ -173,7 +174,8 @@ func (s *Server) Snapshot() Snapshot {
 	}
 }
 
-func (s *Server) loop(ctx context.Context, m *Machine) {
+// loop is the event loop. gate, nil but in the simulator, pauses it as a SIGSTOP would.
+func (s *Server) loop(ctx context.Context, m *Machine, gate *simhook.Gate) {
 	cfg := m.cfg
 	interval := cfg.HeartbeatInterval / 4
 	tick := time.NewTicker(interval)
@@ -181,9 +183,16 @@ func (s *Server) loop(ctx context.Context, m *Machine) {
 	lastTick := time.Now()
 	for {
 		var in Input
+		var paused <-chan struct{}
+		if gate != nil {
+			paused = gate.Shutting()
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-paused:
+			gate.Wait(ctx)
+			continue
 		case ch := <-s.snaps:
 			ch <- m.Snapshot(time.Now())
 			continue
