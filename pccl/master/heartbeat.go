@@ -53,10 +53,23 @@ func (m *Machine) tick() {
 	for _, p := range silent {
 		quiet[p.group]++
 	}
+	// What the master hears of a group with silent peers: those heard within hearWindow. A peer that
+	// has not quite reached the timeout does not count as heard: when the master's own link fails,
+	// its peers fall silent together, a heartbeat apart.
+	heard := map[*group]int{}
+	for g := range quiet {
+		for _, ids := range [][]PeerID{g.acc, g.reg} {
+			for _, id := range ids {
+				if m.now.Sub(m.peers[id].lastSeen) <= m.hearWindow() {
+					heard[g]++
+				}
+			}
+		}
+	}
 	for _, gid := range m.gids {
 		g := m.groups[gid]
 		if n := quiet[g]; n > 0 {
-			m.suspect(g, n)
+			m.suspect(g, heard[g])
 			continue
 		}
 		g.blind = false
@@ -71,7 +84,7 @@ func (m *Machine) tick() {
 	// Judge every group on what the master heard before this tick's kicks.
 	limit := map[*group]time.Duration{}
 	for g, n := range quiet {
-		heard := g.size() - n
+		heard := heard[g]
 		if heard > 0 && (g.blind || (2*heard >= g.size() && g.isolated != nil)) {
 			// The master hears more of the group than it did: its own link healed, at least in part.
 			// The ones still silent were silent through the master's isolation, which is not theirs to
@@ -120,9 +133,15 @@ func (m *Machine) tick() {
 	}
 }
 
-// suspect notes, once per episode, that the master hears n peers of group g less than it could.
-func (m *Machine) suspect(g *group, n int) {
-	heard := g.size() - n
+// hearWindow is how recently the master must have heard a peer for it to count as heard when the
+// silence of others is judged: half the heartbeat timeout. Peers that fall silent together (the
+// master's link failed) stopped within a heartbeat interval of each other, so when the first of them
+// reaches the timeout, none of them counts as heard.
+func (m *Machine) hearWindow() time.Duration { return m.cfg.HeartbeatTimeout / 2 }
+
+// suspect notes, once per episode, that the master hears only heard peers of group g.
+func (m *Machine) suspect(g *group, heard int) {
+	n := g.size() - heard
 	if 2*heard >= g.size() || g.isolated != nil {
 		return
 	}
