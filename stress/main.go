@@ -3,6 +3,7 @@
 // revision is checked.
 //
 //	go run ./stress --duration 3m --seed 1
+//	go run ./stress --duration 3m --hosts      # every process on a host of its own (root)
 //
 // Each peer (this program, re-executed) loops about every 100 ms: if ArePeersPending, UpdateTopology;
 // SyncSharedState of a 64 KiB state; three concurrent AllReduces on different tags (F32 sum, I64 sum,
@@ -41,6 +42,14 @@
 //     only while four healthy peers are in the ring; an eviction as unreachable that it causes anyway
 //     (the group shrank meanwhile) is counted in link_hole_evictions, not as a violation.
 //   - link-slow: one ring link delays every byte by 20 to 100 ms for 2 to 4 s.
+//   - partition (--hosts only): for 2 to 15 s, the master's port goes down (nobody may be kicked; the
+//     stall check waits), or one peer's port (it is kicked and comes back by itself), or the switch
+//     splits the peers in halves with the master on one side (the other side is kicked and comes back).
+//     The summary counts the peers that came back by themselves after a kick (kicked_rejoined).
+//
+// With --hosts the master, every peer and a stranger that sends the junk each run on a host of their
+// own (internal/hosts: network namespaces with their own addresses on one bridge), and the relays
+// that stage black holes and slow links run on the hosts whose routes they stand for.
 //
 // With --transport quic the master and every peer talk QUIC, with a run secret drawn for the run; each
 // peer reaches the master through a UDP relay (for black hole and slow), its ring links go straight,
@@ -104,6 +113,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Verbose, "v", false, "copy every peer's stderr and every event to stderr")
 	fs.StringVar(&o.Transport, "transport", o.Transport, "what the master and the peers talk: tcp or quic (no ring-link faults over quic)")
 	fs.StringVar(&o.Break, "break", "", "make every peer misbehave the way a bug would (stale-update), to show the soak fails")
+	fs.BoolVar(&o.Hosts, "hosts", false, "run the master and every peer on a host of its own (network namespaces, root), and deal partitions")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

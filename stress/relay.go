@@ -20,8 +20,9 @@ import (
 // are shared between them and the supervisor.
 type relay struct {
 	ln     net.Listener
-	target string        // the master's address; "" for a link relay
-	stop   chan struct{} // closed by close
+	dial   func(addr string) (net.Conn, error) // opens the connection to a destination
+	target string                              // the master's address; "" for a link relay
+	stop   chan struct{}                       // closed by close
 	wg     sync.WaitGroup
 
 	mu        sync.Mutex
@@ -36,15 +37,32 @@ type relay struct {
 // newRelay listens on a free loopback port and forwards every connection to target, or, with target
 // "", to the destination each connection names first (a link relay).
 func newRelay(target string) (*relay, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return newRelayOn(loopback, target)
+}
+
+// newRelayOn is newRelay on a host of its own: it listens on the host's address and dials from there.
+func newRelayOn(h netHost, target string) (*relay, error) {
+	ln, err := h.listen()
 	if err != nil {
 		return nil, err
 	}
-	r := &relay{ln: ln, target: target, stop: make(chan struct{}), conns: map[net.Conn]func(){},
+	r := &relay{ln: ln, dial: h.dial, target: target, stop: make(chan struct{}), conns: map[net.Conn]func(){},
 		linkHoles: map[string]time.Time{}, linkDelay: map[string]time.Duration{}}
 	r.wg.Add(1)
 	go r.accept()
 	return r, nil
+}
+
+// netHost is where a relay runs: loopback in this process's own namespace, or a test bed's host.
+type netHost struct {
+	listen func() (net.Listener, error)
+	dial   func(addr string) (net.Conn, error)
+}
+
+// loopback is this process's own loopback.
+var loopback = netHost{
+	listen: func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") },
+	dial:   func(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) },
 }
 
 // maxPreamble bounds the first line of a link relay's connection (the destination address).
@@ -162,7 +180,7 @@ func (r *relay) open(c net.Conn) {
 		}
 		link = dest
 	}
-	far, err := net.DialTimeout("tcp", dest, 5*time.Second)
+	far, err := r.dial(dest)
 	if err != nil {
 		closeBoth()
 		return

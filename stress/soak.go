@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/internal/cluster"
+	"github.com/concord-ccl/concord/internal/hosts"
 	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/pccl/master"
 	"github.com/concord-ccl/concord/stress/invariant"
@@ -24,7 +26,7 @@ import (
 
 // Fault classes, in the order of the summary.
 var faultClasses = []string{"kill", "stop", "spawn", "join", "blackhole", "slow", "leave", "master-stall", "master-restart", "junk",
-	"link-blackhole", "link-slow"}
+	"link-blackhole", "link-slow", "partition"}
 
 // Ring-link faults. A peer's data path gives up a link silent for soakProgress; a black hole on a ring
 // link outlasts it, so the collective fails on that link, the master cuts it and the next ring avoids
@@ -65,6 +67,9 @@ type options struct {
 	// Transport is what the master and the peers talk: "tcp", or "quic" (with a run secret drawn
 	// for the run). Over QUIC the ring-link faults are not dealt: they need the TCP link relays.
 	Transport string
+	// Hosts runs the master and every peer on a host of its own (network namespaces; root), and
+	// deals the partition class (hosts.go).
+	Hosts bool
 }
 
 func defaultOptions() options {
@@ -84,6 +89,8 @@ func (o options) validate() error {
 		return fmt.Errorf("--break %q: the only mode is stale-update", o.Break)
 	case o.Transport != "tcp" && o.Transport != "quic":
 		return fmt.Errorf("--transport %q: want tcp or quic", o.Transport)
+	case o.Hosts && o.Transport != "tcp":
+		return fmt.Errorf("--hosts runs over tcp: its relays stage the black holes and slow links")
 	}
 	return nil
 }
@@ -101,6 +108,7 @@ type Stats struct {
 type Summary struct {
 	Seed           uint64  `json:"seed"`
 	Transport      string  `json:"transport"`
+	Hosts          bool    `json:"hosts"`
 	DurationS      float64 `json:"duration_s"`
 	Peers          int     `json:"peers"`
 	Iterations     int     `json:"iterations"`
@@ -109,6 +117,9 @@ type Summary struct {
 	SyncFailures   int     `json:"sync_failures"`
 	Sessions       int     `json:"sessions"`
 	UnfaultedKicks int     `json:"unfaulted_kicks"`
+	// KickedRejoined counts the peers that the master removed (kicked, or lost the master) and that
+	// came back by themselves as newcomers.
+	KickedRejoined int `json:"kicked_rejoined"`
 	// LinkHoleEvictions counts peers evicted as unreachable from a ring neighbour whose link was
 	// black-holed (no ring without that link existed then).
 	LinkHoleEvictions int `json:"link_hole_evictions"`
@@ -147,6 +158,7 @@ type peerProc struct {
 	output chan struct{} // closed once every stdout line of the process is on the merged feed
 
 	sess        uint64    // the session in the group, 0 if none or doomed by a fault
+	removed     bool      // its last session ended with a kick or a lost master
 	doomedAt    time.Time // the last fault that doomed the session; a session that connected before is doomed too
 	established bool      // the session holds the state (it synced)
 
@@ -271,6 +283,10 @@ type soak struct {
 	lastStatus time.Time
 	isTerm     bool
 	secret     []byte // the run secret over QUIC
+
+	bed           *bedHosts       // the test bed with --hosts, else nil
+	partition     *partitionFault // the partition in force, nil if none
+	lastPartition time.Time
 }
 
 // run runs the soak for o.Duration (or until ctx ends or an invariant breaks) and returns the summary.
@@ -288,7 +304,7 @@ func run(ctx context.Context, o options, log io.Writer) (Summary, error) {
 		procs:      map[*cluster.Proc]*peerProc{},
 		recovery:   map[string][]float64{},
 		iterations: map[uint64]bool{},
-		sum:        Summary{Seed: o.Seed, Transport: o.Transport, Peers: o.Peers, Faults: map[string]int{}, Recovery: map[string]Stats{}},
+		sum:        Summary{Seed: o.Seed, Transport: o.Transport, Hosts: o.Hosts, Peers: o.Peers, Faults: map[string]int{}, Recovery: map[string]Stats{}},
 	}
 	s.c = cluster.New(cluster.Config{Stderr: watch, Env: transportEnv(o.Transport, s.secret)})
 	if f, ok := log.(*os.File); ok {
@@ -307,6 +323,11 @@ func run(ctx context.Context, o options, log io.Writer) (Summary, error) {
 	for _, p := range s.order {
 		p.relay.close()
 		p.links.close()
+	}
+	if s.bed != nil {
+		if cerr := s.bed.bed.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
 	}
 	s.finish()
 	if s.sum.Violations > 0 {
@@ -336,16 +357,24 @@ func (s *soak) spawn(why string) (*peerProc, error) {
 		linkAddr string
 		err      error
 	)
+	masterNet, ownNet, start := loopback, loopback, (func(*exec.Cmd) error)(nil)
+	var host *hosts.Host
+	if s.bed != nil {
+		if host, err = s.bed.free(); err != nil {
+			return nil, err
+		}
+		masterNet, ownNet, start = netOf(s.bed.master), netOf(host), startOn(host)
+	}
 	if s.o.Transport == "quic" {
 		r, err = newUDPRelay(s.master)
 	} else {
-		r, err = newRelay(s.master)
+		r, err = newRelayOn(masterNet, s.master)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("relay for %s: %w", name, err)
 	}
 	if s.o.Transport != "quic" {
-		if lr, err = newRelay(""); err != nil {
+		if lr, err = newRelayOn(ownNet, ""); err != nil {
 			r.close()
 			return nil, fmt.Errorf("link relay for %s: %w", name, err)
 		}
@@ -357,13 +386,16 @@ func (s *soak) spawn(why string) (*peerProc, error) {
 	if s.o.Break != "" {
 		env = append(env, envBreak+"="+s.o.Break)
 	}
-	cp, err := s.c.Spawn(cluster.Spec{Role: rolePeer, Name: name, Env: env})
+	cp, err := s.c.Spawn(cluster.Spec{Role: rolePeer, Name: name, Env: env, Start: start})
 	if err != nil {
 		r.close()
 		lr.close()
 		return nil, err
 	}
 	p := &peerProc{name: name, proc: cp, relay: r, links: lr, output: make(chan struct{})}
+	if host != nil {
+		s.bed.busy[host] = p
+	}
 	go func() { // drain the per-process feed; the merged feed is the one read
 		for range cp.Lines() {
 		}
@@ -382,7 +414,20 @@ func (s *soak) run(ctx context.Context) error {
 	mcfg.MeasureDuration = 100 * time.Millisecond
 	mcfg.ImproveBudget = 500 * time.Millisecond
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	mp, addr, err := s.c.StartMaster(sctx, mcfg)
+	var (
+		mp   *cluster.Proc
+		addr string
+		err  error
+	)
+	if s.o.Hosts {
+		if s.bed, err = newBedHosts(s.o.Peers); err != nil {
+			cancel()
+			return fmt.Errorf("hosts: %w", err)
+		}
+		mp, addr, err = s.c.StartMasterWith(sctx, mcfg, net.JoinHostPort(s.bed.master.Addr().String(), "0"), startOn(s.bed.master))
+	} else {
+		mp, addr, err = s.c.StartMaster(sctx, mcfg)
+	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("master: %w", err)
@@ -439,6 +484,10 @@ func (s *soak) handle(l cluster.Line) {
 	key := p.name + "/" + strconv.FormatUint(ev.Sess, 10)
 	switch ev.Event {
 	case "connected":
+		if p.removed {
+			p.removed = false
+			s.sum.KickedRejoined++
+		}
 		if time.Unix(0, ev.T).After(p.doomedAt) {
 			p.sess, p.established, p.addr = ev.Sess, false, ev.Addr
 		}
@@ -515,6 +564,7 @@ func (s *soak) handle(l cluster.Line) {
 		switch ev.Kind {
 		case "canceled", "deadline":
 		case "kicked", "master_lost":
+			p.removed = true
 			if ev.Sess == p.sess && p.sess != 0 {
 				// Kicked although no fault hit it (a fault clears sess): e.g. heartbeats starved.
 				s.sum.UnfaultedKicks++
@@ -591,6 +641,9 @@ func (s *soak) tick(now time.Time) error {
 			p.exited = true
 			p.relay.close()
 			p.links.close()
+			if s.bed != nil {
+				delete(s.bed.busy, s.bed.hostOf(p))
+			}
 			code := p.proc.ExitCode()
 			s.event("%s exited with status %d", p.name, code)
 			switch {
@@ -617,6 +670,7 @@ func (s *soak) tick(now time.Time) error {
 		}
 	}
 	s.endLinkFaults(now)
+	s.endPartition(now)
 	for ; running < s.o.Peers && !s.closing; running++ {
 		if _, err := s.spawn("replacement"); err != nil {
 			return err
@@ -626,8 +680,8 @@ func (s *soak) tick(now time.Time) error {
 		s.inject(now)
 		s.nextFault = now.Add(s.faultGap())
 	}
-	if !s.masterStoppedUntil.IsZero() {
-		healthy = 0 // nobody can make progress while the master is paused
+	if !s.masterStoppedUntil.IsZero() || (s.partition != nil && s.partition.kind == "master") {
+		healthy = 0 // nobody can make progress while the master is paused or cut off
 	}
 	s.check.Tick(now, healthy)
 	// Recovery that never came (the run ended it, or a stall is reported) is not a sample; a fault
@@ -687,7 +741,7 @@ func (s *soak) inject(now time.Time) {
 			frozen = true
 		}
 	}
-	if !s.masterStoppedUntil.IsZero() {
+	if !s.masterStoppedUntil.IsZero() || s.partition != nil {
 		frozen = true
 	}
 	// While the peers find a restarted master and it rebuilds the ring from their reports, no peer
@@ -732,6 +786,8 @@ func (s *soak) inject(now time.Time) {
 			ok = len(links) > 0 && !frozen && inRing >= 4 && s.o.Transport != "quic"
 		case "link-slow":
 			ok = len(links) > 0 && s.o.Transport != "quic"
+		case "partition":
+			ok = s.bed != nil && !frozen && now.Sub(s.lastPartition) > partitionEvery
 		}
 		if ok {
 			possible = append(possible, c)
@@ -810,6 +866,8 @@ func (s *soak) inject(now time.Time) {
 	case "junk":
 		s.faulted(class, now, nil)
 		s.junk(s.rng.Uint64())
+	case "partition":
+		s.dealPartition(now, withSess)
 	}
 }
 
@@ -822,7 +880,11 @@ func (s *soak) restartMaster() error {
 	if _, err := s.mproc.Wait(ctx); err != nil {
 		return fmt.Errorf("the killed master did not exit: %w", err)
 	}
-	p, _, err := s.c.StartMasterAt(ctx, s.mcfg, s.master)
+	var start func(*exec.Cmd) error
+	if s.bed != nil {
+		start = startOn(s.bed.master)
+	}
+	p, _, err := s.c.StartMasterWith(ctx, s.mcfg, s.master, start)
 	if err != nil {
 		return err
 	}
@@ -842,12 +904,16 @@ func (s *soak) junk(seed uint64) {
 		s.junkQUIC(seed)
 		return
 	}
+	dial := func() (net.Conn, error) { return net.DialTimeout("tcp", addr, time.Second) }
+	if s.bed != nil {
+		dial = func() (net.Conn, error) { return netOf(s.bed.stranger).dial(addr) }
+	}
 	s.junkWG.Add(1)
 	go func() {
 		defer s.junkWG.Done()
 		rng := rand.New(rand.NewPCG(seed, 0x1c))
 		for i := range junkPerFault {
-			c, err := net.DialTimeout("tcp", addr, time.Second)
+			c, err := dial()
 			if err != nil {
 				continue
 			}
@@ -943,6 +1009,10 @@ func (s *soak) shutdown() {
 	if !s.masterStoppedUntil.IsZero() {
 		s.mproc.Continue()
 		s.masterStoppedUntil = time.Time{}
+	}
+	if s.partition != nil {
+		s.partition.until = now
+		s.endPartition(now)
 	}
 	s.junkWG.Wait()
 	deadline := time.NewTimer(hangLimit + time.Second)

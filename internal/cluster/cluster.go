@@ -43,6 +43,9 @@ type Spec struct {
 	Args []string
 	// Env holds extra "KEY=value" entries for this child, after Config.Env.
 	Env []string
+	// Start starts the prepared command (a test bed's host starts it inside its namespace). Nil
+	// means cmd.Start.
+	Start func(cmd *exec.Cmd) error
 }
 
 // Cluster starts and supervises child processes. Its methods may be called from any goroutine.
@@ -136,7 +139,11 @@ func (c *Cluster) Spawn(spec Spec) (*Proc, error) {
 	cmd.Env = append(cmd.Env, spec.Env...)
 	cmd.Env = append(cmd.Env, EnvRole+"="+spec.Role, EnvName+"="+name)
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	start := spec.Start
+	if start == nil {
+		start = (*exec.Cmd).Start
+	}
+	if err := start(cmd); err != nil {
 		closeAll(inR, inW, outR, outW, errR, errW)
 		return nil, fmt.Errorf("cluster: spawn %s: %w", name, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 
@@ -37,12 +38,18 @@ func (c *Cluster) StartMaster(ctx context.Context, cfg master.Config) (*Proc, st
 // StartMasterAt is StartMaster on a given listen address, host:port (empty: 127.0.0.1 and any free
 // port), for instance to restart a master where its peers look for it.
 func (c *Cluster) StartMasterAt(ctx context.Context, cfg master.Config, addr string) (*Proc, string, error) {
+	return c.StartMasterWith(ctx, cfg, addr, nil)
+}
+
+// StartMasterWith is StartMasterAt with the process started by start (see Spec.Start), on a host of
+// a test bed, say.
+func (c *Cluster) StartMasterWith(ctx context.Context, cfg master.Config, addr string, start func(*exec.Cmd) error) (*Proc, string, error) {
 	js, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("cluster: master config: %w", err)
 	}
 	env := []string{envMasterConfig + "=" + string(js), envMasterAddr + "=" + addr}
-	p, err := c.Spawn(Spec{Role: RoleMaster, Name: "master", Env: env})
+	p, err := c.Spawn(Spec{Role: RoleMaster, Name: "master", Env: env, Start: start})
 	if err != nil {
 		return nil, "", err
 	}
