@@ -714,6 +714,20 @@ func (c *Communicator) ArePeersPending(ctx context.Context) (bool, error) {
 	return r.answer, cleanError(err)
 }
 
+// Leave leaves the group gracefully at its safe point, in place of this peer's ArePeersPending: the
+// master answers every other peer's ArePeersPending true and removes this one, so the others re-wire
+// at their UpdateTopology without aborting a collective (a departure at a spot instance's
+// preemption notice, say). Every other accepted peer must be in ArePeersPending too, as in a training
+// loop's membership step; if a collective of the group is under way instead, the peer leaves at once,
+// as Close would make it. Leave then closes the Communicator; it returns ctx's error if the master did
+// not answer in time (the Communicator is closed all the same).
+func (c *Communicator) Leave(ctx context.Context) error {
+	call, ch := c.newCall()
+	_, err := c.ask(ctx, "leave", call, ch, pendingCall{call: call, leave: true})
+	c.Close()
+	return cleanError(err)
+}
+
 // Close leaves the run: it tells the master, closes every connection and waits for the
 // communicator's goroutines. Collectives in flight fail with ErrClosed. Close is idempotent.
 func (c *Communicator) Close() error {

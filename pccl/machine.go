@@ -51,6 +51,9 @@ type machine struct {
 	topo vote // VoteTopology (and VoteOptimize, which ends with a Topology too)
 	pend vote // VotePending
 
+	leaving bool // the pending vote out is this peer's last (Leave)
+	left    bool // its answer came: the master removed this peer, which only closes now
+
 	opt struct {
 		active bool   // a VoteOptimize awaits its Topology
 		call   uint64 // the caller measuring, 0 if it gave up
@@ -138,8 +141,11 @@ type (
 		rewire  bool
 		noAdmit bool
 	}
-	// pendingCall is ArePeersPending.
-	pendingCall struct{ call uint64 }
+	// pendingCall is ArePeersPending; with leave it is Leave (the peer's last vote).
+	pendingCall struct {
+		call  uint64
+		leave bool
+	}
 	// optimizeCall is OptimizeTopology.
 	optimizeCall struct{ call uint64 }
 	// initiateCall starts a collective on tag.
@@ -330,9 +336,12 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 			return
 		}
 		m.pend.call = in.call
+		if in.leave {
+			m.leaving = true
+		}
 		if !m.pend.outstanding {
 			m.pend.outstanding = true
-			send(&wire.VotePending{})
+			send(&wire.VotePending{Leave: in.leave})
 		}
 	case optimizeCall:
 		m.rc.rewired = false
@@ -387,7 +396,9 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 	case cancelCall:
 		m.cancel(now, in, emit)
 	case closeCall:
-		send(&wire.Bye{})
+		if !m.left {
+			send(&wire.Bye{})
+		}
 		m.die(ErrClosed, emit)
 	default:
 		panic(fmt.Sprintf("pccl: machine input %T", in))
@@ -490,6 +501,7 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 		}
 	case *wire.Pending:
 		m.pend.outstanding = false
+		m.left = m.leaving // the master has removed this peer
 		if m.pend.call != 0 {
 			emit(replyAct{reply{call: m.pend.call, answer: msg.Answer}})
 			m.pend.call = 0

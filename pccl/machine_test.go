@@ -116,7 +116,7 @@ func runPeerScenario(t *testing.T, file string) string {
 			case "topology":
 				in = topologyCall{call: call, rewire: strings.Contains(line, "rewire"), noAdmit: strings.Contains(line, "noadmit")}
 			case "pending":
-				in = pendingCall{call}
+				in = pendingCall{call: call, leave: strings.Contains(line, "leave")}
 			case "optimize":
 				in = optimizeCall{call}
 			case "init":
@@ -422,7 +422,7 @@ func FuzzPeerMachine(f *testing.F) {
 			case 1:
 				in = topologyCall{call: newCall(false), rewire: arg%2 == 0}
 			case 2:
-				in = pendingCall{newCall(false)}
+				in = pendingCall{call: newCall(false), leave: arg%5 == 0}
 			case 3:
 				in = optimizeCall{newCall(false)}
 			case 4:

@@ -21,6 +21,22 @@ import (
 // newcomer to a group that holds state) adopts the group's state at its first sync. Each step computes
 // for compute first. record sees every revision this peer accepted and its state's hash.
 func checked(ctx context.Context, c *pccl.Communicator, fresh bool, steps uint64, compute time.Duration, record func(rev, hash uint64)) error {
+	return stepLoop(ctx, c, loopOptions{fresh: fresh, steps: steps, compute: compute, record: record})
+}
+
+// loopOptions are the knobs of checkedLoop: see checked. leave, if set, is asked at every membership
+// step; when it says so, the peer leaves there (Communicator.Leave). aborts counts the retries.
+type loopOptions struct {
+	fresh   bool
+	steps   uint64
+	compute time.Duration
+	record  func(rev, hash uint64)
+	leave   func() bool
+	aborts  *int
+}
+
+func stepLoop(ctx context.Context, c *pccl.Communicator, o loopOptions) error {
+	fresh, steps, compute, record := o.fresh, o.steps, o.compute, o.record
 	const count = 1 << 12
 	step := make([]uint64, 1)
 	st := sharedstate.NewState()
@@ -32,10 +48,16 @@ func checked(ctx context.Context, c *pccl.Communicator, fresh bool, steps uint64
 		if !pccl.Retryable(err) && !errors.Is(err, pccl.ErrSync) {
 			return err
 		}
+		if o.aborts != nil {
+			*o.aborts++
+		}
 		atSync = true
 		return c.UpdateTopology(ctx)
 	}
 	for step[0] < steps {
+		if !atSync && o.leave != nil && o.leave() {
+			return c.Leave(ctx)
+		}
 		if !atSync {
 			pending, err := c.ArePeersPending(ctx)
 			if err != nil {
@@ -287,5 +309,46 @@ func TestBubbleMasterFlaps(t *testing.T) {
 			t.Fatal(revs.err)
 		}
 		t.Logf("counters after the flaps: %+v, %d revisions", b.srv.Snapshot().Counters, len(revs.hash))
+	})
+}
+
+// TestBubbleLeaveAtSafePoint has one of four peers leave at the membership step of the checked loop
+// (a preemption notice): the others are answered "pending", re-wire without it at UpdateTopology and
+// go on with no collective aborted and no retry.
+func TestBubbleLeaveAtSafePoint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := newBubble(t)
+		defer b.close()
+		comms := b.start(ctx, 4, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6})
+		var revs revisions
+		aborts := make([]int, 4)
+		var steps [4]uint64
+		errs := each(comms, func(i int, c *pccl.Communicator) error {
+			o := loopOptions{steps: 40, compute: 10 * time.Millisecond, aborts: &aborts[i],
+				record: func(rev, hash uint64) { revs.record(rev, hash); steps[i]++ }}
+			if i == 3 {
+				o.leave = func() bool { return steps[i] >= 10 }
+			}
+			return stepLoop(ctx, c, o)
+		})
+		closeAll(comms[:3])
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d: %v", i, err)
+			}
+		}
+		if revs.err != nil {
+			t.Fatal(revs.err)
+		}
+		for i := range 3 {
+			if aborts[i] != 0 {
+				t.Errorf("peer %d retried %d times around a graceful leave, want none", i, aborts[i])
+			}
+		}
+		snap := b.srv.Snapshot()
+		if snap.Counters.OpsAborted != 0 || snap.Counters.Kicked != 0 {
+			t.Errorf("counters %+v: want nothing aborted, nobody kicked", snap.Counters)
+		}
 	})
 }

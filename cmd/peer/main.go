@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -58,6 +59,12 @@ func commonFlags() []cli.Flag {
 			Usage: "network interfaces (names or IPv4 addresses) this peer uses inside its site, in rail order, comma-separated; with --site the collectives inside the site run on them (the intra-site tier, with hot repair)"},
 		&cli.StringFlag{Name: "preset", Value: "lan", EnvVars: []string{"CONCORD_PRESET"},
 			Usage: "connection preset: lan (1 connection per neighbour) or wan (4, more patience)"},
+		&cli.StringFlag{Name: "preempt-notice", EnvVars: []string{"CONCORD_PREEMPT_NOTICE"},
+			Usage: "a file, or an http(s) URL polled every --preempt-poll (a cloud's metadata endpoint), that announces this machine's preemption: once the file exists and is not empty, or the URL answers 200 with a body other than \"false\", the peer leaves the group at its next membership step, as on SIGTERM"},
+		&cli.DurationFlag{Name: "preempt-poll", Value: time.Second, EnvVars: []string{"CONCORD_PREEMPT_POLL"},
+			Usage: "how often --preempt-notice is polled"},
+		&cli.DurationFlag{Name: "leave-timeout", Value: 30 * time.Second, EnvVars: []string{"CONCORD_LEAVE_TIMEOUT"},
+			Usage: "after SIGTERM or a preemption notice, how long to wait for a membership step to leave at before stopping at once"},
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"CONCORD_JSON"},
 			Usage: "print every step as one JSON object per line on stdout (step, world, rank, revision, state hash, aborts, joins, rejoins)"},
 		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"CONCORD_LOG_FORMAT"},

@@ -26,6 +26,11 @@ type hostRun struct {
 const heartbeatTimeout = 1500 * time.Millisecond
 
 func newHostRun(t *testing.T, ctx context.Context, bin string, peers int) *hostRun {
+	return newHostRunWith(t, ctx, bin, peers, nil)
+}
+
+// newHostRunWith is newHostRun with extra arguments for peer i's command line.
+func newHostRunWith(t *testing.T, ctx context.Context, bin string, peers int, extra func(i int) []string) *hostRun {
 	t.Helper()
 	work := t.TempDir()
 	if err := os.WriteFile(filepath.Join(work, "run.secret"), []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
@@ -50,7 +55,11 @@ func newHostRun(t *testing.T, ctx context.Context, bin string, peers int) *hostR
 	t.Cleanup(r.master.stop)
 	line := fmt.Sprintf("peer run --master %s:48148 --token run-42 --secret-file run.secret --json", bed.Host(0).Addr())
 	for i := range peers {
-		p := start(t, ctx, bed.Host(i+1), bin, work, strings.Fields(line), []string{"CONCORD_STEPS=100000000", "CONCORD_SIZE=65536", "CONCORD_LOG_LEVEL=info"})
+		args := strings.Fields(line)
+		if extra != nil {
+			args = append(args, extra(i)...)
+		}
+		p := start(t, ctx, bed.Host(i+1), bin, work, args, []string{"CONCORD_STEPS=100000000", "CONCORD_SIZE=65536", "CONCORD_LOG_LEVEL=info"})
 		r.peers = append(r.peers, p)
 		t.Cleanup(p.stop)
 	}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -30,9 +28,9 @@ func runCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "steps", Value: 1000, EnvVars: []string{"CONCORD_STEPS"}, Usage: "steps to run"},
 		),
 		Action: func(cc *cli.Context) error {
-			return standalone(cc, func(ctx context.Context, comm *pccl.Communicator, emit func(event)) error {
+			return standalone(cc, func(ctx context.Context, comm *pccl.Communicator, leaving func() bool, emit func(event)) error {
 				steps := cc.Uint64("steps")
-				return allreduceLoop(ctx, comm, cc.Int("size"), func() uint64 { return steps }, emit, comm.Logger())
+				return allreduceLoop(ctx, comm, cc.Int("size"), func() uint64 { return steps }, leaving, emit, comm.Logger())
 			})
 		},
 	}
@@ -67,7 +65,7 @@ func trainCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("data: %v", err), 1)
 			}
-			return standalone(cc, func(ctx context.Context, comm *pccl.Communicator, emit func(event)) error {
+			return standalone(cc, func(ctx context.Context, comm *pccl.Communicator, leaving func() bool, emit func(event)) error {
 				tc := diloco.TrainerConfig{Kind: kind, H: cc.Int("inner-steps"), BatchSize: cc.Int("batch"), Seed: cc.Uint64("seed"),
 					Steps: cc.Int("steps"), Logger: comm.Logger(),
 					Progress: func(p diloco.Progress) {
@@ -89,7 +87,11 @@ func trainCommand() *cli.Command {
 // that the master removes (a partition, a long silence) connects again as a newcomer by itself, with
 // backoff, and body runs again, fetching the group's state at its first sync; it gives up only on what
 // a retry cannot fix, such as a wrong token, each named in one line.
-func standalone(cc *cli.Context, body func(context.Context, *pccl.Communicator, func(event)) error) error {
+//
+// The first SIGTERM or SIGINT, or a preemption notice (--preempt-notice), makes body leave the group
+// at its next membership step (leaving reports true), so that the others go on without an abort; a
+// second signal, or --leave-timeout without a safe point, stops it at once.
+func standalone(cc *cli.Context, body func(ctx context.Context, comm *pccl.Communicator, leaving func() bool, emit func(event)) error) error {
 	log, err := logx.New(os.Stderr, cc.String("log-format"), cc.String("log-level"))
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
@@ -112,8 +114,14 @@ func standalone(cc *cli.Context, body func(context.Context, *pccl.Communicator, 
 	if err := cfg.Validate(); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
-	ctx, stop := signal.NotifyContext(cc.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	notice, err := newPreemptWatch(cc.String("preempt-notice"), cc.Duration("preempt-poll"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	ctx, cancel := context.WithCancel(cc.Context)
+	defer cancel()
+	leave := newLeaver(ctx, cancel, notice, cc.Duration("leave-timeout"))
+	defer leave.stop()
 	fmt.Fprintf(os.Stderr, "connecting to %s (waiting to be accepted by the running peers)...\n", cfg.Master)
 	start := time.Now()
 	rc := pccl.RejoinConfig{
@@ -127,31 +135,32 @@ func standalone(cc *cli.Context, body func(context.Context, *pccl.Communicator, 
 	jsonOut := json.NewEncoder(os.Stdout)
 	err = pccl.Rejoin(ctx, cfg, rc, func(ctx context.Context, comm *pccl.Communicator, rejoins int) error {
 		fmt.Fprintf(os.Stderr, "accepted as peer %d: rank %d of %d\n", comm.ID(), comm.Rank(), comm.WorldSize())
-		return body(ctx, comm, func(e event) {
+		return body(ctx, comm, leave.requested, func(e event) {
 			if cc.Bool("json") {
 				e.Time, e.Rejoins = time.Now().UnixNano(), rejoins
 				jsonOut.Encode(e)
 			}
-			if e.Event == "sync" {
-				return
-			}
-			if e.Event == "done" {
+			switch e.Event {
+			case "sync":
+			case "left":
+				fmt.Fprintf(os.Stderr, "\nleft the group at step %d (%s)\n", e.Step, leave.why())
+			case "done":
 				fmt.Fprintf(os.Stderr, "\ndone: step %d, world %d, revision %d, aborts %d, joins %d, rejoins %d, state %s\n",
 					e.Step, e.World, e.Rev, e.Aborts, e.Joins, rejoins, e.State)
-				return
+			default:
+				fmt.Fprintf(os.Stderr, "\r[%5s] step %5d  world %d  rank %d  revision %5d  loss %.3f  aborts %d  joins %d   ",
+					time.Since(start).Truncate(time.Second), e.Step, e.World, e.Rank, e.Rev, e.Loss, e.Aborts, e.Joins)
 			}
-			fmt.Fprintf(os.Stderr, "\r[%5s] step %5d  world %d  rank %d  revision %5d  loss %.3f  aborts %d  joins %d   ",
-				time.Since(start).Truncate(time.Second), e.Step, e.World, e.Rank, e.Rev, e.Loss, e.Aborts, e.Joins)
 		})
 	})
 	fmt.Fprintln(os.Stderr)
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, errLeft):
 		return nil
 	case errors.Is(err, pccl.ErrRefused):
 		return cli.Exit(fmt.Sprintf("refused by the master, not retrying: %v", err), 1)
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return cli.Exit("stopped by a signal", 1)
+	case ctx.Err() != nil:
+		return cli.Exit("stopped: "+leave.why(), 1)
 	}
 	return cli.Exit(err.Error(), 1)
 }

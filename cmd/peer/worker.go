@@ -90,7 +90,7 @@ func workerMain() int {
 	defer comm.Close()
 	emit(event{Event: "connected", Rank: comm.Rank(), World: comm.WorldSize()})
 	if cfg.Trainer == "allreduce" {
-		err = allreduceLoop(ctx, comm, cfg.Size, stopAt.Load, emit, cluster.Logger())
+		err = allreduceLoop(ctx, comm, cfg.Size, stopAt.Load, nil, emit, cluster.Logger())
 	} else {
 		err = trainLoop(ctx, comm, cfg, stopAt.Load, emit)
 	}
@@ -147,10 +147,15 @@ func trainLoop(ctx context.Context, comm *pccl.Communicator, cfg workerConfig, s
 	return nil
 }
 
+// errLeft is what allreduceLoop returns after the peer left gracefully.
+var errLeft = errors.New("left the group gracefully")
+
 // allreduceLoop runs AllReduces with the retry pattern until the group's step counter (shared state)
 // reaches stopAt. Each op's result is checked element by element against the sum of the contributions
-// of the ring it ran on.
-func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopAt func() uint64, emit func(event), log *slog.Logger) error {
+// of the ring it ran on. leaving, if set, is asked at every membership step: when it says so, the peer
+// leaves the group there (Communicator.Leave), so that the others go on without an abort, and the
+// loop returns errLeft.
+func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopAt func() uint64, leaving func() bool, emit func(event), log *slog.Logger) error {
 	count := size / 4
 	step := make([]uint64, 1)
 	st := sharedstate.NewState()
@@ -177,6 +182,13 @@ func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopA
 	for step[0] < stopAt() {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if !atSync && leaving != nil && leaving() {
+			if err := comm.Leave(ctx); err != nil {
+				return err
+			}
+			emit(event{Event: "left", Step: step[0], Rev: st.Revision, Ops: ops, Aborts: aborts, Joins: joins})
+			return errLeft
 		}
 		if !atSync {
 			pending, err := comm.ArePeersPending(ctx)

@@ -251,11 +251,26 @@ func (m *Topology) decode(d *decoder) {
 		Run: RunSize{Peers: d.u32("run peers"), Groups: d.u32("run groups"), Largest: d.u32("largest group")}}
 }
 
-// VotePending is a peer's vote in ArePeersPending.
-type VotePending struct{}
+// VotePending is a peer's vote in ArePeersPending. Leave makes it the peer's last: it leaves the group
+// at this safe point, and every other voter is answered true, so that the group re-wires without it
+// at its next UpdateTopology and no collective is aborted.
+type VotePending struct{ Leave bool }
 
-func (m *VotePending) Append(b []byte) []byte { return b }
-func (m *VotePending) decode(*decoder)        {}
+func (m *VotePending) Append(b []byte) []byte {
+	if m.Leave {
+		return append(b, 1)
+	}
+	return b // a plain vote is empty, as it was before Leave
+}
+
+func (m *VotePending) decode(d *decoder) {
+	if len(d.b) > 0 {
+		m.Leave = true
+		if !d.boolean("leave") {
+			d.fail("leave") // a plain vote has no byte at all
+		}
+	}
+}
 
 // Pending answers ArePeersPending; every voter receives the same answer.
 type Pending struct{ Answer bool }

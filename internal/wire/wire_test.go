@@ -20,6 +20,7 @@ func sampleMessages() []Message {
 		&LinksReady{Epoch: 3, OK: false, Failed: []uint64{4, 9}, Detail: "dial refused"},
 		&LinksReady{Epoch: 3, OK: true},
 		&VotePending{},
+		&VotePending{Leave: true},
 		&Initiate{Tag: 12, Desc: Desc{Count: 1 << 40, DType: 3, Op: 2, Quant: 1}},
 		&Initiate{Tag: 13, Desc: Desc{Count: 8, DType: 10, Op: 0}, Stats: &Contribution{Finite: true, Norm: 2.5}},
 		&Done{Tag: 12, Seq: 99, Code: CodePeerLeft, Detail: "peer 3: eof", LinkBytes: 1 << 20, LinkNanos: 5e6},

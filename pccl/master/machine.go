@@ -217,7 +217,7 @@ func (m *Machine) receive(c ConnID, msg wire.Message) {
 	case *wire.LinksReady:
 		m.linksReady(p, msg)
 	case *wire.VotePending:
-		m.votePending(p)
+		m.votePending(p, msg.Leave)
 	case *wire.Initiate:
 		m.initiate(p, msg)
 	case *wire.Done:

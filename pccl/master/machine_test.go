@@ -30,7 +30,7 @@ import (
 //	                                       on ring A,B,C, holding revision R of that state, at step N
 //	links ID epoch=E [fail=P]              LinksReady (ok unless fail names an unreachable peer)
 //	topo ID [rewire] [noadmit]             VoteTopology
-//	pending ID                             VotePending
+//	pending ID [leave]                     VotePending (the peer's last, with leave)
 //	init ID tag=T count=N [dtype=D] [op=O] [quant=Q] [part=P]
 //	done ID tag=T seq=S [code=peer-left|aborted]
 //	heartbeat ID | bye ID | close ID
@@ -161,7 +161,8 @@ func runScenario(t *testing.T, file string) string {
 			_, noAdmit := args["noadmit"]
 			in = Received{id(), &wire.VoteTopology{Rewire: rewire, NoAdmit: noAdmit}}
 		case "pending":
-			in = Received{id(), &wire.VotePending{}}
+			_, leave := args["leave"]
+			in = Received{id(), &wire.VotePending{Leave: leave}}
 		case "init":
 			in = Received{id(), &wire.Initiate{Tag: num("tag", 0), Desc: wire.Desc{Count: num("count", 0),
 				DType: uint8(num("dtype", 3)), Op: uint8(num("op", 1)), Quant: uint8(num("quant", 0)),

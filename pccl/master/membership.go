@@ -24,6 +24,7 @@ type peer struct {
 	rewire      bool // asked for the links to be re-established
 	noAdmit     bool // voted to keep the registered peers waiting (a repair, not a membership step)
 	votePending bool // voted in ArePeersPending
+	leaving     bool // its pending vote was its last: it leaves when the vote completes
 
 	voteOpt  bool           // voted in OptimizeTopology
 	voteSync *wire.VoteSync // vote in SyncSharedState, nil if none

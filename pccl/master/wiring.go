@@ -206,7 +206,9 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 	m.checkPending(g)
 }
 
-func (m *Machine) votePending(p *peer) {
+// votePending counts p's ArePeersPending vote; with leave, p leaves the group at this safe point
+// (see checkPending).
+func (m *Machine) votePending(p *peer, leave bool) {
 	switch {
 	case p.state != Accepted:
 		m.kick(p.id, "ArePeersPending vote from a peer that is not accepted")
@@ -215,22 +217,50 @@ func (m *Machine) votePending(p *peer) {
 		m.kick(p.id, "second ArePeersPending vote in one round")
 		return
 	}
-	p.votePending = true
+	if leave && m.busyGroup(p.group) {
+		// The others are not at the safe point: a collective runs or waits for votes. Leave now, as
+		// a peer that says bye does; the group pays an abort, which waiting could not avoid.
+		m.send(p.id, &wire.Pending{Answer: true})
+		m.remove(p.id, "left", "left at once: a collective of its group was under way")
+		return
+	}
+	p.votePending, p.leaving = true, leave
 	p.group.pendingVotes++
 	m.checkPending(p.group)
 }
 
+// busyGroup reports whether a collective of g is voting or running.
+func (m *Machine) busyGroup(g *group) bool {
+	for _, o := range g.ops {
+		if o != nil && (o.seq != 0 || len(o.voters) > 0) {
+			return true
+		}
+	}
+	return false
+}
+
 // checkPending answers ArePeersPending once every accepted peer of g has voted; all get the same
-// answer: whether g has registered peers waiting to be accepted.
+// answer: whether g has registered peers waiting to be accepted, or its ring lost a peer. Peers that
+// voted to leave are answered too, then removed: a clean departure at a safe point, which the others'
+// UpdateTopology wires around without aborting anything.
 func (m *Machine) checkPending(g *group) {
 	acc := m.accepted(g)
 	if len(acc) == 0 || g.pendingVotes < len(acc) {
 		return
 	}
 	g.pendingVotes = 0
-	answer := len(m.registered(g)) > 0
+	var leavers []PeerID
+	for _, id := range acc {
+		if m.peers[id].leaving {
+			leavers = append(leavers, id)
+		}
+	}
+	answer := len(m.registered(g)) > 0 || g.ringDirty || len(leavers) > 0
 	for _, id := range acc {
 		m.peers[id].votePending = false
 		m.send(id, &wire.Pending{Answer: answer})
+	}
+	for _, id := range leavers {
+		m.remove(id, "left", "left gracefully at a safe point")
 	}
 }
