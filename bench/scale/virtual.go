@@ -68,8 +68,8 @@ type virtualSize struct {
 	AdmitP50Ratio   float64 `json:"admit_p50_ratio"`
 	JoinP50Ratio    float64 `json:"join_p50_ratio"`
 	// The master's CPU time (real, from the CPU profile's samples of its goroutines) per event:
-	// a crash until the survivors resumed, an admission, a join. Each is net of the heartbeats,
-	// priced by an idle window (MasterIdleCPUMsPerS, per second of virtual time).
+	// a crash until every survivor's retry started, an admission, a join. Each is net of the
+	// heartbeats, priced by an idle window (MasterIdleCPUMsPerS, per second of virtual time).
 	MasterCPUMsPerCrash float64 `json:"master_cpu_ms_per_crash"`
 	MasterCPUMsPerAdmit float64 `json:"master_cpu_ms_per_admit"`
 	MasterCPUMsPerJoin  float64 `json:"master_cpu_ms_per_join"`
@@ -251,7 +251,8 @@ func virtualRun(n int, o options, meter *cpuMeter, progress func(string, ...any)
 		crashAt := time.Now().Add(virtualCrashAfter + time.Duration(rng.Int64N(int64(virtualCrashAfter))))
 		var mu sync.Mutex
 		var rewired, resumed time.Time
-		completed := 0
+		completed, retried := 0, 0
+		allRewired := make(chan struct{}) // closed when every survivor's retry started
 		roundErrs := make([]error, len(peers))
 		for i, p := range peers {
 			wg.Go(func() {
@@ -270,6 +271,11 @@ func virtualRun(n int, o options, meter *cpuMeter, progress func(string, ...any)
 						break
 					}
 					started := time.Now()
+					mu.Lock()
+					if retried++; retried == len(survivors) {
+						close(allRewired)
+					}
+					mu.Unlock()
 					if err = p.comm.AllReduce(ctx, pccl.Bytes(p.buf), pccl.Bytes(p.buf), desc); err == nil {
 						mu.Lock()
 						rewired, resumed = latest(rewired, started), latest(resumed, time.Now())
@@ -284,8 +290,17 @@ func virtualRun(n int, o options, meter *cpuMeter, progress func(string, ...any)
 		cl.Net.Crash(victim.host)
 		victim.comm.Close()
 		victim.comm, victim.dead = nil, true
+		// The master's part of a crash: from it until every survivor retries on the new ring.
+		cpu := -1.0
+		select {
+		case <-allRewired:
+			cpu = meter.stop()
+		case <-ctx.Done():
+		}
 		wg.Wait()
-		cpu := meter.stop()
+		if cpu < 0 {
+			meter.stop()
+		}
 		if err := errors.Join(roundErrs...); err != nil {
 			return fail(fmt.Errorf("round %d: %w", round, err))
 		}
@@ -294,7 +309,7 @@ func virtualRun(n int, o options, meter *cpuMeter, progress func(string, ...any)
 		} else {
 			s.Rewired.add(ms(rewired.Sub(crashAt)))
 			s.Resume.add(ms(resumed.Sub(crashAt)))
-			crashCPU += net(cpu, resumed.Sub(crashAt))
+			crashCPU += net(cpu, rewired.Sub(crashAt))
 			s.Rounds++
 		}
 		peers = survivors
