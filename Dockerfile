@@ -19,12 +19,13 @@ ENV CGO_ENABLED=0
 COPY go.mod go.sum ./
 RUN ["go", "mod", "download"]
 COPY . .
-# Exec form throughout, so the build stage needs Go and nothing else (not even a shell).
+# Exec form throughout: the build stage needs Go and root certificates, not even a shell.
 RUN ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", "/out/", "./cmd/master", "./cmd/peer"]
 
 FROM scratch
 COPY --from=build /out/master /out/peer /usr/local/bin/
-# Root certificates, for HTTPS URLs a peer may poll; the run's own TLS uses its secret or --tls-ca.
+# Root certificates, for any HTTPS endpoint a command reaches; the run's own TLS uses its secret or
+# --tls-ca.
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/
 ENV PATH=/usr/local/bin
 # Neither command needs privileges: run as an unprivileged user (the number distroless calls nonroot).
