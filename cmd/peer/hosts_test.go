@@ -79,6 +79,9 @@ func TestReadmeCommandsOnFourHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds both commands and runs them on four hosts")
 	}
+	if raceBuild {
+		t.Skip("runs the commands as separate binaries, built without the race detector: run without -race")
+	}
 	if err := hosts.Available(); err != nil {
 		t.Skipf("runs on network namespaces, which need root: %v", err)
 	}
@@ -148,6 +151,9 @@ func TestReadmeCommandsOnFourHosts(t *testing.T) {
 func TestIPv6RunWithMasterByName(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds both commands and runs them on four hosts")
+	}
+	if raceBuild {
+		t.Skip("runs the commands as separate binaries, built without the race detector: run without -race")
 	}
 	if err := hosts.Available(); err != nil {
 		t.Skipf("runs on network namespaces, which need root: %v", err)

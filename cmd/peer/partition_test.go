@@ -188,6 +188,9 @@ func TestPartitionsOnHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real processes on five hosts for minutes")
 	}
+	if raceBuild {
+		t.Skip("runs the commands as separate binaries, built without the race detector: run without -race")
+	}
 	if err := hosts.Available(); err != nil {
 		t.Skipf("runs on network namespaces, which need root: %v", err)
 	}
