@@ -27,6 +27,8 @@ const (
 	KindData    uint8 = 2 // peer -> ring neighbour
 	KindState   uint8 = 3 // peer -> shared-state donor
 	KindBench   uint8 = 4 // peer -> peer bandwidth test
+	KindCall    uint8 = 5 // a rendezvous's target -> its asker (wire/rendezvous.go)
+	KindRelay   uint8 = 6 // peer -> the master's relay (wire/rendezvous.go)
 )
 
 // ErrMalformed is wrapped by every decoding error.

@@ -17,6 +17,9 @@ type Hello struct {
 	Peer  uint64   // the chosen peer id, or 0 for one assigned by the master
 	Group uint32   // the peer group, 0 by default
 	NICs  []string // the peer's NICs inside its site: the listen address (ip:port) of each, in rail order, when it runs the intra-site tier, else as configured; may be empty
+	// Published says that Addr was set by the operator (a public address, a forwarded port): others
+	// can dial it even when this connection comes from another address.
+	Published bool
 	// Resume, when set, says that the peer was accepted by a master before this connection (one that
 	// restarted, or the same one after the connection broke) and what it holds, so that a restarted
 	// master can rebuild its view from the peers that come back.
@@ -31,6 +34,7 @@ func (m *Hello) Append(b []byte) []byte {
 	b = appendU64(b, m.Peer)
 	b = appendU32(b, m.Group)
 	b = appendStrings(b, m.NICs)
+	b = appendBool(b, m.Published)
 	b = appendBool(b, m.Resume != nil)
 	if m.Resume != nil {
 		b = m.Resume.append(b)
@@ -40,7 +44,7 @@ func (m *Hello) Append(b []byte) []byte {
 
 func (m *Hello) decode(d *decoder) {
 	*m = Hello{Token: d.str("token"), Addr: d.str("addr"), Site: d.str("site"), Caps: d.u64("caps"),
-		Peer: d.u64("peer"), Group: d.u32("group"), NICs: d.strs(MaxNICs, "nics")}
+		Peer: d.u64("peer"), Group: d.u32("group"), NICs: d.strs(MaxNICs, "nics"), Published: d.boolean("published")}
 	if d.boolean("resume") {
 		m.Resume = &Resume{}
 		m.Resume.decode(d)
@@ -86,23 +90,30 @@ func (r *Resume) decode(d *decoder) {
 // Incarnation names this start of the master; it changes when the master restarts. Every epoch the
 // master hands out carries its incarnation in its high 32 bits, so a restarted master never reuses an
 // epoch that a peer of the previous incarnation may still hold.
+//
+// Public and Inbound are the master's view of the peer, as PeerInfo carries it to the others: where
+// its connection comes from, and whether others can dial its advertised address.
 type Welcome struct {
 	Peer              uint64
 	HeartbeatInterval uint64
 	HeartbeatTimeout  uint64
 	Incarnation       uint64
+	Public            string
+	Inbound           bool
 }
 
 func (m *Welcome) Append(b []byte) []byte {
 	b = appendU64(b, m.Peer)
 	b = appendU64(b, m.HeartbeatInterval)
 	b = appendU64(b, m.HeartbeatTimeout)
-	return appendU64(b, m.Incarnation)
+	b = appendU64(b, m.Incarnation)
+	b = appendString(b, m.Public)
+	return appendBool(b, m.Inbound)
 }
 
 func (m *Welcome) decode(d *decoder) {
 	*m = Welcome{Peer: d.u64("peer"), HeartbeatInterval: d.u64("interval"), HeartbeatTimeout: d.u64("timeout"),
-		Incarnation: d.u64("incarnation")}
+		Incarnation: d.u64("incarnation"), Public: d.str("public"), Inbound: d.boolean("inbound")}
 }
 
 // Kick tells the peer it has been removed, and why. The master closes the connection after it. Final

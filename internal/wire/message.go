@@ -24,6 +24,7 @@ const (
 	TypeMeasureReport Type = 13
 	TypeSessionResume Type = 14
 	TypeSessionAck    Type = 15
+	TypeRendezvous    Type = 16
 
 	TypeWelcome        Type = 64
 	TypeConnect        Type = 65
@@ -39,6 +40,7 @@ const (
 	TypeNotice         Type = 75
 	TypeSessionStart   Type = 76
 	TypeSessionResumed Type = 77
+	TypeRendezvousCall Type = 78
 
 	TypeLinkHello     Type = 128
 	TypeLinkAck       Type = 129
@@ -46,6 +48,7 @@ const (
 	TypeStateResponse Type = 131
 	TypeBenchHello    Type = 132
 	TypeBenchResult   Type = 133
+	TypeCallHello     Type = 134
 
 	TypeData Type = 200
 )
@@ -91,6 +94,8 @@ func newMessage(t Type) Message {
 		return &SessionResume{}
 	case TypeSessionAck:
 		return &SessionAck{}
+	case TypeRendezvous:
+		return &Rendezvous{}
 	case TypeWelcome:
 		return &Welcome{}
 	case TypeConnect:
@@ -119,6 +124,8 @@ func newMessage(t Type) Message {
 		return &SessionStart{}
 	case TypeSessionResumed:
 		return &SessionResumed{}
+	case TypeRendezvousCall:
+		return &RendezvousCall{}
 	case TypeLinkHello:
 		return &LinkHello{}
 	case TypeLinkAck:
@@ -131,6 +138,8 @@ func newMessage(t Type) Message {
 		return &BenchHello{}
 	case TypeBenchResult:
 		return &BenchResult{}
+	case TypeCallHello:
+		return &CallHello{}
 	}
 	return nil
 }
@@ -153,13 +162,19 @@ func Decode(t Type, p []byte) (Message, error) {
 // (the donors of an entry) and MeasureRound (the target of a bandwidth test), encoded the same way
 // everywhere:
 //
-//	id u64 | addr string | site string | nic count u32 | nics string...
+//	id u64 | addr string | site string | nic count u32 | nics string... | public string | inbound bool
 type PeerInfo struct {
 	ID   uint64
 	Addr string
 	Site string
 	// NICs are the peer's announced NICs (Hello.NICs), for the intra-site tier.
 	NICs []string
+	// Public is where the master sees the peer's connection come from (its NAT's address and, over
+	// QUIC, the mapping of its listening socket); empty where the master cannot tell.
+	Public string
+	// Inbound says that others can dial Addr. A peer behind NAT without a forwarded port cannot be
+	// dialled: it is reached by a rendezvous (see Rendezvous).
+	Inbound bool
 }
 
 // MaxNICs bounds the NICs a Hello or PeerInfo may list.
@@ -169,16 +184,18 @@ func appendPeerInfo(b []byte, p PeerInfo) []byte {
 	b = appendU64(b, p.ID)
 	b = appendString(b, p.Addr)
 	b = appendString(b, p.Site)
-	return appendStrings(b, p.NICs)
+	b = appendStrings(b, p.NICs)
+	b = appendString(b, p.Public)
+	return appendBool(b, p.Inbound)
 }
 
 func (d *decoder) peerInfo() PeerInfo {
 	return PeerInfo{ID: d.u64("peer id"), Addr: d.str("peer addr"), Site: d.str("peer site"),
-		NICs: d.strs(MaxNICs, "peer nics")}
+		NICs: d.strs(MaxNICs, "peer nics"), Public: d.str("peer public"), Inbound: d.boolean("peer inbound")}
 }
 
 // peerInfoMin is the least encoded size of a PeerInfo, for list counts.
-const peerInfoMin = 8 + 4 + 4 + 4
+const peerInfoMin = 8 + 4 + 4 + 4 + 4 + 1
 
 // Code is the outcome of an operation.
 type Code uint8

@@ -45,6 +45,12 @@ func sampleMessages() []Message {
 		&SessionResumed{OK: true, Recv: 17, Next: 9},
 		&SessionResumed{Detail: "no such session"},
 		&SessionAck{Recv: 1 << 33},
+		&Rendezvous{Mode: RendezvousRelay, Key: RendezvousKey{7, 7}, Peer: 12},
+		&RendezvousCall{Mode: RendezvousPunch, Key: RendezvousKey{1}, Peer: 3, Addr: "10.0.0.3:7000", Public: "198.18.0.9:7000"},
+		&CallHello{Token: "t", Key: RendezvousKey{9}},
+		&Hello{Token: "run-1", Addr: "203.0.113.4:7000", Published: true},
+		&Welcome{Peer: 3, Incarnation: 2, Public: "198.18.0.9:51234", Inbound: true},
+		&Connect{Epoch: 9, Ring: []PeerInfo{{ID: 1, Addr: "10.1.0.2:7000", Public: "198.18.0.4:7000"}, {ID: 2, Addr: "198.18.0.5:7000", Inbound: true}}},
 		&HeartbeatAck{Seq: 5},
 		&LinkHello{Token: "t", From: 1, To: 2, Index: 3},
 		&LinkAck{OK: false, Reason: "wrong token"},
@@ -112,6 +118,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"hello with too many NICs", TypeHello, (&Hello{Token: "t", Addr: "a:1", NICs: make([]string, MaxNICs+1)}).Append(nil)},
 		{"short session id", TypeSessionStart, make([]byte, SessionIDSize-1)},
 		{"kick without final", TypeKick, appendString(nil, "gone")},
+		{"unknown rendezvous mode", TypeRendezvous, append(make([]byte, 1+16), make([]byte, 8)...)},
 	}
 	for _, c := range cases {
 		if _, err := Decode(c.t, c.p); !errors.Is(err, ErrMalformed) {

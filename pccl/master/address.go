@@ -19,17 +19,63 @@ import (
 // maxPendingRemotes bounds the remote addresses kept for connections that have not sent a Hello yet.
 const maxPendingRemotes = 1 << 16
 
-// checkNAT warns when peer p advertises an IP address other than the one its connection comes from.
-func (m *Machine) checkNAT(p *peer) {
+// checkNAT reports whether others can dial peer p's advertised address: yes unless its connection
+// comes from another IP address than it advertises (NAT) and the operator did not publish that
+// address (Hello.Published: a forwarded port).
+func (m *Machine) checkNAT(p *peer) bool {
+	adv, ok := hostIP(p.hello.Addr)
+	seen, ok2 := hostIP(p.observed)
+	if !ok || !ok2 || seen.IsLoopback() || adv == seen {
+		return true
+	}
+	return p.hello.Published
+}
+
+// noteNAT tells an operator, in the events and in one line to the peer, that peer p connects from
+// another address than it advertises: behind NAT, reached by rendezvous; or, with a published
+// address, trusted to be reachable there.
+func (m *Machine) noteNAT(p *peer) {
 	adv, ok := hostIP(p.hello.Addr)
 	seen, ok2 := hostIP(p.observed)
 	if !ok || !ok2 || seen.IsLoopback() || adv == seen {
 		return
 	}
-	text := fmt.Sprintf("the master sees this peer's connection come from %s, not from its advertised address %s: it is probably behind NAT, and ring neighbours dial %s; if they cannot reach it, set --advertise to an address they can (and forward the port)",
-		seen, p.hello.Addr, p.hello.Addr)
-	m.gnote(p.group, "nat", p.id, "advertises %s, connects from %s", p.hello.Addr, p.observed)
+	m.gnote(p.group, "nat", p.id, "advertises %s, connects from %s, reachable there: %v", p.hello.Addr, p.observed, p.inbound)
+	text := fmt.Sprintf("the master sees this peer's connection come from %s, not from its advertised address %s: it is behind NAT; ring neighbours reach it by rendezvous (a call back, a punched QUIC path, or the master's relay), which costs more than a direct link; to be dialled directly, forward a port and set --advertise to the public address",
+		seen, p.hello.Addr)
+	if p.inbound {
+		text = fmt.Sprintf("the master sees this peer's connection come from %s, not from its published address %s: neighbours dial %s, as --advertise says",
+			seen, p.hello.Addr, p.hello.Addr)
+	}
 	m.send(p.id, &wire.Notice{Text: text})
+}
+
+// info is what others are told of peer p: its addresses and site.
+func (m *Machine) info(p *peer) wire.PeerInfo {
+	return wire.PeerInfo{ID: p.id, Addr: p.hello.Addr, Site: p.hello.Site, NICs: p.hello.NICs, Public: p.observed, Inbound: p.inbound}
+}
+
+// reachPenalty is the factor by which the ring solve prices a link a -> b that neither end can accept
+// (both behind NAT): it needs a punched path or the master's relay, so rings avoid it where they can.
+func (m *Machine) reachPenalty(a, b PeerID) float64 {
+	p, q := m.peers[a], m.peers[b]
+	if p != nil && q != nil && !p.inbound && !q.inbound {
+		return relayPenalty
+	}
+	return 1
+}
+
+// relayPenalty is reachPenalty's factor.
+const relayPenalty = 8
+
+// rendezvous passes peer p's request to be reached by another peer on to that peer.
+func (m *Machine) rendezvous(p *peer, r *wire.Rendezvous) {
+	q := m.peers[r.Peer]
+	if q == nil || q == p {
+		return // gone: the asker's wait ends in its timeout
+	}
+	m.counters.Rendezvous++
+	m.send(q.id, &wire.RendezvousCall{Mode: r.Mode, Key: r.Key, Peer: p.id, Addr: p.hello.Addr, Public: p.observed})
 }
 
 // hostIP returns the IP address of a "host:port" address, if its host is one.

@@ -254,7 +254,7 @@ func (m *Machine) probeSuspects(g *group, dg *groupDiag, ring []PeerID) {
 			}
 			dg.probing[t] = true
 			q := m.peers[t.to]
-			m.send(t.from, &wire.MeasureRound{Round: 0, Target: wire.PeerInfo{ID: q.id, Addr: q.hello.Addr, Site: q.hello.Site},
+			m.send(t.from, &wire.MeasureRound{Round: 0, Target: m.info(q),
 				Nanos: uint64(m.cfg.probeDuration()), Streams: uint16(m.cfg.MeasureStreams)})
 			asked = append(asked, fmt.Sprintf("%d→%d", t.from, t.to))
 		}

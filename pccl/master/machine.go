@@ -218,6 +218,8 @@ func (m *Machine) receive(c ConnID, msg wire.Message) {
 		m.linksReady(p, msg)
 	case *wire.VotePending:
 		m.votePending(p, msg.Leave)
+	case *wire.Rendezvous:
+		m.rendezvous(p, msg)
 	case *wire.Initiate:
 		m.initiate(p, msg)
 	case *wire.Done:

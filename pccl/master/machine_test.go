@@ -29,6 +29,7 @@ import (
 //	                                       with a Resume report: accepted by incarnation I at epoch E
 //	                                       on ring A,B,C, holding revision R of that state, at step N
 //	links ID epoch=E [fail=P]              LinksReady (ok unless fail names an unreachable peer)
+//	rendezvous ID peer=P mode=reverse|punch|relay  Rendezvous: ID asks to be reached by P
 //	topo ID [rewire] [noadmit]             VoteTopology
 //	pending ID [leave]                     VotePending (the peer's last, with leave)
 //	init ID tag=T count=N [dtype=D] [op=O] [quant=Q] [part=P]
@@ -150,6 +151,9 @@ func runScenario(t *testing.T, file string) string {
 			if from := args["from"]; from != "" {
 				m.Step(now, Opened{Conn: id(), Remote: from})
 			}
+		case "rendezvous":
+			mode := map[string]uint8{"reverse": wire.RendezvousReverse, "punch": wire.RendezvousPunch, "relay": wire.RendezvousRelay}[args["mode"]]
+			in = Received{id(), &wire.Rendezvous{Mode: mode, Key: wire.RendezvousKey{byte(num("peer", 0))}, Peer: num("peer", 0)}}
 		case "links":
 			l := &wire.LinksReady{Epoch: num("epoch", 0), OK: true}
 			if _, ok := args["fail"]; ok {

@@ -19,6 +19,7 @@ type peer struct {
 	joined   time.Time
 	lastSeen time.Time
 	observed string // where its connection comes from, as the master sees it (Opened); may be empty
+	inbound  bool   // others can dial its advertised address (address.go)
 
 	voteTopo    bool // voted in UpdateTopology
 	rewire      bool // asked for the links to be re-established
@@ -79,13 +80,16 @@ func (m *Machine) join(c ConnID, h *wire.Hello) {
 	m.watch(p)
 	m.counters.Joined++
 	m.gnote(g, "joined", id, "addr %s site %q", h.Addr, h.Site)
+	p.inbound = m.checkNAT(p)
 	m.send(id, &wire.Welcome{
 		Peer:              id,
 		HeartbeatInterval: uint64(m.cfg.HeartbeatInterval),
 		HeartbeatTimeout:  uint64(m.cfg.HeartbeatTimeout),
 		Incarnation:       m.cfg.Incarnation,
+		Public:            p.observed,
+		Inbound:           p.inbound,
 	})
-	m.checkNAT(p)
+	m.noteNAT(p)
 	m.resumeReport(m.peers[id])
 	// Bootstrap: with nobody accepted there is nobody to vote, so wire the newcomers at once.
 	if g.wiring == nil && len(g.ring) == 0 {

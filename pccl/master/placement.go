@@ -14,6 +14,7 @@ func (m *Machine) placeNewcomers(ring []PeerID, ids []PeerID) []PeerID {
 	pl := placer{m: m, worst: m.worstCost(), ring: ring}
 	for _, id := range pl.ring {
 		pl.site = append(pl.site, m.siteOf(id))
+		pl.count(id)
 	}
 	if len(pl.ring) >= 2 {
 		pl.links()
@@ -55,17 +56,32 @@ type placer struct {
 	hop     []float64 // hop[i] is the hop time of the same link
 	to, fro []float64 // scratch: to[i] is the cost of ring[i] -> newcomer, fro[i] of newcomer -> ring[i]
 	priced  int       // links of the ring that cost less than an unknown link between sites (10*worst)
+	walled  int       // peers of the ring that cannot be dialled (behind NAT)
+}
+
+// count notes peer id joining the ring.
+func (pl *placer) count(id PeerID) {
+	if p := pl.m.peers[id]; p != nil && !p.inbound {
+		pl.walled++
+	}
+}
+
+// dialable reports whether others can dial peer id.
+func (pl *placer) dialable(id PeerID) bool {
+	p := pl.m.peers[id]
+	return p == nil || p.inbound
 }
 
 // linkCost is costMatrix's entry for the link a -> b of peers at sites sa and sb.
 func (pl *placer) linkCost(a, b PeerID, sa, sb string) float64 {
+	reach := pl.m.reachPenalty(a, b)
 	if bw := pl.m.bw[edge{a, b}]; bw > 0 {
-		return pl.m.linkPenalty(a, b) / bw
+		return pl.m.linkPenalty(a, b) * reach / bw
 	}
 	if sa != "" && sa == sb {
-		return 5 * pl.worst
+		return 5 * pl.worst * reach
 	}
-	return 10 * pl.worst
+	return 10 * pl.worst * reach
 }
 
 // linkHop is hopMatrix's entry for the link a -> b of cost c.
@@ -92,11 +108,13 @@ func (pl *placer) links() {
 // highest cost there is.
 func (pl *placer) unknown() float64 { return 10 * pl.worst }
 
-// indifferent reports whether every position of the ring is as good as any other for a newcomer at
-// site: nothing was measured, the newcomer names no site, and every link of the ring is an unknown
-// one, so that every insertion gives the same bottleneck and fill, and placeNewcomer appends.
-func (pl *placer) indifferent(site string) bool {
-	return len(pl.m.bw) == 0 && len(pl.m.lat) == 0 && site == "" && pl.priced == 0
+// indifferent reports whether every position of the ring is as good as any other for newcomer id at
+// site: nothing was measured, the newcomer names no site, every link of the ring is an unknown one,
+// and no link to the newcomer would join two peers behind NAT, so that every insertion gives the same
+// bottleneck and fill, and placeNewcomer appends.
+func (pl *placer) indifferent(id PeerID, site string) bool {
+	return len(pl.m.bw) == 0 && len(pl.m.lat) == 0 && site == "" && pl.priced == 0 &&
+		(pl.walled == 0 || pl.dialable(id))
 }
 
 // place inserts id as placeNewcomer does: at the position atsp.InsertCheapest picks under the
@@ -104,6 +122,7 @@ func (pl *placer) indifferent(site string) bool {
 // end. The sums run in the same order as atsp's, so the choice is the same to the last bit.
 func (pl *placer) place(id PeerID) {
 	site := pl.m.siteOf(id)
+	defer pl.count(id)
 	k := len(pl.ring)
 	if k < 2 {
 		pl.ring, pl.site = append(pl.ring, id), append(pl.site, site)
@@ -112,7 +131,7 @@ func (pl *placer) place(id PeerID) {
 		}
 		return
 	}
-	if pl.indifferent(site) {
+	if pl.indifferent(id, site) {
 		// Append in O(1): the links to and from the newcomer are unknown ones too, so every link of
 		// the ring stays unknown.
 		u, last := pl.unknown(), k-1

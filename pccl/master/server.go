@@ -58,6 +58,8 @@ type Server struct {
 	next     ConnID
 	wg       sync.WaitGroup
 
+	relays relay // joins the connections of relayed links (relay.go)
+
 	gossipReady chan struct{} // closed once Serve started the gossip member (or did not)
 	gossipAddr  string        // written before gossipReady is closed
 }
@@ -168,7 +170,9 @@ func (s *Server) Snapshot() Snapshot {
 	ch := make(chan Snapshot, 1)
 	select {
 	case s.snaps <- ch:
-		return <-ch
+		snap := <-ch
+		snap.Relay = s.relays.stats()
+		return snap
 	case <-time.After(5 * time.Second):
 		return Snapshot{Time: time.Now()}
 	}
@@ -350,12 +354,17 @@ func remoteOf(c net.Conn) string {
 func (s *Server) handle(ctx context.Context, c net.Conn) {
 	defer s.wg.Done()
 	c.SetDeadline(time.Now().Add(firstFrameTimeout))
-	if err := wire.Exchange(c, wire.KindControl); err != nil {
+	kind, err := wire.Accept(c, wire.KindControl, wire.KindRelay)
+	if err != nil {
 		s.log.Debug("handshake failed", "remote", c.RemoteAddr(), "err", err)
 		c.Close()
 		return
 	}
 	c.SetWriteDeadline(time.Time{}) // the read deadline stays until the first message
+	if kind == wire.KindRelay {
+		s.relay(ctx, c)
+		return
+	}
 	first, buf, err := wire.ReadFrame(c, s.cfg.MaxFrame, nil)
 	if r, ok := first.(*wire.SessionResume); ok && err == nil {
 		if sess := s.resumed(r); sess != nil && sess.moveTo(c, r.Recv) {

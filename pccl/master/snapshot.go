@@ -92,6 +92,7 @@ type Counters struct {
 	Rounds     uint64 // ring wiring rounds started
 	Syncs      uint64 // shared-state syncs completed
 	LinksCut   uint64 // links between two reachable peers taken out of the rings (cuts.go)
+	Rendezvous uint64 // requests to reach a peer that cannot be dialled, passed on (address.go)
 }
 
 // Event is one notable thing that happened, for logs and the status page.
@@ -123,4 +124,7 @@ type Snapshot struct {
 	Delay [][]float64
 	// Events are the most recent events, oldest first.
 	Events []Event
+	// Relay counts the links the master relays between peers behind NAT (relay.go); the server
+	// fills it in.
+	Relay RelayStats
 }

@@ -106,7 +106,7 @@ func (m *Machine) checkSync(g *group) {
 			for _, d := range f.Donors {
 				did, _ := strconv.ParseUint(d, 10, 64)
 				if q := m.peers[did]; q != nil {
-					item.Donors = append(item.Donors, wire.PeerInfo{ID: did, Addr: q.hello.Addr, Site: q.hello.Site})
+					item.Donors = append(item.Donors, m.info(q))
 				}
 			}
 			msg.Fetch = append(msg.Fetch, item)

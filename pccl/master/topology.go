@@ -165,7 +165,7 @@ func (m *Machine) nextMeasureRound(g *group) {
 	}
 	for i, id := range o.members {
 		t := m.peers[o.members[(i+o.round)%n]]
-		m.send(id, &wire.MeasureRound{Round: uint32(o.round), Target: wire.PeerInfo{ID: t.id, Addr: t.hello.Addr, Site: t.hello.Site},
+		m.send(id, &wire.MeasureRound{Round: uint32(o.round), Target: m.info(t),
 			Nanos: uint64(m.cfg.MeasureDuration), Streams: uint16(m.cfg.MeasureStreams)})
 	}
 }
@@ -220,13 +220,14 @@ func (m *Machine) costMatrix(nodes []PeerID) [][]float64 {
 			case m.isCut(a, b):
 				cost[i][j] = cutCost * worst
 			case bw > 0:
-				cost[i][j] = m.linkPenalty(a, b) / bw
+				cost[i][j] = m.linkPenalty(a, b) * m.reachPenalty(a, b) / bw
 			default:
 				cost[i][j] = 10 * worst
 				if m.peers[a] != nil && m.peers[b] != nil && m.peers[a].hello.Site != "" &&
 					m.peers[a].hello.Site == m.peers[b].hello.Site {
 					cost[i][j] = 5 * worst
 				}
+				cost[i][j] *= m.reachPenalty(a, b)
 			}
 		}
 	}

@@ -108,7 +108,7 @@ func (m *Machine) restartRound(g *group) {
 	infos := make([]wire.PeerInfo, len(r.ring))
 	for i, id := range r.ring {
 		p := m.peers[id]
-		infos[i] = wire.PeerInfo{ID: id, Addr: p.hello.Addr, Site: p.hello.Site, NICs: p.hello.NICs}
+		infos[i] = m.info(p)
 	}
 	for _, id := range r.ring {
 		m.send(id, &wire.Connect{Epoch: r.epoch, Ring: infos})
