@@ -243,7 +243,7 @@ func (n *Node) Recv(ctx context.Context, buf []byte, from NodeID) error {
 	return n.run(ctx, func(done func(error)) error { return n.StartRecv(buf, from, done) })
 }
 
-// Do runs f in the Node's event context and waits for it: the way to call Planned's methods (and
+// Do runs f in the Node's event context and waits for it: the way to call a Replanner's methods (and
 // read the Node's state) from another goroutine.
 func (n *Node) Do(f func()) {
 	ch := make(chan struct{})

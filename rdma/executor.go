@@ -46,8 +46,9 @@ import (
 // differently from the standard ring's (exact for integer types and for floating-point values whose
 // sums are exact); all nodes still agree bit for bit.
 
-// planExec is a plan made concrete for one node of the ring.
-type planExec struct {
+// planExecutor turns a plan into this node's channel plans (the paths the operation engine runs) and
+// prices a plan on this node's NICs (railLoads). It lives for one call, in the event context.
+type planExecutor struct {
 	n    *Node
 	p    plan.Plan
 	topo plan.Topology
@@ -57,11 +58,14 @@ type planExec struct {
 	cuts [][][]piece // partPieces, computed once
 }
 
-// StartPlannedAllReduce runs an AllReduce of send into recv (same length) by plan p, made by package
+// StartAllReduceWithPlan runs an AllReduce of send into recv (same length) by plan p, made by package
 // plan for topology t with node index i standing for the node at position i of the Node's ring, for a
 // message of len(send) bytes split in multiples of the element size. Every node of the ring must start
-// the same plan. done is called in the event context. Call it in the event context.
-func (n *Node) StartPlannedAllReduce(t plan.Topology, p plan.Plan, send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
+// the same plan; it is the executor of a plan, and chooses nothing (a [Replanner] chooses). recv is
+// written only on success unless Config.Direct is set, as with StartAllReduce; send is read until
+// done and must not change before then. done is called in the event context. Call it in the event
+// context.
+func (n *Node) StartAllReduceWithPlan(t plan.Topology, p plan.Plan, send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
 	if err := checkBuffers(dt, op, send, recv); err != nil {
 		return err
 	}
@@ -87,7 +91,7 @@ func (n *Node) StartPlannedAllReduce(t plan.Topology, p plan.Plan, send, recv []
 	if n.op != nil {
 		return ErrBusy
 	}
-	x := &planExec{n: n, p: p, topo: t, esz: dt.Size(), me: n.rank}
+	x := &planExecutor{n: n, p: p, topo: t, esz: dt.Size(), me: n.rank}
 	room := x.gatherRoom()
 	if n.cfg.Direct {
 		if err := checkDirect(send, recv); err != nil {
@@ -132,7 +136,7 @@ func (n *Node) StartPlannedAllReduce(t plan.Topology, p plan.Plan, send, recv []
 
 // gatherRoom returns the bytes this node needs after the message for the gather: a copy of its own
 // input for every part it sends to a host, and room for every input it hosts.
-func (x *planExec) gatherRoom() int {
+func (x *planExecutor) gatherRoom() int {
 	room := 0
 	for _, pt := range x.p.Parts {
 		for _, b := range pt.BroadcastTo {
@@ -152,7 +156,7 @@ func bcastGate(k int) int { return 2*k + 2 }
 
 // host returns the ring node of part pt that folds in outside node b's input: the first node of the
 // part's ring after b in the global ring order.
-func (x *planExec) host(pt plan.Part, b int) int {
+func (x *planExecutor) host(pt plan.Part, b int) int {
 	g := x.p.Parts[0].Ring
 	i := slices.Index(g, b)
 	for k := 1; k <= len(g); k++ {
@@ -165,7 +169,7 @@ func (x *planExec) host(pt plan.Part, b int) int {
 
 // commonNICs returns the NICs healthy at every node of nodes, with their smallest bandwidth as weight;
 // all NICs when none is common (the runtime's hot repair then finds a way).
-func (x *planExec) commonNICs(nodes ...int) []float64 {
+func (x *planExecutor) commonNICs(nodes ...int) []float64 {
 	nics := len(x.topo.Nodes[0].NICs)
 	w := make([]float64, nics)
 	any := false
@@ -201,7 +205,7 @@ func nicPieces(off, n int, w []float64) (spans []rings.Span, nics []NICID) {
 // msg bytes, then gatherRoom bytes). It returns the plans and per gate the fold that adds the hosted
 // inputs to the part, in the order of the part's BroadcastTo (so the result does not depend on
 // arrival order).
-func (x *planExec) gatherPlans(work []byte, msg int, dt rings.DType, op rings.Op) ([]channelPlan, map[int]func()) {
+func (x *planExecutor) gatherPlans(work []byte, msg int, dt rings.DType, op rings.Op) ([]channelPlan, map[int]func()) {
 	var plans []channelPlan
 	folds := map[int]func(){}
 	next := msg // where the next copy or hosted input goes
@@ -257,7 +261,7 @@ func (x *planExec) gatherPlans(work []byte, msg int, dt rings.DType, op rings.Op
 // reducePlans builds the reduce operation: every part's ring AllReduce, channel by channel and piece
 // by piece. Channels split each part by partWeights (as the standard ring splits the message, by
 // nominal NIC bandwidth, unless the plan has leaves), and blocks as the standard ring's.
-func (x *planExec) reducePlans() []channelPlan {
+func (x *planExecutor) reducePlans() []channelPlan {
 	var plans []channelPlan
 	weights := x.partWeights()
 	for k, pt := range x.p.Parts {
@@ -330,12 +334,12 @@ func (x *planExec) reducePlans() []channelPlan {
 }
 
 // weighted reports whether the plan's rings have blocks sized by their owners ([plan.Weighted]).
-func (x *planExec) weighted() bool { return x.p.Strategy == plan.Weighted }
+func (x *planExecutor) weighted() bool { return x.p.Strategy == plan.Weighted }
 
 // blocks splits a channel's count elements of part pt into the ring's blocks: equally, as the
 // standard ring does, or for a weighted plan in proportion to the part's Owners. Position r owns block
 // r+1 (allReduceRing), so block b is sized by the owner at position b−1.
-func (x *planExec) blocks(pt plan.Part, count int) []rings.Span {
+func (x *planExecutor) blocks(pt plan.Part, count int) []rings.Span {
 	world := len(pt.Ring)
 	if !x.weighted() || len(pt.Owners) != world {
 		return rings.Partition(count, world)
@@ -348,7 +352,7 @@ func (x *planExec) blocks(pt plan.Part, count int) []rings.Span {
 }
 
 // ownerShares returns the fraction of part pt each ring position owns (equal unless weighted).
-func (x *planExec) ownerShares(pt plan.Part) []float64 {
+func (x *planExecutor) ownerShares(pt plan.Part) []float64 {
 	world := len(pt.Ring)
 	f := make([]float64, world)
 	for p := range f {
@@ -372,7 +376,7 @@ const weightedLoops = 8
 
 // broadcastPlans builds the broadcast operation: each part's result goes down the chain host, then
 // its outside nodes in dependency order, split over the NICs healthy along the whole chain.
-func (x *planExec) broadcastPlans() []channelPlan {
+func (x *planExecutor) broadcastPlans() []channelPlan {
 	var plans []channelPlan
 	for k, pt := range x.p.Parts {
 		if len(pt.BroadcastTo) == 0 {
@@ -405,7 +409,8 @@ func (x *planExec) broadcastPlans() []channelPlan {
 	return plans
 }
 
-// PlannedAllReduce is the blocking form of StartPlannedAllReduce (see AllReduce for the rules).
-func (n *Node) PlannedAllReduce(ctx context.Context, t plan.Topology, p plan.Plan, send, recv []byte, dt rings.DType, op rings.Op) error {
-	return n.run(ctx, func(done func(error)) error { return n.StartPlannedAllReduce(t, p, send, recv, dt, op, done) })
+// AllReduceWithPlan is the blocking form of StartAllReduceWithPlan (see [Node.AllReduce] for the
+// rules).
+func (n *Node) AllReduceWithPlan(ctx context.Context, t plan.Topology, p plan.Plan, send, recv []byte, dt rings.DType, op rings.Op) error {
+	return n.run(ctx, func(done func(error)) error { return n.StartAllReduceWithPlan(t, p, send, recv, dt, op, done) })
 }

@@ -32,7 +32,7 @@ func lastFrames(in []recvFrame) []int {
 
 // leafPlans returns a leaf's paths of one ring channel piece: its input out to the owner of every
 // block, and the result in from it, slice by slice of the ring's loops.
-func (x *planExec) leafPlans(pc piece, c int, ring []int, loops int, in, out []uint16, boff, blen func(int) int) []channelPlan {
+func (x *planExecutor) leafPlans(pc piece, c int, ring []int, loops int, in, out []uint16, boff, blen func(int) int) []channelPlan {
 	var plans []channelPlan
 	for p, owner := range ring {
 		var sends []sendFrame
@@ -52,7 +52,7 @@ func (x *planExec) leafPlans(pc piece, c int, ring []int, loops int, in, out []u
 // ownerPlans returns a ring node's paths to and from the leaves for the block it owns in one ring
 // channel piece (position rank owns block rank+1), and makes the ring's last reduce-scatter frames
 // of cp wait for the last leaf's.
-func (x *planExec) ownerPlans(cp *channelPlan, pc piece, c int, leaves []int, rank, loops int, in, out [][]uint16, boff, blen func(int) int) []channelPlan {
+func (x *planExecutor) ownerPlans(cp *channelPlan, pc piece, c int, leaves []int, rank, loops int, in, out [][]uint16, boff, blen func(int) int) []channelPlan {
 	last := lastFrames(cp.in.frames)
 	if len(last) == 0 || blen(rank+1) == 0 {
 		return nil // an empty block: nothing to add or send back

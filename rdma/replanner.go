@@ -9,22 +9,29 @@ import (
 	"github.com/concord-ccl/concord/rings"
 )
 
-// Planned runs AllReduce on a Node by the schedule a [plan.Planner] picks for each call, from the
-// message size and the NIC health it knows. Node index i of the planner's topology is the node at
-// position i of the Node's ring, and the topology has one rank per node (GPUsPerNode 1): the Node's
-// ring is a ring of nodes, each channel of it on one NIC. Like the Node's Start methods, its methods
-// belong to the event context.
-type Planned struct {
+// Replanner picks the plan of each AllReduce call on a Node and runs it. It owns a [plan.Planner]
+// (which prices strategies on its topology), keeps that topology's NIC health in step with what the
+// Node has seen ([Replanner.Sync]), prices OptCC and the weighted rings on the Node's own NICs, and
+// hands the chosen [plan.Plan] to [Node.StartAllReduceWithPlan], the executor. Node index i of the
+// planner's topology is the node at position i of the Node's ring, and the topology has one rank per
+// node (GPUsPerNode 1): the Node's ring is a ring of nodes, each channel of it on one NIC.
+//
+// A Replanner belongs to its Node's event context, as the Node's Start methods do: call its methods
+// there (from another goroutine through [Node.Do]), except AllReduce, which is for any goroutine.
+// Every node of the ring needs its own Replanner, fed the same health before the same call, so that
+// all of them pick the same plan.
+type Replanner struct {
 	n      *Node
 	p      *plan.Planner
 	cfg    plan.Config
 	priced map[pricedKey]plan.Plan // priced OptCC and weighted plans (pricedPlan)
 }
 
-// NewPlanned returns a planned runner of n's AllReduce for topology t (health included) with planner
+// NewReplanner returns a Replanner of n's AllReduce for topology t (health included) with planner
 // configuration cfg. The model is set to cost schedules the way the Node runs them
-// ([plan.Model].GatherFirst).
-func NewPlanned(n *Node, t plan.Topology, cfg plan.Config) (*Planned, error) {
+// ([plan.Model].GatherFirst). It keeps a copy of t; call it in n's event context or before n handles
+// events.
+func NewReplanner(n *Node, t plan.Topology, cfg plan.Config) (*Replanner, error) {
 	if len(t.Nodes) != len(n.ring) {
 		return nil, fmt.Errorf("%w: topology of %d nodes, ring of %d", ErrInvalid, len(t.Nodes), len(n.ring))
 	}
@@ -40,15 +47,15 @@ func NewPlanned(n *Node, t plan.Topology, cfg plan.Config) (*Planned, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Planned{n: n, p: p, cfg: cfg, priced: map[pricedKey]plan.Plan{}}, nil
+	return &Replanner{n: n, p: p, cfg: cfg, priced: map[pricedKey]plan.Plan{}}, nil
 }
 
-// Planner returns the planner, for inspection.
-func (s *Planned) Planner() *plan.Planner { return s.p }
+// Planner returns the planner, for inspection in the event context; the caller must not change it.
+func (s *Replanner) Planner() *plan.Planner { return s.p }
 
 // SetNICDown tells the planner that NIC nic of the node at ring position node failed or healed; the
 // next call re-plans. Every node of the ring must be told the same, before the same call.
-func (s *Planned) SetNICDown(node, nic int, down bool) error {
+func (s *Replanner) SetNICDown(node, nic int, down bool) error {
 	_, err := s.p.SetNICDown(node, nic, down)
 	return err
 }
@@ -57,7 +64,7 @@ func (s *Planned) SetNICDown(node, nic int, down bool) error {
 // events this node has seen for every node of the ring. It reports whether anything changed (the
 // next call then re-plans). Verdicts go around the whole group, so after a failure or heal has been
 // localized every node's view, hence its plan, is the same.
-func (s *Planned) Sync() bool {
+func (s *Replanner) Sync() bool {
 	changed := false
 	for u, id := range s.n.ring {
 		for j := range s.n.nics {
@@ -77,7 +84,7 @@ func (s *Planned) Sync() bool {
 // the weighted rings priced on this runtime's NICs (see pricedPlan), with the Node's routes: the
 // standard ring's channels (a failed NIC's moved whole to its backup) for the standard ring and hot
 // repair, [plan.BalanceRoutes] over one channel per NIC otherwise.
-func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
+func (s *Replanner) Plan(bytes int64, esz int) (plan.Plan, error) {
 	es, err := s.p.Estimates(bytes)
 	if err != nil {
 		return plan.Plan{}, err
@@ -110,7 +117,7 @@ func (s *Planned) Plan(bytes int64, esz int) (plan.Plan, error) {
 
 // PlanStrategy returns the plan an AllReduce of bytes bytes runs with strategy st for the current
 // health, priced and split as Plan would if it chose st.
-func (s *Planned) PlanStrategy(st plan.Strategy, bytes int64, esz int) (plan.Plan, error) {
+func (s *Replanner) PlanStrategy(st plan.Strategy, bytes int64, esz int) (plan.Plan, error) {
 	e, err := plan.Cost(s.p.Topology(), st, float64(bytes), s.cfg.Model)
 	if err != nil {
 		return plan.Plan{}, err
@@ -128,7 +135,7 @@ func (s *Planned) PlanStrategy(st plan.Strategy, bytes int64, esz int) (plan.Pla
 }
 
 // runnable reports whether the runtime runs e's schedule: a part with leaves (OptCC's) needs a ring
-// of at least two nodes (StartPlannedAllReduce). The model prices OptCC with a single core node too,
+// of at least two nodes (StartAllReduceWithPlan). The model prices OptCC with a single core node too,
 // a node that gathers the leaves' inputs and returns the sums, which on two nodes is the schedule;
 // on measured figures a healthy fabric can also have one node a little faster than every other.
 func runnable(e plan.Estimate) bool {
@@ -137,7 +144,7 @@ func runnable(e plan.Estimate) bool {
 
 // build makes the plan of estimate e with the Node's routes, every share a multiple of the planner's
 // alignment, or of esz where that one does not divide the parts.
-func (s *Planned) build(e plan.Estimate, bytes int64, esz int) (plan.Plan, error) {
+func (s *Replanner) build(e plan.Estimate, bytes int64, esz int) (plan.Plan, error) {
 	t := s.p.Topology()
 	pl, err := plan.Build(t, e, bytes, s.cfg.Align, s.cfg.Model)
 	if err != nil {
@@ -182,7 +189,7 @@ const leafRunFactor = 1.12
 // optccShares is the number of steps of the grid of leaf shares, from 1/optccShares to 1.
 const optccShares = 10
 
-func (s *Planned) pricedPlan(e plan.Estimate, bytes int64, esz int) (plan.Plan, error) {
+func (s *Replanner) pricedPlan(e plan.Estimate, bytes int64, esz int) (plan.Plan, error) {
 	key := pricedKey{e.Strategy, s.p.Version(), bytes, esz}
 	if pl, ok := s.priced[key]; ok {
 		return pl, nil
@@ -212,7 +219,7 @@ func (s *Planned) pricedPlan(e plan.Estimate, bytes int64, esz int) (plan.Plan, 
 		if err != nil {
 			return plan.Plan{}, err
 		}
-		x := &planExec{n: s.n, p: pl, topo: t, esz: esz, me: s.n.rank}
+		x := &planExecutor{n: s.n, p: pl, topo: t, esz: esz, me: s.n.rank}
 		busy := busiest(x.railLoads(x.partWeights()))
 		if len(o.e.Leaves) > 0 {
 			busy *= leafRunFactor
@@ -239,8 +246,8 @@ type pricedKey struct {
 }
 
 // StartAllReduce plans an AllReduce of send into recv for its size and the current health, and runs
-// it (see [Node.StartPlannedAllReduce]). It returns the plan it runs. Call it in the event context.
-func (s *Planned) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) (plan.Plan, error) {
+// it (see [Node.StartAllReduceWithPlan]). It returns the plan it runs. Call it in the event context.
+func (s *Replanner) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) (plan.Plan, error) {
 	if !dt.Valid() {
 		return plan.Plan{}, fmt.Errorf("%w: dtype %v", ErrInvalid, dt)
 	}
@@ -248,12 +255,12 @@ func (s *Planned) StartAllReduce(send, recv []byte, dt rings.DType, op rings.Op,
 	if err != nil {
 		return plan.Plan{}, err
 	}
-	return pl, s.n.StartPlannedAllReduce(s.p.Topology(), pl, send, recv, dt, op, done)
+	return pl, s.n.StartAllReduceWithPlan(s.p.Topology(), pl, send, recv, dt, op, done)
 }
 
 // AllReduce is the blocking form of StartAllReduce (see [Node.AllReduce] for the rules). It returns
 // the plan it ran.
-func (s *Planned) AllReduce(ctx context.Context, send, recv []byte, dt rings.DType, op rings.Op) (plan.Plan, error) {
+func (s *Replanner) AllReduce(ctx context.Context, send, recv []byte, dt rings.DType, op rings.Op) (plan.Plan, error) {
 	var pl plan.Plan
 	err := s.n.run(ctx, func(done func(error)) error {
 		var err error

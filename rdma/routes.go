@@ -16,7 +16,7 @@ type piece struct {
 }
 
 // routeNICs returns node u's routes of channel c as cumulative fractions and their NICs.
-func (x *planExec) routeNICs(u, c int) (cuts []float64, nics []NICID) {
+func (x *planExecutor) routeNICs(u, c int) (cuts []float64, nics []NICID) {
 	var total int64
 	for _, r := range x.p.Routes[u] {
 		if r.Channel == c {
@@ -41,7 +41,7 @@ func (x *planExec) routeNICs(u, c int) (cuts []float64, nics []NICID) {
 // pieces cuts channel c of part k's ring and leaves at every node's route boundaries and, where the
 // part splits its links over rails, at every link's rail boundaries. Every channel of such a part
 // splits each link's bytes the same way, so each link's rails carry the plan's shares of the part.
-func (x *planExec) pieces(k, c int) []piece {
+func (x *planExecutor) pieces(k, c int) []piece {
 	pt := x.p.Parts[k]
 	nodes := append(slices.Clone(pt.Ring), pt.Leaves...)
 	bounds := []float64{0, 1}
@@ -92,7 +92,7 @@ const minRailShare = 1.0 / 64
 // (plan.Part.LinkRails), keyed by (from, to); nil when it gives none. A rail's NIC pair is the lowest
 // NIC index on that rail healthy at both ends; a rail without one, or with less than minRailShare, is
 // left out, and a link left with no rail is not split (pathNIC routes it).
-func (x *planExec) linkRails(k int) map[[2]int]railSplit {
+func (x *planExecutor) linkRails(k int) map[[2]int]railSplit {
 	pt := x.p.Parts[k]
 	if len(pt.LinkRails) != len(pt.Ring) || len(pt.Ring) < 2 {
 		return nil
@@ -122,7 +122,7 @@ func (x *planExec) linkRails(k int) map[[2]int]railSplit {
 }
 
 // railNIC returns the lowest NIC index on rail whose NIC is healthy at both u and v.
-func (x *planExec) railNIC(u, v, rail int) (NICID, bool) {
+func (x *planExecutor) railNIC(u, v, rail int) (NICID, bool) {
 	a, b := x.topo.Nodes[u].NICs, x.topo.Nodes[v].NICs
 	for j := range a {
 		if j < len(b) && a[j].Rail == rail && b[j].Rail == rail && !a[j].Down && !b[j].Down {
@@ -134,7 +134,7 @@ func (x *planExec) railNIC(u, v, rail int) (NICID, bool) {
 
 // partPieces returns, per part and channel, the pieces of the part's ring and leaves (pieces). They
 // depend on the plan's routes and link rails only, so they are cut once per plan.
-func (x *planExec) partPieces() [][][]piece {
+func (x *planExecutor) partPieces() [][][]piece {
 	if x.cuts == nil {
 		x.cuts = make([][][]piece, len(x.p.Parts))
 		for k := range x.p.Parts {
@@ -150,7 +150,7 @@ func (x *planExec) partPieces() [][][]piece {
 // for the piece where the plan splits the link over rails; otherwise the NIC of the end whose route
 // is not the channel's own, unless that rail is down at the other end; then one of the rails healthy
 // at both ends, if there is one.
-func (x *planExec) pathNIC(p piece, c, u, v int) NICID {
+func (x *planExecutor) pathNIC(p piece, c, u, v int) NICID {
 	if j, ok := p.link[[2]int{u, v}]; ok {
 		return j
 	}

@@ -15,7 +15,7 @@ import (
 // computes the same weights from the same plan.
 
 // partWeights returns every part's channel weights.
-func (x *planExec) partWeights() [][]float64 {
+func (x *planExecutor) partWeights() [][]float64 {
 	for _, pt := range x.p.Parts {
 		if len(pt.Leaves) > 0 || x.weighted() {
 			w, _ := x.levelled()
@@ -31,7 +31,7 @@ func (x *planExec) partWeights() [][]float64 {
 
 // levelled returns the levelled channel weights of every ring part and the seconds of the busiest
 // NIC direction with them.
-func (x *planExec) levelled() ([][]float64, float64) {
+func (x *planExecutor) levelled() ([][]float64, float64) {
 	w := make([][]float64, len(x.p.Parts))
 	for k := range w {
 		w[k] = x.n.weights()
@@ -81,7 +81,7 @@ func cloneWeights(w [][]float64) [][]float64 {
 
 // railLoads returns, per node, NIC and direction (0 out, 1 in), the seconds of traffic the plan's
 // rings and leaf exchanges put there with channel weights w.
-func (x *planExec) railLoads(w [][]float64) [][][2]float64 {
+func (x *planExecutor) railLoads(w [][]float64) [][][2]float64 {
 	load := make([][][2]float64, len(x.topo.Nodes))
 	for u := range load {
 		load[u] = make([][2]float64, len(x.topo.Nodes[u].NICs))
@@ -142,7 +142,7 @@ func busiest(load [][][2]float64) float64 {
 // channelCosts returns, for each channel of part k, the busiest NIC direction (by load) that one of
 // its ring paths uses at any node. The leaves' paths do not count: the leaves send and receive the
 // same bytes on the same NICs whatever the weights, as their traffic follows their own routes.
-func (x *planExec) channelCosts(k int, load [][][2]float64) []float64 {
+func (x *planExecutor) channelCosts(k int, load [][][2]float64) []float64 {
 	pt := x.p.Parts[k]
 	world := len(pt.Ring)
 	cost := make([]float64, len(x.n.weights()))

@@ -170,7 +170,7 @@ func nodeMain(a nodeArgs) int {
 		}
 		base, cal = c.Apply(base), &c
 	}
-	planned, err := rdma.NewPlanned(node, base, plan.Config{Align: 4, Margin: planMargin, Model: planModel})
+	replanner, err := rdma.NewReplanner(node, base, plan.Config{Align: 4, Margin: planMargin, Model: planModel})
 	if err != nil {
 		return fatal(err)
 	}
@@ -207,7 +207,7 @@ func nodeMain(a nodeArgs) int {
 			out.Encode(rep)
 			continue
 		}
-		rep := runOne(a, node, ep.NICs(), planned, withDown(base, cmd.Down), cmd, send, recv)
+		rep := runOne(a, node, ep.NICs(), replanner, withDown(base, cmd.Down), cmd, send, recv)
 		lastOK = rep.Err == ""
 		out.Encode(rep)
 	}
@@ -216,7 +216,7 @@ func nodeMain(a nodeArgs) int {
 
 // runOne runs one AllReduce by the command's strategy (or the planner's choice) on topo, the
 // planner's view of the testbed with the command's NICs down, and reports it.
-func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned, topo plan.Topology, cmd command, send, recv []float32) report {
+func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, replanner *rdma.Replanner, topo plan.Topology, cmd command, send, recv []float32) report {
 	rep := report{Event: "done", Node: a.Index, Label: cmd.Label}
 	var p plan.Plan
 	var err error
@@ -224,7 +224,7 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 		for u := range a.Nodes {
 			for j := range a.NICs {
 				if err == nil {
-					err = planned.SetNICDown(u, j, topo.Nodes[u].NICs[j].Down)
+					err = replanner.SetNICDown(u, j, topo.Nodes[u].NICs[j].Down)
 				}
 			}
 		}
@@ -232,7 +232,7 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 			return
 		}
 		if cmd.Strategy == "planner" {
-			p, err = planned.Plan(int64(a.Size), 4)
+			p, err = replanner.Plan(int64(a.Size), 4)
 			return
 		}
 		st, ok := strategyByName(cmd.Strategy)
@@ -242,8 +242,8 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 		}
 		if st == plan.OptCC || st == plan.Weighted {
 			// OptCC and the weighted rings as the runtime prices and splits them on these NICs
-			// (rdma.Planned).
-			p, err = planned.PlanStrategy(st, int64(a.Size), 4)
+			// (rdma.Replanner).
+			p, err = replanner.PlanStrategy(st, int64(a.Size), 4)
 			return
 		}
 		var e plan.Estimate
@@ -272,7 +272,7 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 	ctx, cancel := context.WithTimeout(context.Background(), a.OpTimeout)
 	defer cancel()
 	start := time.Now()
-	err = node.PlannedAllReduce(ctx, topo, p, rings.Bytes(send), rings.Bytes(recv), rings.F32, rings.Sum)
+	err = node.AllReduceWithPlan(ctx, topo, p, rings.Bytes(send), rings.Bytes(recv), rings.F32, rings.Sum)
 	rep.StartNs, rep.EndNs = start.UnixNano(), time.Now().UnixNano()
 	node.Do(func() { rep.Failovers = node.Stats().Failovers })
 	if err != nil {

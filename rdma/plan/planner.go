@@ -29,8 +29,9 @@ type Config struct {
 const maxCached = 256
 
 // Planner picks the cheapest AllReduce schedule for each call from the α–β model of its topology and
-// re-plans when a NIC fails or heals. It is a pure state machine: no I/O, no clocks. A Planner is not
-// safe for concurrent use; its owner serializes calls.
+// re-plans when a NIC fails or heals: it returns a [Plan] and runs nothing (package rdma's Replanner
+// asks it for plans and its Node executes them). It is a pure state machine: no I/O, no clocks. A
+// Planner is not safe for concurrent use; its owner serializes calls.
 type Planner struct {
 	cfg     Config
 	topo    Topology
