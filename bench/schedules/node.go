@@ -6,16 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net/netip"
 	"os"
 	"slices"
 	"time"
 
 	"github.com/concord-ccl/concord/bench/internal/nodeproc"
-	"github.com/concord-ccl/concord/internal/netlab"
 	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/plan"
-	"github.com/concord-ccl/concord/rdma/tcp"
 	"github.com/concord-ccl/concord/rings"
 )
 
@@ -117,35 +114,10 @@ func nodeMain(a nodeArgs) int {
 		out.Encode(report{Event: "fatal", Node: a.Index, Err: err.Error()})
 		return 1
 	}
-	names := make([]string, a.NICs)
-	for r := range names {
-		names[r] = netlab.NICName(r)
-	}
-	nics, err := tcp.HostNICs(names...)
-	if err != nil {
-		return fatal(err)
-	}
 	// TCP_USER_TIMEOUT well above the default: on a loaded machine, data queued behind the shaper
 	// for seconds must not kill a connection (that would count as a failure and fail the path over).
-	cfg := tcp.Config{Node: rdma.NodeID(a.Index), NICs: nics, Peers: map[rdma.NodeID][]netip.AddrPort{},
-		UserTimeout: 10 * time.Second}
-	for r := range cfg.NICs {
-		cfg.NICs[r].Port = uint16(a.Port)
-		cfg.NICs[r].Bandwidth = float64(a.Mbit) * 1e6 / 8
-	}
-	ring := make([]rdma.NodeID, a.Nodes)
-	for n := range a.Nodes {
-		ring[n] = rdma.NodeID(n)
-		if n == a.Index {
-			continue
-		}
-		addrs := make([]netip.AddrPort, a.NICs)
-		for r := range addrs {
-			addrs[r] = netip.AddrPortFrom(netlab.Addr(n, r), uint16(a.Port))
-		}
-		cfg.Peers[rdma.NodeID(n)] = addrs
-	}
-	ep, err := tcp.Listen(cfg)
+	ep, ring, err := nodeproc.TCPNode{Index: a.Index, Nodes: a.Nodes, NICs: a.NICs, Mbit: a.Mbit, Port: a.Port,
+		UserTimeout: 10 * time.Second}.Listen()
 	if err != nil {
 		return fatal(err)
 	}
