@@ -369,9 +369,8 @@ func (x *planExecutor) ownerShares(pt plan.Part) []float64 {
 // weightedLoops is the number of slices a weighted ring loops over. Its steps carry blocks of
 // different sizes, so a ring taking its steps one after the other would wait, at every step, for its
 // largest block on its slowest link; looped in a wavefront, every link carries slices of every block
-// at once and runs at the pace of its total. On the netns testbed (bench/schedules, one NIC of four
-// down) 8 ran best: 2.41–2.55 s in three runs, against 2.69 s with 4 and 2.61 s with 16 (more,
-// smaller frames) in one run each.
+// at once and runs at the pace of its total. 8 ran best on bench/schedules, against 4 and 16 (more,
+// smaller frames); docs/results/schedules.md has the figures.
 const weightedLoops = 8
 
 // broadcastPlans builds the broadcast operation: each part's result goes down the chain host, then

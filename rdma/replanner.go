@@ -176,14 +176,12 @@ func (s *Replanner) build(e plan.Estimate, bytes int64, esz int) (plan.Plan, err
 // The weighted rings' plan is priced the same way: one plan, at its latency plus the seconds of its
 // busiest NIC with levelled channel weights.
 
-// A plan with leaves does not run at the pace of its busiest NIC alone: the ring's last reduce-scatter
-// step waits for the leaves' inputs, and the last slices' all-gather and return trail them. Like
-// NCCL's tuning model, which scales each algorithm's bandwidth by a measured efficiency, the price
-// of such a plan scales its NIC seconds by leafRunFactor. On the simulator (TestPricedPlansFollowRuns)
-// OptCC's schedule with one NIC down runs at 1.14–1.18× its NIC seconds, on the netns testbed
-// (bench/schedules) at about 1.16×, where Balance and the weighted rings run within 2% of theirs on
-// the simulator and within 2% and 7% on the testbed. The factor stays a little below that range, so
-// that OptCC is still chosen where it wins by more.
+// leafRunFactor scales the NIC seconds of a plan with leaves, which does not run at the pace of its
+// busiest NIC alone: the ring's last reduce-scatter step waits for the leaves' inputs, and the last
+// slices' all-gather and return trail them (like NCCL's tuning model, which scales each algorithm's
+// bandwidth by a measured efficiency). It is set a little below the ratio OptCC's schedule ran at
+// on the simulator (TestPricedPlansFollowRuns) and on bench/schedules, so that OptCC is still
+// chosen where it wins by more; docs/results/schedules.md has the figures.
 const leafRunFactor = 1.12
 
 // optccShares is the number of steps of the grid of leaf shares, from 1/optccShares to 1.

@@ -21,7 +21,7 @@ type Config struct {
 	// the argmin. On a topology whose α and β were measured, a gain within the measurement's noise
 	// (a few percent) is no gain, and the earlier strategies are the simpler ones: set Margin to
 	// about that noise, so that, for one, a healthy fabric keeps the standard ring rather than
-	// Balance for the 1% by which its slowest NIC measured below the others.
+	// Balance for the little by which its slowest NIC measured below the others.
 	Margin float64
 }
 
