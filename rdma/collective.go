@@ -94,8 +94,8 @@ func sameBytes(a, b []byte) bool {
 }
 
 // StartReduceScatter reduces send (world blocks of len(recv) bytes) so that this node's recv holds the
-// reduction of block rank. send is read until done and must not change before then. Call it in the
-// event context.
+// reduction of block rank. send is read until done and must not change before then; recv is written
+// only on success, whatever Config.Direct says. Call it in the event context.
 func (n *Node) StartReduceScatter(send, recv []byte, dt rings.DType, op rings.Op, done func(error)) error {
 	if err := checkBuffers(dt, op, send, recv); err != nil {
 		return err
@@ -123,7 +123,8 @@ func (n *Node) StartReduceScatter(send, recv []byte, dt rings.DType, op rings.Op
 }
 
 // StartAllGather gathers every node's send (same length everywhere) into recv, block r from the node
-// at ring position r. Call it in the event context.
+// at ring position r. send is copied before it returns. recv is written only on success, unless
+// Config.Direct is set (then during the call). Call it in the event context.
 func (n *Node) StartAllGather(send, recv []byte, dt rings.DType, done func(error)) error {
 	if err := checkBuffers(dt, rings.Sum, send, recv); err != nil {
 		return err
@@ -152,7 +153,9 @@ func (n *Node) StartAllGather(send, recv []byte, dt rings.DType, done func(error
 	return n.start(work, dt, rings.Sum, plans, commit, done)
 }
 
-// StartBroadcast copies the root's buf into every node's buf. Call it in the event context.
+// StartBroadcast copies the root's buf into every node's buf. buf is read before it returns and
+// written only on success, unless Config.Direct is set (then buf is the working buffer until done).
+// Call it in the event context.
 func (n *Node) StartBroadcast(buf []byte, dt rings.DType, root NodeID, done func(error)) error {
 	if err := checkBuffers(dt, rings.Sum, buf); err != nil {
 		return err
@@ -174,7 +177,8 @@ func (n *Node) StartBroadcast(buf []byte, dt rings.DType, root NodeID, done func
 }
 
 // StartSend sends buf to node to, over every NIC; the receiver calls StartRecv with a buffer of the
-// same length. Call it in the event context.
+// same length. buf is copied before it returns, unless Config.Direct is set (then it is read until
+// done and must not change before then). Call it in the event context.
 func (n *Node) StartSend(buf []byte, to NodeID, done func(error)) error {
 	plans := planPointToPoint(true, to, splitChannels(len(buf), n.weights()), 1, n.cfg.ChunkBytes)
 	work := buf // read only; without Direct a copy, so that the caller may reuse buf at once on failure
@@ -184,7 +188,8 @@ func (n *Node) StartSend(buf []byte, to NodeID, done func(error)) error {
 	return n.start(work, rings.U8, rings.Sum, plans, nil, done)
 }
 
-// StartRecv receives into buf what node from sends with StartSend. Call it in the event context.
+// StartRecv receives into buf what node from sends with StartSend. buf is written only on success,
+// unless Config.Direct is set (then during the call). Call it in the event context.
 func (n *Node) StartRecv(buf []byte, from NodeID, done func(error)) error {
 	work, commit := buf, func() {}
 	if !n.cfg.Direct {
@@ -244,7 +249,8 @@ func (n *Node) Recv(ctx context.Context, buf []byte, from NodeID) error {
 }
 
 // Do runs f in the Node's event context and waits for it: the way to call a Replanner's methods (and
-// read the Node's state) from another goroutine.
+// read the Node's state) from another goroutine. It must not be called from the event context, which
+// it would wait on forever.
 func (n *Node) Do(f func()) {
 	ch := make(chan struct{})
 	n.ep.Post(func() { f(); close(ch) })

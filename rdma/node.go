@@ -31,10 +31,17 @@ type Stats struct {
 // Node runs the intra-site collectives of one node over a fabric endpoint: multi-rail channels (one
 // per NIC), and hot repair of every path.
 //
-// Every field is owned by the endpoint's event context. The Start methods must be called there (from
-// an event handler, a Post callback, or, with the sim provider, between runs); the blocking methods
-// (AllReduce and the others taking a context) may be called from any goroutine, one at a time, and
-// must not be called from the event context.
+// Every field is owned by the endpoint's event context. The Start methods, Stats and Repair must be
+// called there (from an event handler, a Post callback, [Node.Do], or, with the sim provider, between
+// runs); the blocking methods (AllReduce and the others taking a context) may be called from any
+// goroutine, one at a time, and must not be called from the event context. One collective runs at a
+// time: a Start method called while another runs returns [ErrBusy].
+//
+// A Start method that returns an error started nothing and never calls done; one that returns nil
+// calls done exactly once, in the event context, possibly before it returns (a ring of one node has
+// nothing to move). Each method says how long it reads or writes the caller's buffers; with
+// Config.Direct the result buffer is written during the call and holds undefined bytes after an
+// error.
 type Node struct {
 	ep    Endpoint
 	cfg   Config
@@ -144,7 +151,7 @@ func (n *Node) connectPeer(peer NodeID, index uint32) error {
 	return nil
 }
 
-// Stats returns a copy of the node's counters.
+// Stats returns a copy of the node's counters. Call it in the event context.
 func (n *Node) Stats() Stats {
 	s := n.stats
 	s.AffectedPaths = slices.Clone(s.AffectedPaths)
@@ -152,7 +159,8 @@ func (n *Node) Stats() Stats {
 	return s
 }
 
-// Repair returns the node's hot-repair state machine, for inspection (health of NICs) only.
+// Repair returns the node's hot-repair state machine, for inspection (health of NICs) only, in the
+// event context; the caller must not step it.
 func (n *Node) Repair() *Repair { return n.m }
 
 // step feeds the machine, carries out its actions and returns them.

@@ -54,7 +54,8 @@ func NewReplanner(n *Node, t plan.Topology, cfg plan.Config) (*Replanner, error)
 func (s *Replanner) Planner() *plan.Planner { return s.p }
 
 // SetNICDown tells the planner that NIC nic of the node at ring position node failed or healed; the
-// next call re-plans. Every node of the ring must be told the same, before the same call.
+// next call re-plans. Every node of the ring must be told the same, before the same call. Call it in
+// the event context.
 func (s *Replanner) SetNICDown(node, nic int, down bool) error {
 	_, err := s.p.SetNICDown(node, nic, down)
 	return err
@@ -63,7 +64,7 @@ func (s *Replanner) SetNICDown(node, nic int, down bool) error {
 // Sync brings the planner's NIC health to the runtime's view: the hot-repair verdicts and port
 // events this node has seen for every node of the ring. It reports whether anything changed (the
 // next call then re-plans). Verdicts go around the whole group, so after a failure or heal has been
-// localized every node's view, hence its plan, is the same.
+// localized every node's view, hence its plan, is the same. Call it in the event context.
 func (s *Replanner) Sync() bool {
 	changed := false
 	for u, id := range s.n.ring {
@@ -81,9 +82,10 @@ func (s *Replanner) Sync() bool {
 
 // Plan returns the plan the next AllReduce of bytes bytes (elements of esz bytes) runs: the cheapest
 // strategy for the current health (the first within the planner's Config.Margin of it), OptCC and
-// the weighted rings priced on this runtime's NICs (see pricedPlan), with the Node's routes: the
-// standard ring's channels (a failed NIC's moved whole to its backup) for the standard ring and hot
-// repair, [plan.BalanceRoutes] over one channel per NIC otherwise.
+// the weighted rings priced as the Node runs them on its NICs (the seconds of the busiest NIC), with
+// the Node's routes: the standard ring's channels (a failed NIC's moved whole to its backup) for the
+// standard ring and hot repair, [plan.BalanceRoutes] over one channel per NIC otherwise. Call it in
+// the event context.
 func (s *Replanner) Plan(bytes int64, esz int) (plan.Plan, error) {
 	es, err := s.p.Estimates(bytes)
 	if err != nil {
@@ -116,7 +118,7 @@ func (s *Replanner) Plan(bytes int64, esz int) (plan.Plan, error) {
 }
 
 // PlanStrategy returns the plan an AllReduce of bytes bytes runs with strategy st for the current
-// health, priced and split as Plan would if it chose st.
+// health, priced and split as Plan would if it chose st. Call it in the event context.
 func (s *Replanner) PlanStrategy(st plan.Strategy, bytes int64, esz int) (plan.Plan, error) {
 	e, err := plan.Cost(s.p.Topology(), st, float64(bytes), s.cfg.Model)
 	if err != nil {

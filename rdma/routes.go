@@ -216,7 +216,8 @@ func abs(v int) int {
 }
 
 // RoutesFor returns the per-node channel routes the Node uses for strategy st on topology t (one
-// channel per NIC), as fractions expressed in bytes of a notional message.
+// channel per NIC), as fractions expressed in bytes of a notional message. It is pure, and safe for
+// concurrent use.
 func RoutesFor(t plan.Topology, st plan.Strategy, nics []NIC) [][]plan.Route {
 	if st == plan.Ring || st == plan.HotRepair {
 		return hotRepairRoutes(t, nics)

@@ -102,7 +102,8 @@ func (p *Planner) Estimates(bytes int64) ([]Estimate, error) {
 }
 
 // Plan returns the cheapest schedule for an AllReduce of bytes bytes on the current topology (the
-// first in configuration order on a tie), with its data split.
+// first in configuration order on a tie), with its data split. The plan is cached until the topology
+// changes and shares its slices with the cache: the caller must not modify it.
 func (p *Planner) Plan(bytes int64) (Plan, error) {
 	if pl, ok := p.cache[bytes]; ok {
 		return pl, nil

@@ -6,7 +6,10 @@ import (
 	"time"
 )
 
-// Detector keeps one group's delay matrix and syndromes. It is not safe for concurrent use.
+// Detector keeps one group's delay matrix and syndromes. It is not safe for concurrent use: its
+// owner (the master's state machine) serializes every call. It keeps no reference to the Ops and
+// Reports it is given; the Events and Cells it returns are the caller's, but their slices (Cells,
+// Chain) may be shared with the Detector's own state and later events, so treat them as read-only.
 type Detector struct {
 	cfg    Config
 	op     uint64 // operations observed

@@ -10,6 +10,7 @@ import (
 // Link is a directed link between two peers.
 type Link struct{ From, To uint64 }
 
+// String returns "from→to".
 func (l Link) String() string { return fmt.Sprintf("%d→%d", l.From, l.To) }
 
 // Kind is a syndrome.
@@ -28,6 +29,7 @@ var kindNames = [...]string{"", "slow-link", "slow-sender", "slow-receiver", "sl
 // Kinds lists every syndrome, in order.
 var Kinds = []Kind{SlowLink, SlowSender, SlowReceiver, SlowCompute}
 
+// String returns the syndrome's name, as Event.Key and the metrics use it ("slow-link", ...).
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {
 		return kindNames[k]
