@@ -27,7 +27,8 @@ import (
 // The metrics are registered on reg when it is non-nil; otherwise on a new registry that also carries
 // the Go runtime and process collectors. Handler panics if reg already holds concord_* metrics,
 // as prometheus.Registry.MustRegister does. Links between the routes are relative, so the handler
-// may be mounted under a prefix with http.StripPrefix.
+// may be mounted under a prefix with http.StripPrefix. The handler keeps no state between requests
+// and serves them concurrently.
 func Handler(snap func() master.Snapshot, reg *prometheus.Registry) http.Handler {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
