@@ -301,18 +301,8 @@ func TestSessionCrash(t *testing.T) {
 			t.Fatalf("ListenSession: %v", err)
 		}
 		defer la.Close()
-		st, err := cs.OpenStream(context.Background())
-		if err != nil {
-			t.Fatalf("OpenStream: %v", err)
-		}
+		st, ps := openStream(t, cs, ss, "x")
 		defer st.Close()
-		if _, err := st.Write([]byte("x")); err != nil {
-			t.Fatalf("Write: %v", err)
-		}
-		ps, err := ss.AcceptStream(context.Background())
-		if err != nil {
-			t.Fatalf("AcceptStream: %v", err)
-		}
 		defer ps.Close()
 		if err := cs.SendDatagram([]byte("late")); err != nil { // in flight when a crashes
 			t.Fatalf("SendDatagram: %v", err)
