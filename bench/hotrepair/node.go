@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -139,11 +138,9 @@ func nodeMain(a nodeArgs) int {
 
 	seenNotes := 0  // notes of the runtime already printed to stderr
 	lastOK := false // the last call succeeded (its result is checked on "check")
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		var cmd command
-		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
-			return fatal(fmt.Errorf("bad command %q: %w", in.Text(), err))
+	for cmd, err := range nodeproc.Commands[command](os.Stdin) {
+		if err != nil {
+			return fatal(err)
 		}
 		switch cmd.Op {
 		case "quit":
