@@ -63,12 +63,7 @@ func TestSynctestLatency(t *testing.T) {
 				t.Errorf("echo: %v", err)
 			}
 		}()
-		if _, err := c.Write([]byte("ping")); err != nil {
-			t.Fatalf("Write: %v", err)
-		}
-		if got, err := readN(c, 4); err != nil || string(got) != "ping" {
-			t.Fatalf("echo read %q, %v", got, err)
-		}
+		crosses(t, c, c, "ping", "through the echo")
 		elapsedIs(t, "round trip", start, 2*lat)
 
 		// A session: the handshake is a round trip (preamble, answer).
