@@ -94,9 +94,9 @@ type Calibration struct {
 // did not measure, or that t does not have, keep t's figures.
 //
 // Measured NICs of one rate differ by a few percent, and so do healthy nodes. Give the planner a
-// plan.Model.LevelTolerance above that spread (0.05 on the netns testbed, where NICs measure within
-// ±2.5%) and a Config.Margin of about the same order, or it takes a healthy node for a faster or a
-// degraded one, and noise for a gain.
+// plan.Model.LevelTolerance above that spread (bench/schedules measures it and uses 0.05) and a
+// Config.Margin of about the same order, or it takes a healthy node for a faster or a degraded one,
+// and noise for a gain.
 func (c Calibration) Apply(t plan.Topology) plan.Topology {
 	out := t.Clone()
 	for i, nd := range out.Nodes {

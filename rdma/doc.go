@@ -28,13 +28,15 @@
 //
 // # Planned schedules
 //
-// [Node.StartPlannedAllReduce] runs an AllReduce by a plan of package rdma/plan: the standard ring,
+// Three parts, each with its own name: package rdma/plan's [plan.Planner] prices every strategy on a
+// topology and picks one, a [plan.Plan] says what every node does for one call (the standard ring,
 // hot repair, Balance (a degraded node's bytes spread over its healthy NICs by bandwidth),
-// R²CCL-AllReduce and the recursive schedule, in one operation whose dependent paths wait behind
-// gates. [Planned] asks the planner for each call's plan from the message size and the NIC health the
-// runtime has seen, so it re-plans when a NIC fails or heals. The planner's per-NIC α and β come from
-// [Node.Calibrate]: every node times sends over each NIC alone and the nodes share one table, which
-// [Calibration.Apply] puts into the planner's topology.
+// R²CCL-AllReduce, the recursive schedule, OptCC's schedule or the weighted rings), and the executor,
+// [Node.StartAllReduceWithPlan], runs a plan as one operation whose dependent paths wait behind
+// gates. A [Replanner] joins them on a Node: it asks the planner for each call's plan from the
+// message size and the NIC health the runtime has seen, so it re-plans when a NIC fails or heals. The
+// planner's per-NIC α and β come from [Node.Calibrate]: every node times sends over each NIC alone and
+// the nodes share one table, which [Calibration.Apply] puts into the planner's topology.
 //
 // # Hot repair
 //

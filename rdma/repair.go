@@ -1048,14 +1048,7 @@ func (m *Repair) timers() {
 			m.emit(ProbeNIC{ID: id, Peer: p.id.Src, Local: p.remote, Remote: p.local})
 		}
 	}
-	ids := make([]uint64, 0, len(m.probes))
-	for id, w := range m.probes {
-		if !m.now.Before(w.by) {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range due(m.probes, m.now, func(w probeWait) time.Time { return w.by }) {
 		w, ok := m.probes[id]
 		if !ok {
 			continue
@@ -1063,14 +1056,7 @@ func (m *Repair) timers() {
 		delete(m.probes, id)
 		m.probeDone(id, w, false, 0)
 	}
-	lids := make([]uint64, 0, len(m.locs))
-	for id, l := range m.locs {
-		if !m.now.Before(l.by) {
-			lids = append(lids, id)
-		}
-	}
-	slices.Sort(lids)
-	for _, id := range lids {
+	for _, id := range due(m.locs, m.now, func(l *localization) time.Time { return l.by }) {
 		if l := m.locs[id]; l != nil {
 			m.concludeIfReady(l, true)
 		}
@@ -1091,4 +1077,17 @@ func (m *Repair) timers() {
 			m.emit(ProbeNIC{ID: id, Peer: w.a.Node, Local: w.a.NIC, Remote: w.a.NIC})
 		}
 	}
+}
+
+// due returns, in order, the ids in m whose deadline (by) is not after now: the expired entries, in
+// an order that does not depend on map iteration.
+func due[V any](m map[uint64]V, now time.Time, by func(V) time.Time) []uint64 {
+	var ids []uint64
+	for id, v := range m {
+		if !now.Before(by(v)) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }

@@ -1,18 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"time"
 
 	"github.com/concord-ccl/concord/bench/internal/nodeproc"
-	"github.com/concord-ccl/concord/internal/netlab"
 	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/tcp"
 	"github.com/concord-ccl/concord/rings"
@@ -120,36 +117,11 @@ func nodeMain(a nodeArgs) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	names := make([]string, a.NICs)
-	for r := range names {
-		names[r] = netlab.NICName(r)
-	}
-	nics, err := tcp.HostNICs(names...)
-	if err != nil {
-		return fatal(err)
-	}
 	// The kernel's own failure timer is set well above the runtime's deadlines: behind the HTB shaper
 	// and on a busy machine data may sit unacknowledged for a while without anything having failed, and
 	// a NIC going down is seen through link state at once anyway.
-	cfg := tcp.Config{Node: rdma.NodeID(a.Index), NICs: nics, Peers: map[rdma.NodeID][]netip.AddrPort{},
-		UserTimeout: userTimeout}
-	for r := range cfg.NICs {
-		cfg.NICs[r].Port = uint16(a.Port)
-		cfg.NICs[r].Bandwidth = float64(a.Mbit) * 1e6 / 8
-	}
-	ring := make([]rdma.NodeID, a.Nodes)
-	for n := range a.Nodes {
-		ring[n] = rdma.NodeID(n)
-		if n == a.Index {
-			continue
-		}
-		addrs := make([]netip.AddrPort, a.NICs)
-		for r := range addrs {
-			addrs[r] = netip.AddrPortFrom(netlab.Addr(n, r), uint16(a.Port))
-		}
-		cfg.Peers[rdma.NodeID(n)] = addrs
-	}
-	ep, err := tcp.Listen(cfg)
+	ep, ring, err := nodeproc.TCPNode{Index: a.Index, Nodes: a.Nodes, NICs: a.NICs, Mbit: a.Mbit, Port: a.Port,
+		UserTimeout: userTimeout}.Listen()
 	if err != nil {
 		return fatal(err)
 	}
@@ -166,11 +138,9 @@ func nodeMain(a nodeArgs) int {
 
 	seenNotes := 0  // notes of the runtime already printed to stderr
 	lastOK := false // the last call succeeded (its result is checked on "check")
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		var cmd command
-		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
-			return fatal(fmt.Errorf("bad command %q: %w", in.Text(), err))
+	for cmd, err := range nodeproc.Commands[command](os.Stdin) {
+		if err != nil {
+			return fatal(err)
 		}
 		switch cmd.Op {
 		case "quit":

@@ -16,7 +16,7 @@
 //	healthy              no NIC down: the standard ring;
 //	one_nic_x25          NIC 1 of node 1 down (X = 0.25): hot repair only, Balance, R²CCL-AllReduce,
 //	                     OptCC's schedule (the degraded node as a leaf, its share priced by the runtime
-//	                     on these NICs, rdma.Planned.PlanStrategy), the weighted rings (blocks sized
+//	                     on these NICs, rdma.Replanner.PlanStrategy), the weighted rings (blocks sized
 //	                     and every link split over rails by a linear program, plan.Weighted; also
 //	                     priced by the runtime);
 //	two_nics_x50         NICs 1 and 2 of node 1 down (X = 0.5): the same five;
@@ -46,7 +46,7 @@
 // recursive schedule run with Appendix A's shares, priced as Appendix A prices them, which leaves out
 // that a slower node's input for a faster ring's share must first cross that node's own NICs; their
 // gated_model_seconds prices the same plan the way the runtime runs it (plan.Model.GatherFirst, the
-// model rdma.Planned chooses by). With two of node 1's NICs down, Y* puts half the message through
+// model rdma.Replanner chooses by). With two of node 1's NICs down, Y* puts half the message through
 // that gather, and the gated price is about twice Appendix A's.
 //
 // Per case: ideal_seconds is the model's lower bound [plan.Ideal],
@@ -113,7 +113,7 @@ type measured struct {
 	// GatedModelSeconds is, for r2ccl_allreduce and recursive, the plan that ran (Appendix A's
 	// shares) priced the way the runtime runs it: its slower nodes' inputs for a faster ring's share
 	// cross their own NICs before that ring starts, which Appendix A does not charge
-	// (plan.Model.GatherFirst, as rdma.Planned prices every choice). Absent for other strategies.
+	// (plan.Model.GatherFirst, as rdma.Replanner prices every choice). Absent for other strategies.
 	GatedModelSeconds float64 `json:"gated_model_seconds,omitempty"`
 	// Failovers counts the path failovers of every node during these calls: a schedule routes around
 	// the NICs it knows are down, so any failover is a false alarm or a connection the machine lost.

@@ -1,21 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
-	"net/netip"
 	"os"
 	"slices"
 	"time"
 
 	"github.com/concord-ccl/concord/bench/internal/nodeproc"
-	"github.com/concord-ccl/concord/internal/netlab"
 	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/plan"
-	"github.com/concord-ccl/concord/rdma/tcp"
 	"github.com/concord-ccl/concord/rings"
 )
 
@@ -117,35 +113,10 @@ func nodeMain(a nodeArgs) int {
 		out.Encode(report{Event: "fatal", Node: a.Index, Err: err.Error()})
 		return 1
 	}
-	names := make([]string, a.NICs)
-	for r := range names {
-		names[r] = netlab.NICName(r)
-	}
-	nics, err := tcp.HostNICs(names...)
-	if err != nil {
-		return fatal(err)
-	}
 	// TCP_USER_TIMEOUT well above the default: on a loaded machine, data queued behind the shaper
 	// for seconds must not kill a connection (that would count as a failure and fail the path over).
-	cfg := tcp.Config{Node: rdma.NodeID(a.Index), NICs: nics, Peers: map[rdma.NodeID][]netip.AddrPort{},
-		UserTimeout: 10 * time.Second}
-	for r := range cfg.NICs {
-		cfg.NICs[r].Port = uint16(a.Port)
-		cfg.NICs[r].Bandwidth = float64(a.Mbit) * 1e6 / 8
-	}
-	ring := make([]rdma.NodeID, a.Nodes)
-	for n := range a.Nodes {
-		ring[n] = rdma.NodeID(n)
-		if n == a.Index {
-			continue
-		}
-		addrs := make([]netip.AddrPort, a.NICs)
-		for r := range addrs {
-			addrs[r] = netip.AddrPortFrom(netlab.Addr(n, r), uint16(a.Port))
-		}
-		cfg.Peers[rdma.NodeID(n)] = addrs
-	}
-	ep, err := tcp.Listen(cfg)
+	ep, ring, err := nodeproc.TCPNode{Index: a.Index, Nodes: a.Nodes, NICs: a.NICs, Mbit: a.Mbit, Port: a.Port,
+		UserTimeout: 10 * time.Second}.Listen()
 	if err != nil {
 		return fatal(err)
 	}
@@ -170,7 +141,7 @@ func nodeMain(a nodeArgs) int {
 		}
 		base, cal = c.Apply(base), &c
 	}
-	planned, err := rdma.NewPlanned(node, base, plan.Config{Align: 4, Margin: planMargin, Model: planModel})
+	replanner, err := rdma.NewReplanner(node, base, plan.Config{Align: 4, Margin: planMargin, Model: planModel})
 	if err != nil {
 		return fatal(err)
 	}
@@ -181,11 +152,9 @@ func nodeMain(a nodeArgs) int {
 	out.Encode(report{Event: "ready", Node: a.Index, Calibration: cal})
 
 	lastOK := false // the last call succeeded (its result is checked on "check")
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		var cmd command
-		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
-			return fatal(fmt.Errorf("bad command %q: %w", in.Text(), err))
+	for cmd, err := range nodeproc.Commands[command](os.Stdin) {
+		if err != nil {
+			return fatal(err)
 		}
 		switch cmd.Op {
 		case "quit":
@@ -207,7 +176,7 @@ func nodeMain(a nodeArgs) int {
 			out.Encode(rep)
 			continue
 		}
-		rep := runOne(a, node, ep.NICs(), planned, withDown(base, cmd.Down), cmd, send, recv)
+		rep := runOne(a, node, ep.NICs(), replanner, withDown(base, cmd.Down), cmd, send, recv)
 		lastOK = rep.Err == ""
 		out.Encode(rep)
 	}
@@ -216,7 +185,7 @@ func nodeMain(a nodeArgs) int {
 
 // runOne runs one AllReduce by the command's strategy (or the planner's choice) on topo, the
 // planner's view of the testbed with the command's NICs down, and reports it.
-func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned, topo plan.Topology, cmd command, send, recv []float32) report {
+func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, replanner *rdma.Replanner, topo plan.Topology, cmd command, send, recv []float32) report {
 	rep := report{Event: "done", Node: a.Index, Label: cmd.Label}
 	var p plan.Plan
 	var err error
@@ -224,7 +193,7 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 		for u := range a.Nodes {
 			for j := range a.NICs {
 				if err == nil {
-					err = planned.SetNICDown(u, j, topo.Nodes[u].NICs[j].Down)
+					err = replanner.SetNICDown(u, j, topo.Nodes[u].NICs[j].Down)
 				}
 			}
 		}
@@ -232,7 +201,7 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 			return
 		}
 		if cmd.Strategy == "planner" {
-			p, err = planned.Plan(int64(a.Size), 4)
+			p, err = replanner.Plan(int64(a.Size), 4)
 			return
 		}
 		st, ok := strategyByName(cmd.Strategy)
@@ -242,8 +211,8 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 		}
 		if st == plan.OptCC || st == plan.Weighted {
 			// OptCC and the weighted rings as the runtime prices and splits them on these NICs
-			// (rdma.Planned).
-			p, err = planned.PlanStrategy(st, int64(a.Size), 4)
+			// (rdma.Replanner).
+			p, err = replanner.PlanStrategy(st, int64(a.Size), 4)
 			return
 		}
 		var e plan.Estimate
@@ -272,7 +241,7 @@ func runOne(a nodeArgs, node *rdma.Node, nics []rdma.NIC, planned *rdma.Planned,
 	ctx, cancel := context.WithTimeout(context.Background(), a.OpTimeout)
 	defer cancel()
 	start := time.Now()
-	err = node.PlannedAllReduce(ctx, topo, p, rings.Bytes(send), rings.Bytes(recv), rings.F32, rings.Sum)
+	err = node.AllReduceWithPlan(ctx, topo, p, rings.Bytes(send), rings.Bytes(recv), rings.F32, rings.Sum)
 	rep.StartNs, rep.EndNs = start.UnixNano(), time.Now().UnixNano()
 	node.Do(func() { rep.Failovers = node.Stats().Failovers })
 	if err != nil {

@@ -204,6 +204,17 @@ func readN(r io.Reader, n int) ([]byte, error) {
 	return b, err
 }
 
+// crosses writes msg to w and checks that r reads it back whole; what says which way it goes.
+func crosses(t *testing.T, w io.Writer, r io.Reader, msg, what string) {
+	t.Helper()
+	if _, err := w.Write([]byte(msg)); err != nil {
+		t.Fatalf("Write %s: %v", what, err)
+	}
+	if got, err := readN(r, len(msg)); err != nil || string(got) != msg {
+		t.Fatalf("read %s %q, %v; want %q", what, got, err, msg)
+	}
+}
+
 func TestConformanceTCP(t *testing.T) {
 	testConformance(t, func(t *testing.T) conformanceSetup {
 		tr := NewTCP(TCPConfig{})

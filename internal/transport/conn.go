@@ -84,21 +84,14 @@ func (c *conn) Read(b []byte) (int, error) {
 		if err != nil {
 			return 0, c.opError("read", err)
 		}
-		var timer *time.Timer
-		var fire <-chan time.Time
-		if !due.IsZero() {
-			timer = time.NewTimer(time.Until(due))
-			fire = timer.C
-		}
+		fire, stop := timerAt(due)
 		select {
 		case <-changed:
 		case <-fire:
 		case <-c.rd.done():
 		case <-c.closed:
 		}
-		if timer != nil {
-			timer.Stop()
-		}
+		stop()
 	}
 }
 
@@ -481,4 +474,14 @@ func (d *deadline) done() <-chan struct{} {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.expired
+}
+
+// timerAt returns a channel that receives at due (nil, which never receives, for a zero due) and the
+// function that releases its timer: the wait of a reader whose data is due later.
+func timerAt(due time.Time) (<-chan time.Time, func()) {
+	if due.IsZero() {
+		return nil, func() {}
+	}
+	t := time.NewTimer(time.Until(due))
+	return t.C, func() { t.Stop() }
 }

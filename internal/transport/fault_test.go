@@ -58,12 +58,7 @@ func TestFailAtReset(t *testing.T) {
 		}
 		// The hook fires once: a new connection is fine.
 		c2, s2 := memPair(t, n, "a", "b")
-		if _, err := c2.Write([]byte("ok")); err != nil {
-			t.Fatalf("Write on a new connection: %v", err)
-		}
-		if got, err := readN(s2, 2); err != nil || string(got) != "ok" {
-			t.Fatalf("read %q, %v", got, err)
-		}
+		crosses(t, c2, s2, "ok", "on a new connection")
 	})
 }
 
@@ -90,12 +85,7 @@ func TestFailAtClose(t *testing.T) {
 		}
 		equalBytes(t, got, append(append([]byte(nil), frames[0]...), frames[1][:500]...))
 		// The other direction still works.
-		if _, err := s.Write([]byte("back")); err != nil {
-			t.Fatalf("Write b->a: %v", err)
-		}
-		if got, err := readN(c, 4); err != nil || string(got) != "back" {
-			t.Fatalf("read %q, %v", got, err)
-		}
+		crosses(t, s, c, "back", "b->a")
 	})
 }
 

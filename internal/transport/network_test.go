@@ -363,21 +363,11 @@ func TestNetworkBlackHole(t *testing.T) {
 			t.Fatalf("blocked Write: %v, want os.ErrDeadlineExceeded", err)
 		}
 		// The other direction lost nothing and still works.
-		if _, err := s.Write([]byte("back")); err != nil {
-			t.Fatalf("Write b->a: %v", err)
-		}
-		if got, err := readN(c, 4); err != nil || string(got) != "back" {
-			t.Fatalf("read b->a %q, %v; want back", got, err)
-		}
+		crosses(t, s, c, "back", "b->a")
 		// A new connection after Heal works.
 		c2, s2 := memPair(t, n, "a", "b")
 		start := time.Now()
-		if _, err := c2.Write([]byte("after")); err != nil {
-			t.Fatalf("Write: %v", err)
-		}
-		if got, err := readN(s2, 5); err != nil || string(got) != "after" {
-			t.Fatalf("read %q, %v; want after", got, err)
-		}
+		crosses(t, c2, s2, "after", "a->b")
 		if d := time.Since(start); d != 10*time.Millisecond {
 			t.Fatalf("delivery after Heal took %v, want the link's 10ms latency", d)
 		}

@@ -12,8 +12,8 @@ import (
 // 20 µs the runtime's monitor thread takes the goroutine's P away and wakes another thread to look for
 // work, and when the call returns the goroutine has to win a P back. With GOMAXPROCS 1, as each of
 // several peer processes sharing a host's cores runs, every bulk call pays those wake-ups and context
-// switches, and the monitor, seeing them, keeps polling every 20 µs. In bench/allreduce at 8 peers
-// on 2 cores that was about a quarter of the CPU time of an AllReduce.
+// switches, and the monitor, seeing them, keeps polling every 20 µs: a large share of an AllReduce's
+// CPU time in bench/allreduce (docs/results/allreduce.md).
 //
 // ReadFull and WriteBuffers make the same read and writev calls as raw system calls on the
 // connection's non-blocking descriptor, which leave the P where it is, and wait for readiness through

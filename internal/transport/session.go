@@ -569,21 +569,14 @@ func (s *session) ReceiveDatagram(ctx context.Context) ([]byte, error) {
 		if ended != nil {
 			return nil, s.opError("receive datagram", ended)
 		}
-		var timer *time.Timer
-		var fire <-chan time.Time
-		if !due.IsZero() {
-			timer = time.NewTimer(time.Until(due))
-			fire = timer.C
-		}
+		fire, stop := timerAt(due)
 		select {
 		case <-changed:
 		case <-fire:
 		case <-wait:
 		case <-ctx.Done():
 		}
-		if timer != nil {
-			timer.Stop()
-		}
+		stop()
 		if err := ctx.Err(); err != nil {
 			return nil, s.opError("receive datagram", err)
 		}

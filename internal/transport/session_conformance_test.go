@@ -106,17 +106,7 @@ func testSessionConformance(t *testing.T, wrap func(t *testing.T, body func(t *t
 
 	run("CloseSemantics", func(t *testing.T, s sessionSetup) {
 		cs, ss := sessionPair(t, s)
-		st, err := cs.OpenStream(context.Background())
-		if err != nil {
-			t.Fatalf("OpenStream: %v", err)
-		}
-		if _, err := st.Write([]byte("last")); err != nil {
-			t.Fatalf("Write: %v", err)
-		}
-		peer, err := ss.AcceptStream(context.Background())
-		if err != nil {
-			t.Fatalf("AcceptStream: %v", err)
-		}
+		st, peer := openStream(t, cs, ss, "last")
 		if err := cs.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
@@ -401,22 +391,32 @@ func sessionPair(t *testing.T, s sessionSetup) (client, server Session) {
 // checkStream opens a stream from a to b and checks that a message crosses it.
 func checkStream(t *testing.T, a, b Session) {
 	t.Helper()
-	st, err := a.OpenStream(context.Background())
-	if err != nil {
-		t.Fatalf("OpenStream: %v", err)
-	}
+	st, peer := openStream(t, a, b, "still here")
 	defer st.Close()
-	if _, err := st.Write([]byte("still here")); err != nil {
-		t.Fatalf("Write: %v", err)
-	}
-	peer, err := b.AcceptStream(context.Background())
-	if err != nil {
-		t.Fatalf("AcceptStream: %v", err)
-	}
 	defer peer.Close()
 	if got, err := readN(peer, len("still here")); err != nil || string(got) != "still here" {
 		t.Fatalf("read %q, %v", got, err)
 	}
+}
+
+// openStream opens a stream from a, writes msg on it and accepts it at b. The caller closes both
+// ends.
+func openStream(t *testing.T, a, b Session, msg string) (st, peer net.Conn) {
+	t.Helper()
+	st, err := a.OpenStream(context.Background())
+	if err != nil {
+		t.Fatalf("OpenStream: %v", err)
+	}
+	if _, err := st.Write([]byte(msg)); err != nil {
+		st.Close()
+		t.Fatalf("Write: %v", err)
+	}
+	peer, err = b.AcceptStream(context.Background())
+	if err != nil {
+		st.Close()
+		t.Fatalf("AcceptStream: %v", err)
+	}
+	return st, peer
 }
 
 // waitABit gives goroutines time to block; the tests that call it are correct either way. Inside a

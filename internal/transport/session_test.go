@@ -63,12 +63,7 @@ func TestSynctestLatency(t *testing.T) {
 				t.Errorf("echo: %v", err)
 			}
 		}()
-		if _, err := c.Write([]byte("ping")); err != nil {
-			t.Fatalf("Write: %v", err)
-		}
-		if got, err := readN(c, 4); err != nil || string(got) != "ping" {
-			t.Fatalf("echo read %q, %v", got, err)
-		}
+		crosses(t, c, c, "ping", "through the echo")
 		elapsedIs(t, "round trip", start, 2*lat)
 
 		// A session: the handshake is a round trip (preamble, answer).
@@ -301,18 +296,8 @@ func TestSessionCrash(t *testing.T) {
 			t.Fatalf("ListenSession: %v", err)
 		}
 		defer la.Close()
-		st, err := cs.OpenStream(context.Background())
-		if err != nil {
-			t.Fatalf("OpenStream: %v", err)
-		}
+		st, ps := openStream(t, cs, ss, "x")
 		defer st.Close()
-		if _, err := st.Write([]byte("x")); err != nil {
-			t.Fatalf("Write: %v", err)
-		}
-		ps, err := ss.AcceptStream(context.Background())
-		if err != nil {
-			t.Fatalf("AcceptStream: %v", err)
-		}
 		defer ps.Close()
 		if err := cs.SendDatagram([]byte("late")); err != nil { // in flight when a crashes
 			t.Fatalf("SendDatagram: %v", err)

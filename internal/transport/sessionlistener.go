@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -47,44 +46,23 @@ func listenSession(ln net.Listener, sn sessionNet) *sessionListener {
 	return l
 }
 
-// run accepts connections and starts a handshake goroutine for each, while a slot is free.
+// run is the accept goroutine: it hands each new connection to a handshake goroutine (see
+// acceptHandshakes) and marks the listener closed when it ends.
 func (l *sessionListener) run() {
 	defer l.wg.Done()
 	defer l.shut()
-	for {
-		select {
-		case l.slots <- struct{}{}:
-		case <-l.quit:
-			return
-		}
-		c, err := l.ln.Accept()
-		if err != nil {
-			<-l.slots
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// A transient failure such as running out of file descriptors: try again shortly.
-			t := time.NewTimer(10 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-l.quit:
-				t.Stop()
-				return
-			}
-			continue
-		}
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			<-l.slots
-			c.Close()
-			return
-		}
-		l.handshaking[c] = struct{}{}
-		l.mu.Unlock()
-		l.wg.Add(1)
-		go l.handshake(c)
+	acceptHandshakes(l.ln, l.slots, l.quit, &l.wg, l.track, l.handshake)
+}
+
+// track records c as in its handshake, so that Close can end it, unless the listener is closed.
+func (l *sessionListener) track(c net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
 	}
+	l.handshaking[c] = struct{}{}
+	return true
 }
 
 // shut marks the listener closed, so that Accept fails.
@@ -101,8 +79,6 @@ func (l *sessionListener) shut() {
 // handshake reads the preamble of c within handshakeTimeout and hands c on. A connection with a bad or
 // late preamble is closed; nothing else is disturbed.
 func (l *sessionListener) handshake(c net.Conn) {
-	defer l.wg.Done()
-	defer func() { <-l.slots }()
 	var buf [preambleSize]byte
 	c.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	_, err := io.ReadFull(c, buf[:])

@@ -244,39 +244,15 @@ type tlsListener struct {
 	closeOnce sync.Once
 }
 
-// run accepts connections and starts a handshake goroutine for each.
+// run is the accept goroutine: it hands each new connection to a handshake goroutine (see
+// acceptHandshakes).
 func (l *tlsListener) run() {
 	defer l.wg.Done()
-	for {
-		select {
-		case l.slots <- struct{}{}:
-		case <-l.quit:
-			return
-		}
-		c, err := l.ln.Accept()
-		if err != nil {
-			<-l.slots
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			t := time.NewTimer(10 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-l.quit:
-				t.Stop()
-				return
-			}
-			continue
-		}
-		l.wg.Add(1)
-		go l.handshake(c)
-	}
+	acceptHandshakes(l.ln, l.slots, l.quit, &l.wg, nil, l.handshake)
 }
 
 // handshake authenticates c and queues it, or refuses it and reports why.
 func (l *tlsListener) handshake(c net.Conn) {
-	defer l.wg.Done()
-	defer func() { <-l.slots }()
 	c.SetDeadline(time.Now().Add(l.t.cfg.HandshakeTimeout))
 	stop := context.AfterFunc(l.ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	tc := tls.Server(c, l.t.server)

@@ -54,13 +54,13 @@
 // # Limits
 //
 // The forwarder carries IPv4 only. It reads and writes one packet per system call, so its packet
-// rate, not its bit rate, is what runs out: on two busy cores it carried about 0.7 Gbit/s in all at
-// an MTU of 1500 and about 4 Gbit/s at an MTU of 9000. When it falls behind, packets wait in the
+// rate, not its bit rate, is what runs out, and a larger MTU carries several times more
+// (docs/results/wan.md has the figures). When it falls behind, packets wait in the
 // TUN devices' transmit queues (4096 packets), unaccounted, before the emulated links see them; size
 // the MTU and the number of sites so that the aggregate rate stays well within its reach, or turn
 // on [Config.Offload], which passes TCP (and, from Linux 6.2, UDP) segments of up to 64 KiB through
 // the devices whole. Timers
-// fire late by up to about a millisecond under load, which adds to the RTT but not to the rates.
+// fire late under load, which adds to the RTT but not to the rates.
 //
 // # Lifecycle and privileges
 //

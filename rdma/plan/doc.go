@@ -37,4 +37,12 @@
 // ring node's reduce-scatter ownership, each node's channel-to-NIC routes and, for the weighted
 // rings, each link's split over rails. All shares are exact
 // integers that sum to the message (largest remainder, [Apportion]) and are deterministic.
+//
+// # Who calls what
+//
+// Every function of the package is pure and safe for concurrent use on arguments no one modifies
+// meanwhile; a result may share slices with its arguments (a plan with its estimate), so treat both
+// as read-only. A [Planner] is the one stateful type: it belongs to one goroutine, and the plans and
+// estimates it returns share memory with its caches, read-only too. A Planner chooses; the package
+// runs nothing: package rdma's Replanner asks a Planner for each call's plan, and its Node executes it.
 package plan

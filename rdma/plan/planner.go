@@ -21,7 +21,7 @@ type Config struct {
 	// the argmin. On a topology whose α and β were measured, a gain within the measurement's noise
 	// (a few percent) is no gain, and the earlier strategies are the simpler ones: set Margin to
 	// about that noise, so that, for one, a healthy fabric keeps the standard ring rather than
-	// Balance for the 1% by which its slowest NIC measured below the others.
+	// Balance for the little by which its slowest NIC measured below the others.
 	Margin float64
 }
 
@@ -29,8 +29,9 @@ type Config struct {
 const maxCached = 256
 
 // Planner picks the cheapest AllReduce schedule for each call from the α–β model of its topology and
-// re-plans when a NIC fails or heals. It is a pure state machine: no I/O, no clocks. A Planner is not
-// safe for concurrent use; its owner serializes calls.
+// re-plans when a NIC fails or heals: it returns a [Plan] and runs nothing (package rdma's Replanner
+// asks it for plans and its Node executes them). It is a pure state machine: no I/O, no clocks. A
+// Planner is not safe for concurrent use; its owner serializes calls.
 type Planner struct {
 	cfg     Config
 	topo    Topology
@@ -101,7 +102,8 @@ func (p *Planner) Estimates(bytes int64) ([]Estimate, error) {
 }
 
 // Plan returns the cheapest schedule for an AllReduce of bytes bytes on the current topology (the
-// first in configuration order on a tie), with its data split.
+// first in configuration order on a tie), with its data split. The plan is cached until the topology
+// changes and shares its slices with the cache: the caller must not modify it.
 func (p *Planner) Plan(bytes int64) (Plan, error) {
 	if pl, ok := p.cache[bytes]; ok {
 		return pl, nil

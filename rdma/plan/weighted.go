@@ -32,11 +32,9 @@ import (
 // same kind of program sizes to the bound on both cases above (at X = 0.25 the degraded node owns
 // 1/10, the others 3/10 each). There is no such schedule here because it did not run faster: built
 // on the Node's paths (a path per pair and rail, each owner folding its inputs in a fixed order), it
-// ran at 1.01–1.13× the bound on the simulator, but its calls took 2.70–4.22 s on the netns testbed
-// (bench/schedules' two cases above, 256 MiB, four runs; bounds 2.15 and 2.30 s) against the
-// weighted rings' 2.56–3.20 s in the same runs: a NIC carrying several pairs' flows shares itself
-// evenly among them, and an owner whose slowest input trickles in leaves its results, and its NICs,
-// waiting.
+// came close to the bound on the simulator but ran slower than the weighted rings on bench/schedules
+// (docs/results/schedules.md): a NIC carrying several pairs' flows shares itself evenly among them,
+// and an owner whose slowest input trickles in leaves its results, and its NICs, waiting.
 //
 // A node with g ranks scales the node-level volume 2(n−1)/n to the flat ring's 2(ng−1)/(ng), so that
 // with equal blocks the estimate is Balance's.
@@ -50,16 +48,11 @@ const weightedMaxNodes = 16
 const evenBlocks = 1e-3
 
 // secondRingMargin is how much cheaper in the model a pair of rings must be than the single ring to
-// be chosen. The pair's blocks are more uneven and its pieces more numerous. On the netns testbed
-// (bench/schedules, 4 nodes × 4 NICs), with one NIC down, its modelled 4.5% gain (9/22 against 3/7)
-// does not show: best calls of 2.40 and 2.51 s in two runs against the single ring's 2.39 and 2.41 s.
-// For two neighbouring nodes on different rails its 10% (9/20 against 1/2) does: 2.54–2.67 s against
-// Balance's 2.73–2.82 s, 1.05–1.10× its model (1.11–1.22× while a tcp connection was one socket, its
-// acks queued behind the chunks going the other way). A NIC that both rings use carries two
-// connections, which share it about evenly whatever the program's split. Capping each connection at
-// its planned share of the NIC (SO_MAX_PACING_RATE) did not help: with one NIC down the capped pair
-// took 2.59–2.75 s against the single ring's 2.52–2.62 s, and for the two nodes 2.63–2.78 s against
-// 2.58–2.83 s uncapped (two interleaved runs each, the planner's call and the strategy's).
+// be chosen. The pair's blocks are more uneven and its pieces more numerous, and a NIC that both
+// rings use carries two connections, which share it about evenly whatever the program's split. On
+// bench/schedules a modelled gain of 4.5% (one NIC down: 9/22 against 3/7) did not show and one of 10%
+// (two neighbouring nodes on different rails: 9/20 against 1/2) did; docs/results/schedules.md has
+// the figures, and those of capping each connection at its planned share, which did not help.
 const secondRingMargin = 0.06
 
 // costWeighted returns the cheapest of the single weighted ring over o, the pair of weighted rings
@@ -163,8 +156,8 @@ func reversed(o []int) []int {
 }
 
 // railProgramMax bounds nodes × rails for the program with rail flows: its size grows with their
-// product and its solver's time faster (with one NIC down, all candidate rings of 4 nodes × 4 rails
-// take about 3 ms, of 8 × 4 about 11 ms). Beyond it the program pools each node's NICs.
+// product and its solver's time faster (BenchmarkWeightedOnRails; docs/results/schedules.md). Beyond
+// it the program pools each node's NICs.
 const railProgramMax = 16
 
 // program is the weighted rings' linear program under construction: inequalities g·x ≤ h, equalities

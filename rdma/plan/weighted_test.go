@@ -149,3 +149,15 @@ func TestWeightedRings(t *testing.T) {
 		t.Errorf("%d nodes: weighted rings costed at %v s, want +Inf beyond weightedMaxNodes", weightedMaxNodes+1, e.Seconds)
 	}
 }
+
+// BenchmarkWeightedOnRails prices the weighted rings on 4 nodes × 4 rails with one NIC down, where
+// the linear program routes every link's bytes over rails (the largest case within railProgramMax).
+// A planner prices this once per size and topology version.
+func BenchmarkWeightedOnRails(b *testing.B) {
+	tp := weightedTopology(4, [2]int{1, 1})
+	for b.Loop() {
+		if e, err := Cost(tp, Weighted, 256<<20, Model{}); err != nil || math.IsInf(e.Seconds, 1) {
+			b.Fatalf("weighted rings: %v, %v", e.Seconds, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"os/exec"
 	"time"
@@ -146,6 +147,24 @@ func (g *Group[R]) Close(ctx context.Context, quit any) {
 		case <-grace:
 			p.cmd.Process.Kill()
 			<-exited
+		}
+	}
+}
+
+// Commands reads a node process's commands, one JSON object per line of r (its stdin), each into a
+// fresh C. It yields a line that does not decode with its error, and ends there or at the end of r.
+func Commands[C any](r io.Reader) iter.Seq2[C, error] {
+	return func(yield func(C, error) bool) {
+		in := bufio.NewScanner(r)
+		for in.Scan() {
+			var cmd C
+			if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
+				yield(cmd, fmt.Errorf("bad command %q: %w", in.Text(), err))
+				return
+			}
+			if !yield(cmd, nil) {
+				return
+			}
 		}
 	}
 }

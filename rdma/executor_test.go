@@ -89,7 +89,7 @@ func plannedCluster(t *testing.T, cfg rdma.Config, inPlace bool, st plan.Strateg
 			copy(out[i], send)
 			send = out[i]
 		}
-		return n.StartPlannedAllReduce(topo, p, send, out[i], rings.F32, rings.Sum, done)
+		return n.StartAllReduceWithPlan(topo, p, send, out[i], rings.F32, rings.Sum, done)
 	})
 	return c, out, p, c.net.Now() - start
 }
@@ -188,14 +188,14 @@ func TestPlannerPredictionVersusSimulation(t *testing.T) {
 	}
 }
 
-// TestPlannedFollowsNICHealth runs planned calls while a NIC fails and heals: each node's planner
+// TestReplannerFollowsNICHealth runs planned calls while a NIC fails and heals: each node's planner
 // learns the failure from the runtime's hot-repair view (Sync), re-plans away from the standard ring,
 // and returns to it once the NIC has healed.
-func TestPlannedFollowsNICHealth(t *testing.T) {
+func TestReplannerFollowsNICHealth(t *testing.T) {
 	c := newCluster(t, stNodes, stNICs, scConfig())
-	ps := make([]*rdma.Planned, stNodes)
+	ps := make([]*rdma.Replanner, stNodes)
 	for i, n := range c.nodes {
-		p, err := rdma.NewPlanned(n, stTopology(nil), plan.Config{Align: 4})
+		p, err := rdma.NewReplanner(n, stTopology(nil), plan.Config{Align: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,7 +288,7 @@ func TestPlannedBackToBack(t *testing.T) {
 		out := make([][]byte, stNodes)
 		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
 			out[i] = bytes.Repeat([]byte{0xff}, len(inputs[i])) // NaN everywhere
-			return n.StartPlannedAllReduce(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
+			return n.StartAllReduceWithPlan(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
 		})
 		want := make([]float32, stCount)
 		for _, in := range inputs {
@@ -338,22 +338,22 @@ func TestOptCCLevelsNICLoads(t *testing.T) {
 	}
 }
 
-// TestPlannedPricesOptCCOnNICs: the runtime's planner prices OptCC's schedule as the Node runs it on
+// TestReplannerPricesOptCCOnNICs: the runtime's planner prices OptCC's schedule as the Node runs it on
 // rail-matched NICs, not only by the pooled model. With one NIC of one node down it gives the leaf the
 // whole message (Y = 1: the leaf then stays out of the ring, whose hops next to it would have lost a
 // rail), at a price no lower than the model's; the run is correct and its busiest NIC sends less than
 // with the model's share. With two nodes degraded on different rails, OptCC's leaves crowd the rails
 // the core nodes have left: among R²CCL's strategies and OptCC the planner picks Balance, where the
 // pooled model alone picks OptCC.
-func TestPlannedPricesOptCCOnNICs(t *testing.T) {
+func TestReplannerPricesOptCCOnNICs(t *testing.T) {
 	const bytes = 4 * stCount
 	cfg := plan.Config{Align: 4}
-	planned := func(down [][2]int) (*cluster, *rdma.Planned) {
+	planned := func(down [][2]int) (*cluster, *rdma.Replanner) {
 		c := newCluster(t, stNodes, stNICs, rdma.Config{ChunkBytes: 64 << 10, Window: 4})
 		for _, d := range down {
 			c.net.SetPort(c.ring[d[0]], rdma.NICID(d[1]), false)
 		}
-		p, err := rdma.NewPlanned(c.nodes[0], stTopology(nil), cfg)
+		p, err := rdma.NewReplanner(c.nodes[0], stTopology(nil), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,7 +369,7 @@ func TestPlannedPricesOptCCOnNICs(t *testing.T) {
 		out := make([][]byte, stNodes)
 		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
 			out[i] = make([]byte, bytes)
-			return n.StartPlannedAllReduce(stTopology(down), p, inputs[i], out[i], rings.F32, rings.Sum, done)
+			return n.StartAllReduceWithPlan(stTopology(down), p, inputs[i], out[i], rings.F32, rings.Sum, done)
 		})
 		for i := range out {
 			for j, v := range rings.View[float32](out[i]) {
@@ -449,7 +449,7 @@ func pricedCluster(t *testing.T, bw float64, down [][2]int) (*cluster, plan.Topo
 }
 
 // TestPricedPlansFollowRuns runs, on a bandwidth-bound simulated fabric, Balance, OptCC's schedule
-// and the weighted rings as the runtime prices them (rdma.Planned.PlanStrategy), with one NIC down
+// and the weighted rings as the runtime prices them (rdma.Replanner.PlanStrategy), with one NIC down
 // and with two neighbouring nodes each missing a NIC on different rails. Every result must be exact
 // on every node; in both cases the weighted rings (two rings, every link split over rails by the
 // program) must be the fastest and the planner's choice, and within 10% of the bound; Balance and
@@ -476,7 +476,7 @@ func TestPricedPlansFollowRuns(t *testing.T) {
 		var ideal float64
 		for _, st := range []plan.Strategy{plan.Balance, plan.OptCC, plan.Weighted} {
 			c, topo := pricedCluster(t, bw, tc.down)
-			pd, err := rdma.NewPlanned(c.nodes[0], topo, plan.Config{Align: 4})
+			pd, err := rdma.NewReplanner(c.nodes[0], topo, plan.Config{Align: 4})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -497,7 +497,7 @@ func TestPricedPlansFollowRuns(t *testing.T) {
 			start := c.net.Now()
 			c.runAllWithin(t, time.Minute, func(i int, n *rdma.Node, done func(error)) error {
 				out[i] = make([]byte, len(inputs[i]))
-				return n.StartPlannedAllReduce(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
+				return n.StartAllReduceWithPlan(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
 			})
 			took[st] = (c.net.Now() - start).Seconds()
 			for i := range out {
@@ -541,7 +541,7 @@ func measuredTopology(rng *rand.Rand, down [][2]int) plan.Topology {
 
 // On measured figures every strategy the planner prices makes a plan that runs and gives the exact
 // sum on every node, except OptCC's with a single fastest node as its core, which the runtime does
-// not run: rdma.Planned neither chooses it nor builds it (it chose it on the netns testbed once, and
+// not run: rdma.Replanner neither chooses it nor builds it (it chose it on the netns testbed once, and
 // the call failed), and its choice runs.
 func TestPlansOnMeasuredTopologiesRun(t *testing.T) {
 	inputs := integerInputs(rand.New(rand.NewPCG(3, 1)), stNodes, stCount)
@@ -593,7 +593,7 @@ func TestPlansOnMeasuredTopologiesRun(t *testing.T) {
 			out := make([][]byte, stNodes)
 			c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
 				out[i] = make([]byte, len(inputs[i]))
-				return n.StartPlannedAllReduce(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
+				return n.StartAllReduceWithPlan(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
 			})
 			check(fmt.Sprintf("trial %d, %v", trial, st), out)
 		}
@@ -603,7 +603,7 @@ func TestPlansOnMeasuredTopologiesRun(t *testing.T) {
 		}
 		out := make([][]byte, stNodes)
 		c.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
-			ps, err := rdma.NewPlanned(n, topo, plan.Config{Align: 4, Margin: 0.02})
+			ps, err := rdma.NewReplanner(n, topo, plan.Config{Align: 4, Margin: 0.02})
 			if err != nil {
 				return err
 			}
@@ -666,7 +666,7 @@ func TestPlannedWithNICsDeclaringDifferentBandwidths(t *testing.T) {
 		out := make([][]byte, stNodes)
 		cl.runAll(t, func(i int, n *rdma.Node, done func(error)) error {
 			out[i] = make([]byte, len(inputs[i]))
-			return n.StartPlannedAllReduce(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
+			return n.StartAllReduceWithPlan(topo, p, inputs[i], out[i], rings.F32, rings.Sum, done)
 		})
 		for i := range out {
 			for j, v := range rings.View[float32](out[i]) {

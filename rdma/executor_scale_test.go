@@ -51,7 +51,7 @@ func TestPlannerPredictionAtTestbedScale(t *testing.T) {
 		start := c.net.Now()
 		for i, n := range c.nodes {
 			out[i] = make([]byte, size)
-			if err := n.StartPlannedAllReduce(topo, p, in[i], out[i], rings.F32, rings.Sum, func(err error) { errs[i], done[i] = err, true }); err != nil {
+			if err := n.StartAllReduceWithPlan(topo, p, in[i], out[i], rings.F32, rings.Sum, func(err error) { errs[i], done[i] = err, true }); err != nil {
 				t.Fatal(err)
 			}
 		}
