@@ -46,7 +46,8 @@ type Communicator struct {
 	held     atomic.Pointer[heldState]
 
 	links *links
-	site  *siteTier // the intra-site tier, nil without Site and NICs (sitetier.go)
+	rv    rendezvous // reaching peers behind NAT (rendezvous.go)
+	site  *siteTier  // the intra-site tier, nil without Site and NICs (sitetier.go)
 
 	reqs     chan request       // callers and I/O goroutines -> run
 	connects chan *wire.Connect // run -> wiring, latest wins
@@ -150,7 +151,7 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		return nil, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.MasterTimeout)
-	mc, err := cfg.Transport.Dial(dctx, cfg.Master)
+	mc, err := c.dialMaster(dctx, ln)
 	cancel()
 	if err != nil {
 		ln.Close()
@@ -169,6 +170,7 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		return nil, err
 	}
 	c.id = welcome.Peer
+	c.rv.welcomed(welcome)
 	if err := c.startGossip(); err != nil {
 		ln.Close()
 		mc.Close()
@@ -246,7 +248,8 @@ func (c *Communicator) introduce(ctx context.Context, conn net.Conn, resume *wir
 	if c.site != nil {
 		nics = c.site.addrs
 	}
-	h := &wire.Hello{Token: c.cfg.Token, Addr: c.adv, Site: c.cfg.Site, Peer: c.cfg.ID, Group: c.cfg.Group, NICs: nics, Resume: resume}
+	h := &wire.Hello{Token: c.cfg.Token, Addr: c.adv, Site: c.cfg.Site, Peer: c.cfg.ID, Group: c.cfg.Group, NICs: nics, Resume: resume,
+		Published: c.cfg.AdvertiseAddr != ""}
 	if _, err := conn.Write(wire.AppendFrame(nil, h)); err != nil {
 		return nil, sid, fmt.Errorf("pccl: send hello: %w: %w", ErrMasterLost, err)
 	}
@@ -342,11 +345,17 @@ type Stats struct {
 	// SiteFailovers is the number of paths that hot repair moved to another NIC pair, with this peer
 	// sending, counted when a collective completes on the fabric.
 	SiteFailovers uint64
+	// LinksSameNAT, LinksReversed, LinksPunched and LinksRelayed count the connections this peer
+	// opened to peers behind NAT (rendezvous.go): dialled directly behind the same NAT, called back,
+	// over a punched QUIC path, and through the master's relay.
+	LinksSameNAT, LinksReversed, LinksPunched, LinksRelayed uint64
 }
 
 // Stats returns the communicator's counters. It may be called from any goroutine.
 func (c *Communicator) Stats() Stats {
-	s := Stats{LinksOpened: c.links.opened.Load(), LinksAccepted: c.links.accepted.Load()}
+	s := Stats{LinksOpened: c.links.opened.Load(), LinksAccepted: c.links.accepted.Load(),
+		LinksSameNAT: c.rv.direct.Load(), LinksReversed: c.rv.counts[wire.RendezvousReverse].Load(),
+		LinksPunched: c.rv.counts[wire.RendezvousPunch].Load(), LinksRelayed: c.rv.counts[wire.RendezvousRelay].Load()}
 	if t := c.site; t != nil {
 		s.SiteCollectives, s.SiteGenerations, s.SiteFailovers = t.collectives.Load(), t.generations.Load(), t.failovers.Load()
 		s.SiteBytes = t.retiredBytes.Load()
@@ -544,6 +553,9 @@ func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
 			}
 			c.wg.Add(1)
 			go c.readMaster(a.conn, c.gen)
+		case callAct:
+			c.wg.Add(1)
+			go c.answer(a.call)
 		case noticeAct:
 			c.log.Warn("the master says: " + a.text)
 		case dropConnAct:
@@ -618,7 +630,7 @@ func (c *Communicator) redial(resume *wire.Resume) {
 	ctx, cancel := context.WithTimeout(c.life, c.cfg.DialTimeout)
 	defer cancel()
 	var res redialedIn
-	conn, err := c.cfg.Transport.Dial(ctx, c.cfg.Master)
+	conn, err := c.dialMaster(ctx, c.links.ln)
 	if err == nil {
 		err = c.handshake(ctx, conn)
 	}
@@ -635,6 +647,9 @@ func (c *Communicator) redial(resume *wire.Resume) {
 		}
 		if err == nil && !res.resumed {
 			res.welcome, res.session, err = c.introduce(ctx, conn, resume)
+			if err == nil {
+				c.rv.welcomed(res.welcome)
+			}
 		}
 	}
 	if err != nil {

@@ -73,11 +73,11 @@ type fetcher struct {
 
 	mu      sync.Mutex
 	wake    *sync.Cond
-	queue   []*fetchTask      // ranges to fetch, retried ones first
-	depth   int               // requests outstanding per connection: fetchDepth, or fewer for a small plan
-	pending int               // ranges not yet installed (queued, in flight or being checked)
-	live    map[uint64]int    // donor -> workers still fetching from it
-	donors  map[uint64]string // donor -> address
+	queue   []*fetchTask             // ranges to fetch, retried ones first
+	depth   int                      // requests outstanding per connection: fetchDepth, or fewer for a small plan
+	pending int                      // ranges not yet installed (queued, in flight or being checked)
+	live    map[uint64]int           // donor -> workers still fetching from it
+	donors  map[uint64]wire.PeerInfo // donor -> its addresses
 
 	verify chan verified
 
@@ -99,7 +99,7 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 	if len(items) == 0 {
 		return nil
 	}
-	f := &fetcher{c: c, opt: opt, live: map[uint64]int{}, donors: map[uint64]string{}}
+	f := &fetcher{c: c, opt: opt, live: map[uint64]int{}, donors: map[uint64]wire.PeerInfo{}}
 	f.wake = sync.NewCond(&f.mu)
 	largest := 0
 	for _, it := range items {
@@ -112,7 +112,7 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 			return fmt.Errorf("entry %q: no donor", it.Name)
 		}
 		for _, d := range it.Donors {
-			f.donors[d.ID] = d.Addr
+			f.donors[d.ID] = d
 		}
 		largest = max(largest, int(it.Bytes))
 	}
@@ -216,7 +216,7 @@ func (f *fetcher) fetchLeaves(jobs []*entryJob) {
 	var mu sync.Mutex // guards the failure counts
 	var wg sync.WaitGroup
 	for id, batch := range byDonor {
-		donor := wire.PeerInfo{ID: id, Addr: f.donors[id]}
+		donor := f.donors[id]
 		wg.Go(func() {
 			f.leavesFrom(donor, batch, func(j *entryJob, leaves []uint64) {
 				states[j].once.Do(func() {
@@ -313,7 +313,7 @@ func (f *fetcher) work(donor uint64) {
 		}
 		f.orphans()
 	}()
-	addr := wire.PeerInfo{ID: donor, Addr: f.donors[donor]}
+	addr := f.donors[donor]
 	for {
 		for len(inflight) < f.depth {
 			t := f.take(donor, len(inflight) == 0)
@@ -510,8 +510,8 @@ func (c *Communicator) dialState(ctx context.Context, conns map[uint64]*stateCon
 		return sc, nil
 	}
 	cfg := c.cfg
-	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	conn, err := cfg.Transport.Dial(dctx, donor.Addr)
+	dctx, cancel := context.WithTimeout(ctx, c.reachTimeout(donor))
+	conn, err := c.dialPeer(dctx, donor)
 	cancel()
 	if err != nil {
 		return nil, err

@@ -374,9 +374,9 @@ func (l *links) dialPool(to wire.PeerInfo, base, n int) ([]net.Conn, int, error)
 
 func (l *links) dial(to wire.PeerInfo, index int) (net.Conn, error) {
 	cfg := l.c.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.c.reachTimeout(to))
 	defer cancel()
-	conn, err := cfg.Transport.Dial(ctx, to.Addr)
+	conn, err := l.c.dialPeer(ctx, to)
 	if err != nil {
 		return nil, err
 	}
@@ -422,12 +422,15 @@ func (l *links) admit(conn net.Conn) {
 	defer l.wg.Done()
 	cfg := l.c.cfg
 	conn.SetDeadline(time.Now().Add(cfg.DialTimeout))
-	kind, err := wire.Accept(conn, wire.KindData, wire.KindState, wire.KindBench)
+	kind, err := wire.Accept(conn, wire.KindData, wire.KindState, wire.KindBench, wire.KindCall)
 	if err != nil {
 		conn.Close()
 		return
 	}
 	switch kind {
+	case wire.KindCall:
+		l.c.takeCall(conn)
+		return
 	case wire.KindState:
 		l.c.serveState(conn)
 		return

@@ -124,6 +124,8 @@ type (
 		failed []uint64
 		err    error
 	}
+	// rendezvousOut: a connection to a peer behind NAT needs the master's rendezvous (rendezvous.go).
+	rendezvousOut struct{ msg *wire.Rendezvous }
 	// measuredIn: one bandwidth test of an OptimizeTopology is over.
 	measuredIn struct {
 		round   uint32
@@ -207,6 +209,8 @@ type (
 	dieAct struct{ err error }
 	// noticeAct: log the master's warning text for the operator.
 	noticeAct struct{ text string }
+	// callAct: another peer asks to reach this one by rendezvous; open the connection it asks for.
+	callAct struct{ call *wire.RendezvousCall }
 )
 
 // reply is the answer to an API call. start is set on the first reply to a collective that commenced;
@@ -289,6 +293,8 @@ func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
 		m.rc.broken = true
 	case writeFailed:
 		m.suspect(now, fmt.Errorf("write: %w", in.err), emit)
+	case rendezvousOut:
+		send(in.msg)
 	case wiredIn:
 		rep := &wire.LinksReady{Epoch: in.epoch, OK: in.err == nil}
 		if in.err != nil {
@@ -576,6 +582,8 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 		m.die(kickError(msg), emit)
 	case *wire.Notice:
 		emit(noticeAct{msg.Text})
+	case *wire.RendezvousCall:
+		emit(callAct{msg})
 	default:
 		m.die(fmt.Errorf("pccl: master sent unexpected %T", msg), emit)
 	}

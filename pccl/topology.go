@@ -49,7 +49,7 @@ func (c *Communicator) measure(ctx context.Context, r *wire.MeasureRound) (float
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, rtt, err := c.benchStream(ctx, r.Target.Addr, d)
+			res, rtt, err := c.benchStream(ctx, r.Target, d)
 			if err != nil {
 				c.log.Warn("bandwidth test failed", "to", r.Target.ID, "err", err)
 			}
@@ -95,12 +95,12 @@ const benchBlock = 1 << 20
 
 var benchData = make([]byte, benchBlock)
 
-// benchStream times a round trip to addr, then sends as fast as it can until the receiver, which
+// benchStream times a round trip to peer to, then sends as fast as it can until the receiver, which
 // counts the bytes that arrive during d from the first one, reports its count.
-func (c *Communicator) benchStream(ctx context.Context, addr string, d time.Duration) (*wire.BenchResult, time.Duration, error) {
+func (c *Communicator) benchStream(ctx context.Context, to wire.PeerInfo, d time.Duration) (*wire.BenchResult, time.Duration, error) {
 	cfg := c.cfg
-	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	conn, err := cfg.Transport.Dial(dctx, addr)
+	dctx, cancel := context.WithTimeout(ctx, c.reachTimeout(to))
+	conn, err := c.dialPeer(dctx, to)
 	cancel()
 	if err != nil {
 		return nil, 0, err
@@ -122,7 +122,7 @@ func (c *Communicator) benchStream(ctx context.Context, addr string, d time.Dura
 	if msg, _, err := wire.ReadFrame(conn, 1<<10, nil); err != nil {
 		return nil, 0, err
 	} else if _, ok := msg.(*wire.BenchResult); !ok {
-		return nil, 0, fmt.Errorf("bandwidth test to %s: answer %T", addr, msg)
+		return nil, 0, fmt.Errorf("bandwidth test to %s: answer %T", to.Addr, msg)
 	}
 	rtt := time.Since(t0)
 	result := make(chan *wire.BenchResult, 1)
@@ -137,7 +137,7 @@ func (c *Communicator) benchStream(ctx context.Context, addr string, d time.Dura
 		select {
 		case r := <-result:
 			if r == nil || r.Nanos == 0 {
-				return nil, rtt, fmt.Errorf("bandwidth test to %s: no result", addr)
+				return nil, rtt, fmt.Errorf("bandwidth test to %s: no result", to.Addr)
 			}
 			return r, rtt, nil
 		default:

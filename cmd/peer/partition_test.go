@@ -31,12 +31,28 @@ func newHostRun(t *testing.T, ctx context.Context, bin string, peers int) *hostR
 
 // newHostRunWith is newHostRun with extra arguments for peer i's command line.
 func newHostRunWith(t *testing.T, ctx context.Context, bin string, peers int, extra func(i int) []string) *hostRun {
+	return newHostRunOpts(t, ctx, bin, hostRunOpts{peers: peers, extra: extra})
+}
+
+// hostRunOpts describes a run on a test bed: peers peers on hosts 1..peers, the master on host 0.
+type hostRunOpts struct {
+	peers     int
+	nat       []int                // peers (0-based) behind a NAT of their own
+	transport string               // --transport of every process; "" is the default (tls)
+	extra     func(i int) []string // more arguments for peer i
+}
+
+func newHostRunOpts(t *testing.T, ctx context.Context, bin string, o hostRunOpts) *hostRun {
 	t.Helper()
 	work := t.TempDir()
 	if err := os.WriteFile(filepath.Join(work, "run.secret"), []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bed, err := hosts.New(hosts.Config{Hosts: 1 + peers})
+	cfg := hosts.Config{Hosts: 1 + o.peers}
+	for _, i := range o.nat {
+		cfg.NAT = append(cfg.NAT, i+1)
+	}
+	bed, err := hosts.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +67,17 @@ func newHostRunWith(t *testing.T, ctx context.Context, bin string, peers int, ex
 		}
 	})
 	master := "master --listen :48148 --token run-42 --secret-file run.secret"
+	line := fmt.Sprintf("peer run --master %s:48148 --token run-42 --secret-file run.secret --json", bed.Host(0).Addr())
+	if o.transport != "" {
+		master += " --transport " + o.transport
+		line += " --transport " + o.transport
+	}
 	r.master = start(t, ctx, bed.Host(0), bin, work, strings.Fields(master), nil)
 	t.Cleanup(r.master.stop)
-	line := fmt.Sprintf("peer run --master %s:48148 --token run-42 --secret-file run.secret --json", bed.Host(0).Addr())
-	for i := range peers {
+	for i := range o.peers {
 		args := strings.Fields(line)
-		if extra != nil {
-			args = append(args, extra(i)...)
+		if o.extra != nil {
+			args = append(args, o.extra(i)...)
 		}
 		p := start(t, ctx, bed.Host(i+1), bin, work, args, []string{"CONCORD_STEPS=100000000", "CONCORD_SIZE=65536", "CONCORD_LOG_LEVEL=info"})
 		r.peers = append(r.peers, p)

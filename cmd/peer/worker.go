@@ -56,6 +56,18 @@ type event struct {
 	// the fabrics opened (pccl.Stats), in the done event.
 	SiteOps  uint64 `json:"site_ops,omitempty"`
 	SiteGens uint64 `json:"site_gens,omitempty"`
+	// Reversed, Punched and Relayed count the links this peer opened to peers behind NAT by each way
+	// of rendezvous (pccl.Stats), in step and done events.
+	Reversed uint64 `json:"reversed,omitempty"`
+	Punched  uint64 `json:"punched,omitempty"`
+	Relayed  uint64 `json:"relayed,omitempty"`
+}
+
+// withLinks adds the rendezvous counts of comm to e.
+func withLinks(e event, comm *pccl.Communicator) event {
+	s := comm.Stats()
+	e.Reversed, e.Punched, e.Relayed = s.LinksReversed, s.LinksPunched, s.LinksRelayed
+	return e
 }
 
 // control is what the demo sends a worker on stdin.
@@ -251,11 +263,11 @@ func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopA
 		}
 		ops++
 		step[0]++
-		emit(event{Event: "step", Step: step[0], Rank: comm.Rank(), World: comm.WorldSize(), Rev: st.Revision,
-			Ops: ops, Aborts: aborts, Joins: joins, State: fmt.Sprintf("%016x", sharedstate.Hash(pccl.Bytes(buf)))})
+		emit(withLinks(event{Event: "step", Step: step[0], Rank: comm.Rank(), World: comm.WorldSize(), Rev: st.Revision,
+			Ops: ops, Aborts: aborts, Joins: joins, State: fmt.Sprintf("%016x", sharedstate.Hash(pccl.Bytes(buf)))}, comm))
 	}
 	cs := comm.Stats()
-	emit(event{Event: "done", Step: step[0], Rank: comm.Rank(), World: comm.WorldSize(), Ops: ops, Aborts: aborts,
-		Joins: joins, State: fmt.Sprintf("%016x", sharedstate.Hash(pccl.Bytes(buf))), SiteOps: cs.SiteCollectives, SiteGens: cs.SiteGenerations})
+	emit(withLinks(event{Event: "done", Step: step[0], Rank: comm.Rank(), World: comm.WorldSize(), Ops: ops, Aborts: aborts,
+		Joins: joins, State: fmt.Sprintf("%016x", sharedstate.Hash(pccl.Bytes(buf))), SiteOps: cs.SiteCollectives, SiteGens: cs.SiteGenerations}, comm))
 	return nil
 }

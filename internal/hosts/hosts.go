@@ -161,7 +161,9 @@ func (b *Bed) buildBridge() error {
 }
 
 // natHost turns host h into one behind NAT: router is the lab node on the bridge; the host itself is a
-// new namespace on a private link to it, whose traffic the router masquerades.
+// new namespace on a private link to it, whose traffic the router masquerades. As a home router's
+// firewall does, the router drops what arrives from outside unasked, at once: the packet leaves no
+// connection-tracking entry behind that would make the next mapping of the same port pick another.
 func (b *Bed) natHost(h *Host, router *netlab.Node) error {
 	priv, err := b.lab.AddNode(fmt.Sprintf("h%d", h.index))
 	if err != nil {
@@ -196,8 +198,12 @@ table ip filter {
 		iifname "lan0" accept
 		ct state established,related accept
 	}
+	chain input {
+		type filter hook input priority filter; policy accept;
+		iifname "%s" ct state new drop
+	}
 }
-`, netlab.NICName(0))
+`, netlab.NICName(0), netlab.NICName(0))
 	if err := nft(router, rules); err != nil {
 		return fmt.Errorf("hosts: NAT of host %d: %w", h.index, err)
 	}
