@@ -60,7 +60,7 @@ type streamer struct {
 	payload []byte     // this peer's encoded fragment, owned by the job in flight
 	slots   []byte     // the gathered payloads, likewise
 	avg     []float32  // the average of the decoded fragments, likewise
-	delta   []float32  // the pseudo-gradient of the job in flight (plus error feedback), then its average
+	delta   []float32  // the local fragment of the job in flight, then its pseudo-gradient (plus error feedback), then its average
 
 	job    *fragJob          // fragment in flight, or nil
 	failed *fragJob          // fragment whose all-reduce failed, taken up at the next boundary
@@ -82,7 +82,7 @@ type fragJob struct {
 	lo, hi   int
 	launched uint64 // the group's inner steps when it started
 	outer    uint64 // the outer step it completes, when it is the last fragment; else 0
-	encoded  bool   // the payload holds this job's encoding
+	prepared bool   // delta holds the pseudo-gradient (plus error feedback), and the payload its encoding
 	done     chan error
 	ring     []uint64 // ring of the successful all-reduce
 }
@@ -332,7 +332,8 @@ func (s *streamer) launch(c uint64) {
 	if f == s.cfg.Fragments-1 {
 		j.outer = c / uint64(s.cfg.H)
 	}
-	PseudoGradient(s.delta[:hi-lo], s.global[lo:hi], s.local[lo:hi])
+	// Only the copy holds up the inner steps; the job's goroutine takes the difference.
+	copy(s.delta[:hi-lo], s.local[lo:hi])
 	s.job = j
 	go func() { j.done <- s.reduce(j) }()
 }
@@ -342,6 +343,17 @@ func (s *streamer) launch(c uint64) {
 func (s *streamer) reduce(j *fragJob) error {
 	g := s.delta[:j.hi-j.lo]
 	c := s.cfg.Compression
+	if !j.prepared {
+		PseudoGradient(g, s.global[j.lo:j.hi], g)
+		if c.Enabled() {
+			e := s.errfb[j.lo:j.hi]
+			for i := range g {
+				g[i] += e[i]
+			}
+			s.z.encode(s.payload[:c.PayloadBytes(len(g))], g)
+		}
+		j.prepared = true
+	}
 	if !c.Enabled() {
 		desc := pccl.Desc{Tag: tagReduce, Count: len(g), DType: pccl.F32, Op: pccl.Avg}
 		s.sum.BytesReduced += int64(4 * len(g))
@@ -353,14 +365,6 @@ func (s *streamer) reduce(j *fragJob) error {
 		return nil
 	}
 	size := c.PayloadBytes(len(g))
-	if !j.encoded {
-		e := s.errfb[j.lo:j.hi]
-		for i := range g {
-			g[i] += e[i]
-		}
-		s.z.encode(s.payload[:size], g)
-		j.encoded = true
-	}
 	// Every peer's payload in the slot of its rank, zeros elsewhere: a byte-wise sum is the gather.
 	ring := s.comm.Ring()
 	rank, world := slices.Index(ring, s.comm.ID()), len(ring)
@@ -456,7 +460,7 @@ func (s *streamer) completed(j *fragJob) {
 		Step: j.outer, Loss: loss, Rank: slices.Index(j.ring, s.comm.ID()), World: len(j.ring),
 		Revision: s.st.Revision, Reduced: j.ring, Aborts: s.sum.Aborts, Joins: s.sum.Joins,
 		BytesReduced: s.sum.BytesReduced, BytesFetched: s.sum.BytesFetched, Digest: s.st.Digest(0),
-		Params: s.global,
+		Params: s.global, InnerTime: s.sum.InnerTime,
 	})
 }
 

@@ -242,6 +242,9 @@ type Progress struct {
 	// Params is the global parameter vector after the step. It is the
 	// trainer's own memory: read it during the callback, do not keep it.
 	Params []float32
+	// InnerTime is the time this peer has spent in inner steps since Run
+	// started (streaming DiLoCo; zero for the other kinds).
+	InnerTime time.Duration
 }
 
 // Summary is what Run reports when it returns.
