@@ -1,10 +1,12 @@
 package diloco
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // ValueBits selects how the values of a compressed outer gradient are encoded.
@@ -48,11 +50,17 @@ func ParseValueBits(s string) (ValueBits, error) {
 // compressBlock is the number of consecutive sent values that share one scale.
 const compressBlock = 64
 
+// compressChunk is the number of consecutive elements among which top-k chooses on its own: each
+// chunk sends its TopK fraction, so an index fits in 16 bits (its offset in the chunk) and every
+// chunk is represented.
+const compressChunk = 4096
+
 // Compression configures how a peer encodes its outer gradients. The zero value sends them whole
 // in float32, as a plain all-reduce would.
 //
-// A compressed outer gradient keeps the TopK fraction of its elements of largest magnitude (all
-// when TopK is 0), their indices and their values in Values. What a peer leaves out or rounds away
+// A compressed outer gradient keeps, in every chunk of compressChunk elements, the TopK fraction
+// of the chunk's elements of largest magnitude (all when TopK is 0): their offsets in the chunk
+// and their values in Values. What a peer leaves out or rounds away
 // it keeps in an error-feedback buffer of its own and adds to its next outer gradient of the same
 // elements, so nothing is lost, only delayed.
 type Compression struct {
@@ -88,26 +96,39 @@ func (c Compression) String() string {
 	return c.Values.String()
 }
 
-// Kept returns the number of elements sent of an outer gradient of n elements: all of them, or
-// the TopK fraction rounded up (at least one of a non-empty gradient).
+// Kept returns the number of elements sent of an outer gradient of n elements: all of them, or in
+// every chunk the TopK fraction of its elements rounded up (at least one).
 func (c Compression) Kept(n int) int {
-	if !c.sparse() || n == 0 {
+	if !c.sparse() {
 		return n
 	}
-	return min(n, max(1, int(math.Ceil(c.TopK*float64(n)))))
+	k := (n / compressChunk) * c.keptIn(compressChunk)
+	if r := n % compressChunk; r > 0 {
+		k += c.keptIn(r)
+	}
+	return k
+}
+
+// keptIn returns the number of elements sent of a chunk of m elements.
+func (c Compression) keptIn(m int) int {
+	if !c.sparse() {
+		return m
+	}
+	return min(m, max(1, int(math.Ceil(c.TopK*float64(m)))))
 }
 
 // PayloadBytes returns the size of the encoding of an outer gradient of n elements. Every peer's
 // encoding of n elements has this size, whatever the values.
 //
 // Layout (little endian): the scales, one float32 per block of compressBlock kept values (none
-// for Float32); the indices, one uint32 per kept value in increasing order (only with TopK); the
-// values, as float32, int8, or int4 pairs (the first of a pair in the low nibble).
+// for Float32); the offsets, one uint16 per kept value, chunk after chunk, increasing within a
+// chunk (only with TopK); the values in the same order, as float32, int8, or int4 pairs (the first
+// of a pair in the low nibble).
 func (c Compression) PayloadBytes(n int) int {
 	k := c.Kept(n)
 	size := 0
 	if c.sparse() {
-		size += 4 * k
+		size += 2 * k
 	}
 	switch c.Values {
 	case Float32:
@@ -131,7 +152,7 @@ var ErrMalformedPayload = errors.New("diloco: malformed compressed payload")
 // used by one goroutine at a time.
 type compressor struct {
 	c    Compression
-	hist [1 << 16]uint32
+	mags []uint32  // scratch of topK
 	idx  []uint32  // indices kept by the last encode
 	vals []float32 // their decoded values
 }
@@ -142,7 +163,11 @@ func (z *compressor) encode(dst []byte, g []float32) {
 	n := len(g)
 	k := z.c.Kept(n)
 	if z.c.sparse() {
-		z.idx = topK(g, k, z.idx[:0], &z.hist)
+		z.idx = z.idx[:0]
+		for lo := 0; lo < n; lo += compressChunk {
+			chunk := g[lo:min(n, lo+compressChunk)]
+			z.idx, z.mags = topK(chunk, z.c.keptIn(len(chunk)), uint32(lo), z.idx, z.mags)
+		}
 	} else {
 		z.idx = z.idx[:0]
 		for i := range n {
@@ -164,9 +189,9 @@ func (z *compressor) encode(dst []byte, g []float32) {
 	}
 	if z.c.sparse() {
 		for j, i := range z.idx {
-			binary.LittleEndian.PutUint32(dst[off+4*j:], i)
+			binary.LittleEndian.PutUint16(dst[off+2*j:], uint16(i%compressChunk))
 		}
-		off += 4 * k
+		off += 2 * k
 	}
 	out := dst[off:]
 	switch z.c.Values {
@@ -252,17 +277,22 @@ func (c Compression) DecodeAdd(acc []float32, payload []byte) error {
 			}
 		}
 	}
-	var idx []byte
+	var offs []byte
 	if c.sparse() {
-		idx = payload[off : off+4*k]
-		off += 4 * k
-		prev := int64(-1)
-		for j := range k {
-			i := int64(binary.LittleEndian.Uint32(idx[4*j:]))
-			if i <= prev || i >= int64(n) {
-				return fmt.Errorf("%w: index %d at position %d (after %d, of %d elements)", ErrMalformedPayload, i, j, prev, n)
+		offs = payload[off : off+2*k]
+		off += 2 * k
+		j := 0
+		for lo := 0; lo < n; lo += compressChunk {
+			m := min(compressChunk, n-lo)
+			prev := -1
+			for range c.keptIn(m) {
+				o := int(binary.LittleEndian.Uint16(offs[2*j:]))
+				if o <= prev || o >= m {
+					return fmt.Errorf("%w: offset %d at position %d in the chunk at %d (after %d, of %d elements)", ErrMalformedPayload, o, j, lo, prev, m)
+				}
+				prev = o
+				j++
 			}
-			prev = i
 		}
 	}
 	vals := payload[off:]
@@ -302,62 +332,80 @@ func (c Compression) DecodeAdd(acc []float32, payload []byte) error {
 			return fmt.Errorf("%w: padding nibble is not zero", ErrMalformedPayload)
 		}
 	}
-	for j := range k {
-		i := j
-		if idx != nil {
-			i = int(binary.LittleEndian.Uint32(idx[4*j:]))
+	if offs == nil {
+		for j := range k {
+			acc[j] += value(j)
 		}
-		acc[i] += value(j)
+		return nil
+	}
+	j := 0
+	for lo := 0; lo < n; lo += compressChunk {
+		for range c.keptIn(min(compressChunk, n-lo)) {
+			acc[lo+int(binary.LittleEndian.Uint16(offs[2*j:]))] += value(j)
+			j++
+		}
 	}
 	return nil
 }
 
-// topK appends to dst the indices of the k elements of g of largest magnitude, in increasing order,
-// and returns it. Among elements of equal magnitude at the cut, the lower indices win, so the
-// choice depends on g alone. It reads g three times: a histogram of the upper 16 bits of every
-// magnitude's float32 bits (which order like the magnitudes), one of the lower 16 bits of those in
-// the bucket of the cut, and the collection.
-func topK(g []float32, k int, dst []uint32, hist *[1 << 16]uint32) []uint32 {
-	if k <= 0 {
-		return dst
-	}
+// topK appends to dst base plus the offsets of the k elements of g of largest magnitude, in
+// increasing order, and returns it with the scratch mags. Among elements of equal magnitude at the
+// cut, the lower offsets win, so the choice depends on g alone. A magnitude's float32 bits order
+// like the magnitudes; the cut is found by two histograms of 8 bits of them (the upper 8, then the
+// next 8 within the bucket of the cut), and the few elements left in its bucket are sorted.
+func topK(g []float32, k int, base uint32, dst []uint32, mags []uint32) ([]uint32, []uint32) {
 	if k >= len(g) {
 		for i := range g {
-			dst = append(dst, uint32(i))
+			dst = append(dst, base+uint32(i))
 		}
-		return dst
+		return dst, mags
 	}
-	mag := func(v float32) uint32 { return math.Float32bits(v) & 0x7fffffff }
-	clear(hist[:])
+	if k <= 0 {
+		return dst, mags
+	}
+	var h [256]int
+	mags = mags[:0]
 	for _, v := range g {
-		hist[mag(v)>>16]++
+		m := math.Float32bits(v) & 0x7fffffff
+		mags = append(mags, m)
+		h[m>>23]++
 	}
-	// The bucket of the cut: the highest hi with at least k magnitudes at or above it.
-	above := 0 // magnitudes in buckets above hi
-	hi := len(hist) - 1
-	for ; hi > 0 && above+int(hist[hi]) < k; hi-- {
-		above += int(hist[hi])
+	// bucket returns the bucket of h holding the need-th largest, and how many lie above it.
+	bucket := func(need int) (b, above int) {
+		for b = len(h) - 1; b > 0 && above+h[b] < need; b-- {
+			above += h[b]
+		}
+		return b, above
 	}
-	clear(hist[:])
-	for _, v := range g {
-		if m := mag(v); m>>16 == uint32(hi) {
-			hist[m&0xffff]++
+	hi, above := bucket(k)
+	h = [256]int{}
+	for _, m := range mags {
+		if int(m>>23) == hi {
+			h[m>>15&0xff]++
 		}
 	}
-	lo := len(hist) - 1
-	for ; lo > 0 && above+int(hist[lo]) < k; lo-- {
-		above += int(hist[lo])
-	}
-	cut := uint32(hi)<<16 | uint32(lo)
-	ties := k - above // elements equal to the cut to take, lowest indices first
-	for i, v := range g {
-		m := mag(v)
-		if m > cut {
-			dst = append(dst, uint32(i))
-		} else if m == cut && ties > 0 {
-			dst = append(dst, uint32(i))
-			ties--
+	mid, above2 := bucket(k - above)
+	prefix := uint32(hi<<8 | mid)
+	// The elements of the cut's bucket, largest first, lower offsets first among equals.
+	type cand struct{ m, i uint32 }
+	var cs []cand
+	for i, m := range mags {
+		if m>>15 == prefix {
+			cs = append(cs, cand{m, uint32(i)})
 		}
 	}
-	return dst
+	slices.SortFunc(cs, func(a, b cand) int {
+		if a.m != b.m {
+			return cmp.Compare(b.m, a.m)
+		}
+		return cmp.Compare(a.i, b.i)
+	})
+	last := cs[k-above-above2-1]
+	cut := uint64(last.m)<<32 | uint64(^last.i)
+	for i, m := range mags {
+		if uint64(m)<<32|uint64(^uint32(i)) >= cut {
+			dst = append(dst, base+uint32(i))
+		}
+	}
+	return dst, mags
 }
