@@ -26,8 +26,9 @@
 //     fraction of largest elements, with error feedback.
 //
 // compute_utilization is the time spent in inner steps over the wall time, from the end of the first
-// outer step to the end of the last (DDP: of the first step to the last), averaged over the peers:
-// the start-up (connections, slow start, the first sync) is left out, as a long run amortizes it.
+// outer step to the end of the last but one (DDP: of the first step to the last), averaged over the
+// peers: the start-up (connections, slow start, the first sync) and the end (where Run waits for
+// the last fragment) are left out, as a long run amortizes them.
 // wan_bytes_per_inner_step is every IP packet that crossed between sites in that window (payload,
 // headers, acknowledgements, the master's messages) over the inner steps of the group in it; wan_bytes_vs_ddp
 // is its ratio to ddp's. bit_identical (per configuration and at the top) says whether every peer
@@ -122,7 +123,7 @@ func main() {
 	flag.Float64Var(&o.cOuterLR, "compressed-outer-lr", 0, "streaming-compressed: outer learning rate (0: the Nesterov default)")
 	flag.Float64Var(&o.cOuterMom, "compressed-outer-momentum", 0, "streaming-compressed: outer momentum (0: the Nesterov default)")
 	flag.IntVar(&o.ddpSteps, "ddp-steps", 4, "ddp: inner steps on the WAN")
-	flag.IntVar(&o.outer, "outer-steps", 3, "diloco and streaming: outer steps on the WAN")
+	flag.IntVar(&o.outer, "outer-steps", 4, "diloco and streaming: outer steps on the WAN (the window is the second to the last but one)")
 	flag.Float64Var(&o.linkMbit, "link-mbit", 1000, "capacity of every directed link between sites, Mbit/s")
 	flag.StringVar(&rtts, "rtts", "80ms,150ms,200ms", "round-trip times between sites 0-1, 0-2 and 1-2")
 	flag.StringVar(&configs, "configs", strings.Join(names, ","), "configurations to run")
@@ -159,8 +160,8 @@ func main() {
 		}
 		o.configs = append(o.configs, c)
 	}
-	if o.stepMs <= 0 || o.ddpSteps < 2 || o.outer < 2 || o.accOuter < 1 || o.accPeers < 2 || o.batch < 1 {
-		fail(fmt.Errorf("need --step-ms > 0, --ddp-steps >= 2, --outer-steps >= 2, --acc-outer >= 1, --acc-peers >= 2, --batch >= 1"))
+	if o.stepMs <= 0 || o.ddpSteps < 2 || o.outer < 3 || o.accOuter < 1 || o.accPeers < 2 || o.batch < 1 {
+		fail(fmt.Errorf("need --step-ms > 0, --ddp-steps >= 2, --outer-steps >= 3, --acc-outer >= 1, --acc-peers >= 2, --batch >= 1"))
 	}
 	for _, c := range trainerConfigs(&o) {
 		if err := c.Validate(); err != nil {

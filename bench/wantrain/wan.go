@@ -210,11 +210,13 @@ func (w *wan) streaming(ctx context.Context, o *options, cfg diloco.TrainerConfi
 	}
 	m := measured{identical: true}
 	var utils []float64
+	// The window runs from the end of the first outer step to the end of the last but one: the
+	// last fragment of the last is waited for before Run returns, which a longer run would not do.
 	for site, ms := range marks {
 		if len(ms) != o.outer {
 			return measured{}, fmt.Errorf("site %d reported %d outer steps, want %d", site, len(ms), o.outer)
 		}
-		first, last := ms[0], ms[len(ms)-1]
+		first, last := ms[0], ms[len(ms)-2]
 		utils = append(utils, float64(last.inner-first.inner)/float64(last.at.Sub(first.at)))
 		for k, mk := range ms {
 			if !sameDigest(mk.digest, marks[0][k].digest) {
@@ -227,7 +229,7 @@ func (w *wan) streaming(ctx context.Context, o *options, cfg diloco.TrainerConfi
 		m.identical = m.identical && slices.Equal(s.Params, sums[0].Params)
 	}
 	m.util = mean(utils)
-	first, last := marks[0][0], marks[0][len(marks[0])-1]
+	first, last := marks[0][0], marks[0][len(marks[0])-2]
 	m.inner = last.steps - first.steps
 	m.window = last.at.Sub(first.at)
 	m.bytesPerInner = float64(last.bytes-first.bytes) / float64(m.inner)
@@ -391,6 +393,9 @@ func (w *wan) churn(ctx context.Context, o *options, cfg diloco.TrainerConfig) (
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	// The dead peer's process is gone: its communicator would otherwise retry the master until
+	// Config.MasterTimeout.
+	victim.comm.Close()
 	if r := <-runs[2]; r.err == nil {
 		return nil, errors.New("the killed peer's run ended without an error")
 	}
