@@ -51,9 +51,34 @@ func ParseValueBits(s string) (ValueBits, error) {
 const compressBlock = 64
 
 // compressChunk is the number of consecutive elements among which top-k chooses on its own: each
-// chunk sends its TopK fraction, so an index fits in 16 bits (its offset in the chunk) and every
+// chunk sends its TopK fraction, so an index fits in 12 bits (its offset in the chunk) and every
 // chunk is represented.
 const compressChunk = 4096
+
+// offsetBytes is the size of k packed 12-bit offsets: two to three bytes, an odd last one in two.
+func offsetBytes(k int) int { return (3*k + 1) / 2 }
+
+// putOffset writes offset o (below 4096) as the j-th of the packed offsets in b: the j-th pair
+// takes bytes 3(j/2) to 3(j/2)+2, the first offset of it in the low 12 bits.
+func putOffset(b []byte, j int, o uint16) {
+	at := 3 * (j / 2)
+	if j%2 == 0 {
+		b[at] = byte(o)
+		b[at+1] = b[at+1]&0xf0 | byte(o>>8)
+	} else {
+		b[at+1] = b[at+1]&0x0f | byte(o<<4)
+		b[at+2] = byte(o >> 4)
+	}
+}
+
+// offset reads the j-th packed offset of b.
+func offset(b []byte, j int) int {
+	at := 3 * (j / 2)
+	if j%2 == 0 {
+		return int(b[at]) | int(b[at+1]&0x0f)<<8
+	}
+	return int(b[at+1]>>4) | int(b[at+2])<<4
+}
 
 // Compression configures how a peer encodes its outer gradients. The zero value sends them whole
 // in float32, as a plain all-reduce would.
@@ -121,14 +146,14 @@ func (c Compression) keptIn(m int) int {
 // encoding of n elements has this size, whatever the values.
 //
 // Layout (little endian): the scales, one float32 per block of compressBlock kept values (none
-// for Float32); the offsets, one uint16 per kept value, chunk after chunk, increasing within a
-// chunk (only with TopK); the values in the same order, as float32, int8, or int4 pairs (the first
-// of a pair in the low nibble).
+// for Float32); the offsets, 12 bits per kept value packed two to three bytes (putOffset), chunk
+// after chunk, increasing within a chunk (only with TopK); the values in the same order, as
+// float32, int8, or int4 pairs (the first of a pair in the low nibble).
 func (c Compression) PayloadBytes(n int) int {
 	k := c.Kept(n)
 	size := 0
 	if c.sparse() {
-		size += 2 * k
+		size += offsetBytes(k)
 	}
 	switch c.Values {
 	case Float32:
@@ -188,10 +213,12 @@ func (z *compressor) encode(dst []byte, g []float32) {
 		off = len(scales)
 	}
 	if z.c.sparse() {
+		offs := dst[off : off+offsetBytes(k)]
+		clear(offs)
 		for j, i := range z.idx {
-			binary.LittleEndian.PutUint16(dst[off+2*j:], uint16(i%compressChunk))
+			putOffset(offs, j, uint16(i%compressChunk))
 		}
-		off += 2 * k
+		off += len(offs)
 	}
 	out := dst[off:]
 	switch z.c.Values {
@@ -279,14 +306,17 @@ func (c Compression) DecodeAdd(acc []float32, payload []byte) error {
 	}
 	var offs []byte
 	if c.sparse() {
-		offs = payload[off : off+2*k]
-		off += 2 * k
+		offs = payload[off : off+offsetBytes(k)]
+		off += len(offs)
+		if k%2 == 1 && offs[len(offs)-1]>>4 != 0 {
+			return fmt.Errorf("%w: padding of the offsets is not zero", ErrMalformedPayload)
+		}
 		j := 0
 		for lo := 0; lo < n; lo += compressChunk {
 			m := min(compressChunk, n-lo)
 			prev := -1
 			for range c.keptIn(m) {
-				o := int(binary.LittleEndian.Uint16(offs[2*j:]))
+				o := offset(offs, j)
 				if o <= prev || o >= m {
 					return fmt.Errorf("%w: offset %d at position %d in the chunk at %d (after %d, of %d elements)", ErrMalformedPayload, o, j, lo, prev, m)
 				}
@@ -341,7 +371,7 @@ func (c Compression) DecodeAdd(acc []float32, payload []byte) error {
 	j := 0
 	for lo := 0; lo < n; lo += compressChunk {
 		for range c.keptIn(min(compressChunk, n-lo)) {
-			acc[lo+int(binary.LittleEndian.Uint16(offs[2*j:]))] += value(j)
+			acc[lo+offset(offs, j)] += value(j)
 			j++
 		}
 	}

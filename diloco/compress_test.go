@@ -188,10 +188,10 @@ func TestDecodeAddRejects(t *testing.T) {
 				off = 4 * blocks(c.Kept(n))
 			}
 			b := slices.Clone(good)
-			copy(b[off:], []byte{0xe8, 0x03}) // offset 1000 of 1000
+			putOffset(b[off:], 0, 1000) // offset 1000 of 1000
 			bad["index range"] = b
 			b = slices.Clone(good)
-			copy(b[off+2:], b[off:off+2]) // the second offset equals the first
+			putOffset(b[off:], 1, uint16(offset(b[off:], 0))) // the second offset equals the first
 			bad["index order"] = b
 		}
 		for name, p := range bad {
@@ -201,6 +201,23 @@ func TestDecodeAddRejects(t *testing.T) {
 			}
 			if slices.ContainsFunc(acc, func(v float32) bool { return v != 0 }) {
 				t.Fatalf("%v %s: acc changed", c, name)
+			}
+		}
+	}
+}
+
+func TestOffsets(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, k := range []int{1, 2, 3, 10, 101} {
+		want := make([]uint16, k)
+		b := make([]byte, offsetBytes(k))
+		for j := range want {
+			want[j] = uint16(r.IntN(compressChunk))
+			putOffset(b, j, want[j])
+		}
+		for j, o := range want {
+			if got := offset(b, j); got != int(o) {
+				t.Fatalf("k %d: offset %d reads %d, wrote %d", k, j, got, o)
 			}
 		}
 	}
