@@ -344,13 +344,17 @@ func (s *streamer) reduce(j *fragJob) error {
 	g := s.delta[:j.hi-j.lo]
 	c := s.cfg.Compression
 	if !j.prepared {
-		PseudoGradient(g, s.global[j.lo:j.hi], g)
+		// g holds the local fragment: the pseudo-gradient is the global one minus it, plus the
+		// error feedback, in one pass.
+		global := s.global[j.lo:j.hi]
 		if c.Enabled() {
 			e := s.errfb[j.lo:j.hi]
 			for i := range g {
-				g[i] += e[i]
+				g[i] = (global[i] - g[i]) + e[i]
 			}
 			s.z.encode(s.payload[:c.PayloadBytes(len(g))], g)
+		} else {
+			PseudoGradient(g, global, g)
 		}
 		j.prepared = true
 	}
@@ -361,7 +365,7 @@ func (s *streamer) reduce(j *fragJob) error {
 			return err
 		}
 		j.ring = s.comm.Ring()
-		s.outerStep(j, g)
+		s.outer(j).Step(s.global[j.lo:j.hi], g)
 		return nil
 	}
 	size := c.PayloadBytes(len(g))
@@ -383,27 +387,23 @@ func (s *streamer) reduce(j *fragJob) error {
 		return err
 	}
 	j.ring = ring
-	// The sum of the decoded fragments in rank order, then the average: the same bits on every peer.
-	avg := s.avg[:len(g)]
-	clear(avg)
+	// The sum of the decoded fragments in rank order, then the step with its average: the same
+	// bits on every peer.
+	sum := s.avg[:len(g)]
+	clear(sum)
 	for r := range world {
-		if err := c.DecodeAdd(avg, slots[r*size:(r+1)*size]); err != nil {
+		if err := c.DecodeAdd(sum, slots[r*size:(r+1)*size]); err != nil {
 			return fmt.Errorf("diloco: fragment %d from peer %d: %w", j.frag, ring[r], err)
 		}
 	}
-	w := float32(world)
-	for i, v := range avg {
-		avg[i] = v / w
-	}
-	s.outerStep(j, avg)
+	s.outer(j).StepMean(s.global[j.lo:j.hi], sum, float32(world))
 	s.z.feedback(s.errfb[j.lo:j.hi], g)
 	return nil
 }
 
-// outerStep applies the Nesterov step with the averaged pseudo-gradient avg to job j's fragment.
-func (s *streamer) outerStep(j *fragJob, avg []float32) {
-	o := Nesterov{Config: s.cfg.Outer.withDefaults(), State: s.mom[j.lo:j.hi]}
-	o.Step(s.global[j.lo:j.hi], avg)
+// outer returns the outer optimiser of job j's fragment: its slice of the momentum.
+func (s *streamer) outer(j *fragJob) *Nesterov {
+	return &Nesterov{Config: s.cfg.Outer.withDefaults(), State: s.mom[j.lo:j.hi]}
 }
 
 // settle waits for the fragment in flight. On success it mixes the new global fragment into the
@@ -411,7 +411,9 @@ func (s *streamer) outerStep(j *fragJob, avg []float32) {
 // the fragment becomes s.failed, taken up at the next boundary.
 func (s *streamer) settle() error {
 	j := s.job
+	t0 := time.Now()
 	err := <-j.done
+	s.sum.SyncWait += time.Since(t0)
 	s.job = nil
 	if err != nil {
 		if s.ctx.Err() != nil {

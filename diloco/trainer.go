@@ -279,6 +279,10 @@ type Summary struct {
 	// TrainTime the time from the first inner step to the end of Run: their
 	// ratio is the share of the wall time the peer spent computing.
 	InnerTime, TrainTime time.Duration
+	// SyncWait is the part of TrainTime streaming DiLoCo spent waiting for
+	// fragments in flight, whose syncs took longer than SyncDelay inner
+	// steps.
+	SyncWait time.Duration
 }
 
 // ErrGaveUp is returned by Run (wrapped, with the last error) after
