@@ -462,7 +462,7 @@ func (s *streamer) completed(j *fragJob) {
 		Step: j.outer, Loss: loss, Rank: slices.Index(j.ring, s.comm.ID()), World: len(j.ring),
 		Revision: s.st.Revision, Reduced: j.ring, Aborts: s.sum.Aborts, Joins: s.sum.Joins,
 		BytesReduced: s.sum.BytesReduced, BytesFetched: s.sum.BytesFetched, Digest: s.st.Digest(0),
-		Params: s.global, InnerTime: s.sum.InnerTime,
+		Params: s.global, InnerTime: s.sum.InnerTime, SyncWait: s.sum.SyncWait,
 	})
 }
 

@@ -243,8 +243,9 @@ type Progress struct {
 	// trainer's own memory: read it during the callback, do not keep it.
 	Params []float32
 	// InnerTime is the time this peer has spent in inner steps since Run
-	// started (streaming DiLoCo; zero for the other kinds).
-	InnerTime time.Duration
+	// started, and SyncWait the time it waited for fragments in flight
+	// (streaming DiLoCo; zero for the other kinds).
+	InnerTime, SyncWait time.Duration
 }
 
 // Summary is what Run reports when it returns.

@@ -160,6 +160,7 @@ func (s *sleeper) Step(p []float32) float32 {
 // measured is what one WAN run yields.
 type measured struct {
 	util          float64
+	waitShare     float64 // of the window, waiting for fragments in flight
 	bytesPerInner float64
 	identical     bool
 	inner         int
@@ -171,6 +172,7 @@ type measured struct {
 type mark struct {
 	at     time.Time
 	inner  time.Duration // time in inner steps so far
+	wait   time.Duration // time waiting for fragments in flight so far
 	steps  int           // inner steps so far
 	bytes  uint64        // WAN bytes so far
 	digest sharedstate.Digest
@@ -197,7 +199,7 @@ func (w *wan) streaming(ctx context.Context, o *options, cfg diloco.TrainerConfi
 		wk := &sleeper{n: size / 4, step: time.Duration(o.stepMs) * time.Millisecond}
 		c := cfg
 		c.Progress = func(pr diloco.Progress) {
-			marks[site] = append(marks[site], mark{at: time.Now(), inner: pr.InnerTime, steps: wk.steps, bytes: w.wanBytes(), digest: pr.Digest})
+			marks[site] = append(marks[site], mark{at: time.Now(), inner: pr.InnerTime, wait: pr.SyncWait, steps: wk.steps, bytes: w.wanBytes(), digest: pr.Digest})
 			if site == 0 {
 				fmt.Fprintf(os.Stderr, "wantrain: outer step %d, %d inner steps\n", pr.Step, wk.steps)
 			}
@@ -209,7 +211,7 @@ func (w *wan) streaming(ctx context.Context, o *options, cfg diloco.TrainerConfi
 		return measured{}, err
 	}
 	m := measured{identical: true}
-	var utils []float64
+	var utils, waits []float64
 	// The window runs from the end of the first outer step to the end of the last but one: the
 	// last fragment of the last is waited for before Run returns, which a longer run would not do.
 	for site, ms := range marks {
@@ -218,6 +220,7 @@ func (w *wan) streaming(ctx context.Context, o *options, cfg diloco.TrainerConfi
 		}
 		first, last := ms[0], ms[len(ms)-2]
 		utils = append(utils, float64(last.inner-first.inner)/float64(last.at.Sub(first.at)))
+		waits = append(waits, float64(last.wait-first.wait)/float64(last.at.Sub(first.at)))
 		for k, mk := range ms {
 			if !sameDigest(mk.digest, marks[0][k].digest) {
 				m.identical = false
@@ -228,7 +231,7 @@ func (w *wan) streaming(ctx context.Context, o *options, cfg diloco.TrainerConfi
 	for _, s := range sums[1:] {
 		m.identical = m.identical && slices.Equal(s.Params, sums[0].Params)
 	}
-	m.util = mean(utils)
+	m.util, m.waitShare = mean(utils), mean(waits)
 	first, last := marks[0][0], marks[0][len(marks[0])-2]
 	m.inner = last.steps - first.steps
 	m.window = last.at.Sub(first.at)
