@@ -235,8 +235,10 @@ func (h hierarchy) mine(all []wanPiece) ([]wanPiece, bool) {
 
 // A hierarchical AllReduce is a pipeline over segments of the buffer (sitePipeline): up to
 // pipeSegments of them, each at least pipeMinBytes (a variable for the tests, which make it small so
-// that their buffers take the pipeline). A buffer under twice that is one segment.
-const pipeSegments = 4
+// that their buffers take the pipeline). A buffer under twice that is one segment. The site phases of
+// the first segment and of the last one are all that the WAN phase does not hide, so the more
+// segments, the closer the collective comes to its WAN phase alone.
+const pipeSegments = 16
 
 var pipeMinBytes = 4 << 20
 

@@ -176,7 +176,7 @@ func TestSegments(t *testing.T) {
 	site := func(id uint64) string { return sites[id] }
 	for _, c := range []struct{ count, size, want int }{
 		{1000, 4, 1}, {pipeMinBytes/4 - 1, 4, 1}, {2 * pipeMinBytes / 4, 4, 2}, {3*pipeMinBytes/2 + 7, 2, 3},
-		{100 * pipeMinBytes, 1, 4},
+		{100 * pipeMinBytes, 1, pipeSegments},
 	} {
 		for _, fabric := range []bool{false, true} {
 			want := c.want
