@@ -25,7 +25,7 @@
 //     inner steps go on and mixed in with --mix.
 //   - streaming-compressed: the same, the outer gradients sent as --compress values (int4) of the
 //     --topk fraction (5%) of the largest elements of every chunk of 4096, with error feedback, and an
-//     outer momentum of its own (--compressed-outer-momentum 0.5: the error feedback already carries
+//     outer momentum of its own (--compressed-outer-momentum 0.6: the error feedback already carries
 //     what was left out, and DiLoCo's 0.9 on top of it overshoots).
 //
 // compute_utilization is the time spent in inner steps over the wall time, from the end of the first
@@ -127,7 +127,7 @@ func main() {
 	flag.StringVar(&values, "compress", "int4", "streaming-compressed: value encoding (int8, int4)")
 	flag.Float64Var(&o.topk, "topk", 0.05, "streaming-compressed: fraction of every chunk's elements sent")
 	flag.Float64Var(&o.cOuterLR, "compressed-outer-lr", 0.7, "streaming-compressed: outer learning rate")
-	flag.Float64Var(&o.cOuterMom, "compressed-outer-momentum", 0.5, "streaming-compressed: outer momentum (error feedback already carries what was not sent)")
+	flag.Float64Var(&o.cOuterMom, "compressed-outer-momentum", 0.6, "streaming-compressed: outer momentum (error feedback already carries what was not sent)")
 	flag.IntVar(&o.ddpSteps, "ddp-steps", 4, "ddp: inner steps on the WAN")
 	flag.IntVar(&o.outer, "outer-steps", 4, "diloco and streaming: outer steps on the WAN (the window is the second to the last but one)")
 	flag.Float64Var(&o.linkMbit, "link-mbit", 1000, "capacity of every directed link between sites, Mbit/s")

@@ -20,8 +20,8 @@ func TestAccuracyRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := diloco.TrainerConfig{Kind: diloco.KindStreamingDiLoCo, H: 20, Fragments: 4, SyncDelay: 3, Mix: 0.5,
-		BatchSize: 32, Steps: 6, Compression: diloco.Compression{Values: diloco.Int4, TopK: 0.05}}
+	cfg := diloco.TrainerConfig{Kind: diloco.KindStreamingDiLoCo, H: 12, Fragments: 4, SyncDelay: 2, Mix: 0.5,
+		BatchSize: 16, Steps: 5, Compression: diloco.Compression{Values: diloco.Int4, TopK: 0.05}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	acc, err := accRun(ctx, cfg, 2, train, test)
