@@ -59,7 +59,7 @@ type streamer struct {
 	z       compressor // owned by the job in flight
 	payload []byte     // this peer's encoded fragment, owned by the job in flight
 	slots   []byte     // the gathered payloads, likewise
-	avg     []float32  // the average of the decoded fragments, likewise
+	avg     []float32  // the sum of the decoded fragments, likewise
 	delta   []float32  // the local fragment of the job in flight, then its pseudo-gradient (plus error feedback), then its average
 
 	job    *fragJob          // fragment in flight, or nil
