@@ -128,7 +128,7 @@ func main() {
 	flag.Float64Var(&o.topk, "topk", 0.05, "streaming-compressed: fraction of every chunk's elements sent")
 	flag.Float64Var(&o.cOuterLR, "compressed-outer-lr", 0.7, "streaming-compressed: outer learning rate")
 	flag.Float64Var(&o.cOuterMom, "compressed-outer-momentum", 0.6, "streaming-compressed: outer momentum (error feedback already carries what was not sent)")
-	flag.IntVar(&o.ddpSteps, "ddp-steps", 4, "ddp: inner steps on the WAN")
+	flag.IntVar(&o.ddpSteps, "ddp-steps", 3, "ddp: inner steps on the WAN")
 	flag.IntVar(&o.outer, "outer-steps", 4, "diloco and streaming: outer steps on the WAN (the window is the second to the last but one)")
 	flag.Float64Var(&o.linkMbit, "link-mbit", 1000, "capacity of every directed link between sites, Mbit/s")
 	flag.StringVar(&rtts, "rtts", "80ms,150ms,200ms", "round-trip times between sites 0-1, 0-2 and 1-2")
@@ -141,7 +141,7 @@ func main() {
 	flag.IntVar(&o.accOuter, "acc-outer", 60, "accuracy runs: outer steps")
 	flag.IntVar(&o.accPeers, "acc-peers", 3, "accuracy runs: peers")
 	flag.IntVar(&o.batch, "batch", 64, "accuracy runs: minibatch size")
-	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit on the whole run")
+	flag.DurationVar(&o.timeout, "timeout", 40*time.Minute, "limit on the whole run")
 	flag.Parse()
 	var err error
 	if o.model, err = parseSize("--model", model); err != nil {
