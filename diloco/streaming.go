@@ -50,6 +50,7 @@ type streamer struct {
 	b    int // inner steps between fragment boundaries
 
 	st       *pccl.State
+	outerSt  *pccl.State // the entries of global and mom alone, hashed by the job that ends an outer step
 	global   []float32 // EntryParams; the fragment of a job in flight is the job's
 	mom      []float32 // EntryMomentum; likewise
 	progress []uint64  // EntryProgress: inner steps of the group, epoch, samples of the epoch consumed
@@ -146,16 +147,33 @@ func newStreamer(ctx context.Context, comm *pccl.Communicator, cfg TrainerConfig
 		s.avg = make([]float32, longest)
 		s.payload = make([]byte, cfg.Compression.PayloadBytes(longest))
 	}
+	// The global parameters and the momentum carry a Version, so that the job that ends an outer
+	// step hashes them off the inner steps' path and the digest of the whole state reuses it.
+	s.outerSt = sharedstate.NewState()
 	for _, e := range []*pccl.Entry{
-		{Name: EntryParams, DType: pccl.F32, Data: pccl.Bytes(s.global)},
-		{Name: EntryMomentum, DType: pccl.F32, Data: pccl.Bytes(s.mom)},
+		{Name: EntryParams, DType: pccl.F32, Data: pccl.Bytes(s.global), Version: 1},
+		{Name: EntryMomentum, DType: pccl.F32, Data: pccl.Bytes(s.mom), Version: 1},
 		{Name: EntryProgress, DType: pccl.U64, Data: pccl.Bytes(s.progress)},
 	} {
 		if err := s.st.Add(e); err != nil {
 			panic(err) // the names are constants: a failure is a bug here
 		}
+		if e.Version != 0 {
+			s.outerSt.Add(e)
+		}
 	}
 	return s
+}
+
+// applied records that job j changed the global parameters and the momentum; the job that ends an
+// outer step hashes them, for the digest that reports it.
+func (s *streamer) applied(j *fragJob) {
+	for _, e := range s.outerSt.Entries {
+		e.Version++
+	}
+	if j.outer > 0 && s.cfg.Progress != nil {
+		s.outerSt.Digest(0)
+	}
 }
 
 // span returns the elements of fragment f.
@@ -366,6 +384,7 @@ func (s *streamer) reduce(j *fragJob) error {
 		}
 		j.ring = s.comm.Ring()
 		s.outer(j).Step(s.global[j.lo:j.hi], g)
+		s.applied(j)
 		return nil
 	}
 	size := c.PayloadBytes(len(g))
@@ -398,6 +417,7 @@ func (s *streamer) reduce(j *fragJob) error {
 	}
 	s.outer(j).StepMean(s.global[j.lo:j.hi], sum, float32(world))
 	s.z.feedback(s.errfb[j.lo:j.hi], g)
+	s.applied(j)
 	return nil
 }
 
