@@ -3,6 +3,7 @@ package pccl_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -90,5 +91,31 @@ func TestHierarchicalQuantizesOnlyTheWAN(t *testing.T) {
 	}
 	if flat <= 100*bound {
 		t.Fatalf("flat ring: largest error %v: the inputs did not tell the phases apart", flat)
+	}
+}
+
+// TestHierarchicalPools runs hierarchical AllReduces with several connections per link: the site
+// rings take the pool, the WAN rings the pool over the largest site, and both ends of every link
+// agree, with sites of one size and of two.
+func TestHierarchicalPools(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, sizes := range [][]int{{3, 3}, {4, 2}} {
+		g := newGroup(t, master.Config{})
+		site := func(i int) int {
+			if i < sizes[0] {
+				return 0
+			}
+			return 1
+		}
+		comms, _ := g.startSitesWith(ctx, 2, (sizes[0]+sizes[1])/2, func(i int, cfg *pccl.Config) {
+			cfg.PoolSize = 5
+			cfg.Site = fmt.Sprintf("site%d", site(i))
+		})
+		requireSites(t, comms, site, sizes)
+		for k, count := range []int{7, 4099, 1 << 17} {
+			sumOnEvery(ctx, t, comms, 1, count, k)
+		}
+		closeAll(comms)
 	}
 }
