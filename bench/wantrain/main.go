@@ -319,7 +319,7 @@ func run(o *options) (*result, error) {
 			if name == "diloco" {
 				cfg = diloco.TrainerConfig{Kind: diloco.KindStreamingDiLoCo, H: o.h, Fragments: 1}
 			}
-			m, err = w.streaming(ctx, o, cfg, o.model, false)
+			m, err = w.streaming(ctx, o, cfg, o.model)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)

@@ -179,7 +179,7 @@ type mark struct {
 }
 
 // streaming runs cfg on one peer per site with a model of size bytes for o.outer outer steps.
-func (w *wan) streaming(ctx context.Context, o *options, cfg diloco.TrainerConfig, size int, _ bool) (measured, error) {
+func (w *wan) streaming(ctx context.Context, o *options, cfg diloco.TrainerConfig, size int) (measured, error) {
 	g, err := w.startGroup(ctx)
 	if err != nil {
 		return measured{}, err
