@@ -4,11 +4,29 @@
 // parameters live in one contiguous float32 vector, the AdamW inner optimiser
 // and the Nesterov outer optimiser used by DiLoCo.
 //
-// Everything here is pure computation: no goroutines, no clocks, no global
-// randomness. The pieces are meant to be driven one step at a time by the
-// trainers that talk to the network (DDP, DiLoCo, async DiLoCo), which all-reduce
-// the vectors this package exposes: the parameter vector of an MLP, a gradient
-// vector of the same layout, and the state vectors of the optimisers.
+// The model side is pure computation: no goroutines, no clocks, no global
+// randomness. The pieces are driven one step at a time by the trainers that
+// talk to the network (Run: DDP, DiLoCo, async DiLoCo and streaming DiLoCo),
+// which all-reduce the vectors this package exposes: the parameter vector of an
+// MLP, a gradient vector of the same layout, and the state vectors of the
+// optimisers.
+//
+// # Streaming DiLoCo
+//
+// RunStreaming (Run's KindStreamingDiLoCo, for any Worker) cuts the parameters
+// into Fragments fragments that sync on a staggered schedule: one every
+// H/Fragments inner steps, each once per H, its all-reduce running on a
+// goroutine of its own while the inner steps go on and its result mixed into
+// the local parameters SyncDelay steps later with weight Mix. The outer
+// gradients may be compressed (Compression): int8 or int4 values with a scale
+// per block of 64, of the TopK fraction of each chunk of 4096 elements with
+// 12-bit offsets, every peer's encoding gathered in the slot of its rank and
+// summed in rank order, so the result is the same bits everywhere; each peer
+// keeps what it did not send in an error-feedback buffer of its own and adds it
+// to the fragment's next outer gradient. Membership changes at fragment
+// boundaries only: a death aborts the fragment in flight, which the survivors
+// retry; a newcomer joins at a boundary, receives the global parameters, the
+// outer momentum and the counters, and starts its error feedback at zero.
 //
 // # Reproducibility
 //

@@ -82,6 +82,24 @@ func (o *Nesterov) Step(params, pseudoGrad []float32) {
 	}
 }
 
+// StepMean is Step with the pseudo-gradient sum[i]/n: the mean of n workers' pseudo-gradients
+// whose sum is given. It computes the same bits as dividing first and calling Step.
+func (o *Nesterov) StepMean(params, sum []float32, n float32) {
+	l := len(o.State)
+	if len(params) != l || len(sum) != l {
+		panic(fmt.Sprintf("diloco: Nesterov step with %d params, %d sums for n=%d", len(params), len(sum), l))
+	}
+	mu, lr := o.Config.Momentum, o.Config.LR
+	buf := o.State
+	params = params[:l:l]
+	for i, s := range sum[:l:l] {
+		g := s / n
+		b := float32(mu*buf[i]) + g
+		buf[i] = b
+		params[i] -= float32(lr * (g + float32(mu*b)))
+	}
+}
+
 // PseudoGradient writes before - after into dst element by element; all
 // three must have the same length (dst may alias either input). With before
 // the global parameters at the start of a round and after the average of

@@ -171,3 +171,25 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestNesterovStepMean checks that StepMean gives the same bits as dividing the sum first and
+// calling Step, which is what the peers of a run must agree on.
+func TestNesterovStepMean(t *testing.T) {
+	r := newRNG(9)
+	const n = 1001
+	a, b := NewNesterov(NesterovConfig{}, n), NewNesterov(NesterovConfig{}, n)
+	pa := randVec(r, n, 1)
+	pb := slices.Clone(pa)
+	for range 10 {
+		sum := randVec(r, n, 0.3)
+		mean := make([]float32, n)
+		for i, s := range sum {
+			mean[i] = s / 3
+		}
+		a.Step(pa, mean)
+		b.StepMean(pb, sum, 3)
+	}
+	if !slices.Equal(pa, pb) || !slices.Equal(a.State, b.State) {
+		t.Fatal("StepMean differs from Step of the mean")
+	}
+}

@@ -26,6 +26,12 @@ const (
 	// KindAsyncDiLoCo is DiLoCo whose all-reduce of outer step t overlaps the
 	// inner steps of step t+1; its result is applied one outer step late.
 	KindAsyncDiLoCo
+	// KindStreamingDiLoCo syncs the parameters in Fragments fragments on a
+	// staggered schedule, each fragment's all-reduce overlapping SyncDelay
+	// inner steps and mixed into the local parameters with weight Mix, its
+	// outer gradients optionally compressed with error feedback (see
+	// RunStreaming).
+	KindStreamingDiLoCo
 )
 
 // String returns the name ParseKind accepts.
@@ -37,18 +43,21 @@ func (k Kind) String() string {
 		return "ddp"
 	case KindAsyncDiLoCo:
 		return "async-diloco"
+	case KindStreamingDiLoCo:
+		return "streaming-diloco"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
-// ParseKind returns the Kind named s: "ddp", "diloco" or "async-diloco".
+// ParseKind returns the Kind named s: "ddp", "diloco", "async-diloco" or
+// "streaming-diloco".
 func ParseKind(s string) (Kind, error) {
-	for _, k := range []Kind{KindDiLoCo, KindDDP, KindAsyncDiLoCo} {
+	for _, k := range []Kind{KindDiLoCo, KindDDP, KindAsyncDiLoCo, KindStreamingDiLoCo} {
 		if k.String() == s {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown trainer kind %q (want ddp, diloco or async-diloco)", ErrBadConfig, s)
+	return 0, fmt.Errorf("%w: unknown trainer kind %q (want ddp, diloco, async-diloco or streaming-diloco)", ErrBadConfig, s)
 }
 
 // Names of the shared-state entries the trainers register. A peer that joins
@@ -62,8 +71,9 @@ const (
 	// EntryAdamW holds the AdamW state, 2*NumParams+1 float32s (DDP only: in
 	// DiLoCo every peer keeps its own inner optimiser).
 	EntryAdamW = "inner.adamw"
-	// EntryProgress holds three uint64s: the outer step counter, the data
-	// epoch and the number of samples of that epoch consumed by the group.
+	// EntryProgress holds three uint64s: the outer step counter (for
+	// streaming DiLoCo, the inner step counter), the data epoch and the
+	// number of samples of that epoch consumed by the group.
 	EntryProgress = "progress"
 )
 
@@ -88,6 +98,21 @@ type TrainerConfig struct {
 	// Outer holds the Nesterov hyper-parameters of the DiLoCo kinds. Zero
 	// fields take the Nesterov defaults.
 	Outer NesterovConfig
+	// Fragments is the number of fragments of streaming DiLoCo; it must
+	// divide H. Default 4. Other kinds ignore it.
+	Fragments int
+	// SyncDelay is the number of inner steps a fragment's outer sync of
+	// streaming DiLoCo overlaps before its result is mixed in, in
+	// [0, H/Fragments]; 0 waits for it at once. Default 0.
+	SyncDelay int
+	// Mix is the weight of the local parameters when streaming DiLoCo mixes
+	// a synced fragment into them (local = Mix·local + (1-Mix)·global), in
+	// [0, 1). Default 0: the local fragment becomes the global one.
+	Mix float32
+	// Compression encodes streaming DiLoCo's outer gradients (int8 or int4
+	// values, top-k), with error feedback. Default: none, a float32
+	// all-reduce.
+	Compression Compression
 	// Seed selects the initial parameters (see InitParams); every peer of a
 	// run must use the same seed. Default 0.
 	Seed uint64
@@ -126,6 +151,9 @@ func (c TrainerConfig) withDefaults() TrainerConfig {
 	if c.Kind == KindDDP {
 		c.H = 1
 	}
+	if c.Fragments == 0 {
+		c.Fragments = 4
+	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 64
 	}
@@ -152,7 +180,7 @@ func (c TrainerConfig) withDefaults() TrainerConfig {
 func (c TrainerConfig) Validate() error {
 	c = c.withDefaults()
 	switch {
-	case c.Kind > KindAsyncDiLoCo:
+	case c.Kind > KindStreamingDiLoCo:
 		return fmt.Errorf("%w: TrainerConfig.Kind %d is not a known kind", ErrBadConfig, c.Kind)
 	case c.H < 0:
 		return fmt.Errorf("%w: TrainerConfig.H %d must not be negative", ErrBadConfig, c.H)
@@ -166,6 +194,17 @@ func (c TrainerConfig) Validate() error {
 		return fmt.Errorf("%w: TrainerConfig.RetryWait %v must not be negative", ErrBadConfig, c.RetryWait)
 	case c.MaxFailures < 0:
 		return fmt.Errorf("%w: TrainerConfig.MaxFailures %d must not be negative", ErrBadConfig, c.MaxFailures)
+	case c.Fragments < 0:
+		return fmt.Errorf("%w: TrainerConfig.Fragments %d must not be negative", ErrBadConfig, c.Fragments)
+	case c.Kind == KindStreamingDiLoCo && c.H%c.Fragments != 0:
+		return fmt.Errorf("%w: TrainerConfig.Fragments %d must divide H %d", ErrBadConfig, c.Fragments, c.H)
+	case c.Kind == KindStreamingDiLoCo && (c.SyncDelay < 0 || c.SyncDelay > c.H/c.Fragments):
+		return fmt.Errorf("%w: TrainerConfig.SyncDelay %d must be in [0, H/Fragments = %d]", ErrBadConfig, c.SyncDelay, c.H/c.Fragments)
+	case !(c.Mix >= 0 && c.Mix < 1):
+		return fmt.Errorf("%w: TrainerConfig.Mix %v must be in [0, 1)", ErrBadConfig, c.Mix)
+	}
+	if err := c.Compression.Validate(); err != nil {
+		return err
 	}
 	if err := c.Inner.Validate(); err != nil {
 		return err
@@ -203,6 +242,10 @@ type Progress struct {
 	// Params is the global parameter vector after the step. It is the
 	// trainer's own memory: read it during the callback, do not keep it.
 	Params []float32
+	// InnerTime is the time this peer has spent in inner steps since Run
+	// started, and SyncWait the time it waited for fragments in flight
+	// (streaming DiLoCo; zero for the other kinds).
+	InnerTime, SyncWait time.Duration
 }
 
 // Summary is what Run reports when it returns.
@@ -233,6 +276,14 @@ type Summary struct {
 	// TestLoss and TestAccuracy evaluate Params on the test set given to
 	// Run (zero when it was nil).
 	TestLoss, TestAccuracy float64
+	// InnerTime is the time spent in inner steps (streaming DiLoCo), and
+	// TrainTime the time from the first inner step to the end of Run: their
+	// ratio is the share of the wall time the peer spent computing.
+	InnerTime, TrainTime time.Duration
+	// SyncWait is the part of TrainTime streaming DiLoCo spent waiting for
+	// fragments in flight, whose syncs took longer than SyncDelay inner
+	// steps.
+	SyncWait time.Duration
 }
 
 // ErrGaveUp is returned by Run (wrapped, with the last error) after
@@ -266,6 +317,15 @@ func Run(ctx context.Context, comm *pccl.Communicator, cfg TrainerConfig, train,
 	}
 	if train == nil || train.N == 0 {
 		return Summary{}, fmt.Errorf("%w: empty training set", ErrBadConfig)
+	}
+	if cfg.Kind == KindStreamingDiLoCo {
+		sum, err := RunStreaming(ctx, comm, cfg, newMLPWorker(train, cfg.withDefaults()))
+		if err == nil && test != nil && test.N > 0 {
+			m := &MLP{Params: sum.Params}
+			sum.TestLoss = m.Loss(test)
+			sum.TestAccuracy = m.Accuracy(test)
+		}
+		return sum, err
 	}
 	t := newTrainer(ctx, comm, cfg.withDefaults(), train)
 	var err error

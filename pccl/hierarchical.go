@@ -235,8 +235,10 @@ func (h hierarchy) mine(all []wanPiece) ([]wanPiece, bool) {
 
 // A hierarchical AllReduce is a pipeline over segments of the buffer (sitePipeline): up to
 // pipeSegments of them, each at least pipeMinBytes (a variable for the tests, which make it small so
-// that their buffers take the pipeline). A buffer under twice that is one segment.
-const pipeSegments = 4
+// that their buffers take the pipeline). A buffer under twice that is one segment. The site phases of
+// the first segment and of the last one are all that the WAN phase does not hide, so the more
+// segments, the closer the collective comes to its WAN phase alone.
+const pipeSegments = 16
 
 var pipeMinBytes = 4 << 20
 
@@ -441,8 +443,24 @@ func (hl *hierLinks) install(pools []subPool) {
 	hl.wan = slices.DeleteFunc(slices.Clone(pools[1:]), func(p subPool) bool { return p.next == 0 })
 }
 
-// hierPoolSize is the number of connections per sub-ring successor.
-func (l *links) hierPoolSize() int { return min(l.c.cfg.PoolSize, hierPoolMax) }
+// subPoolSize is the number of connections to the successor in sub-ring r of hierarchy h. A site ring
+// has the flat ring's pool. The WAN rings of a site all cross its link to the next site, so together
+// they open about as many connections over it as the flat ring would: the pool over the largest
+// site's peer count, at least one; more flows on one shared link only overflow its queue together.
+// Every peer derives the same h, so the two ends of a link agree.
+func (l *links) subPoolSize(h hierarchy, r subRing) int {
+	k := min(l.c.cfg.PoolSize, hierPoolMax)
+	if r == wanRing {
+		largest := 0
+		for _, site := range h.sites {
+			largest = max(largest, len(site))
+		}
+		if largest > 0 {
+			k = max(1, (k+largest-1)/largest)
+		}
+	}
+	return k
+}
 
 // wireHier records the sites of the ring in m and opens the sub-ring pools of its hierarchy, keeping
 // those that already lead to the right successor unless a link broke. It runs before the flat ring is
@@ -474,7 +492,11 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 	var stale []*outConn
 	for j, p := range current {
 		i := -1
-		if p.next != 0 && !redial && len(p.out) == l.hierPoolSize() {
+		r := wanRing
+		if j == 0 {
+			r = siteRing
+		}
+		if p.next != 0 && !redial && len(p.out) == l.subPoolSize(h, r) {
 			// current[0] and want[0] are the site ring's pool, dialled on its own pool indices.
 			if i = slices.Index(want, p.next); i >= 0 && (kept[i].next != 0 || (i == 0) != (j == 0)) {
 				i = -1
@@ -534,7 +556,7 @@ func (l *links) wireHier(m *wire.Connect) ([]uint64, error) {
 			r = siteRing
 		}
 		wg.Go(func() {
-			conns, k, err := l.dialPool(addr[next], r.base(), l.hierPoolSize())
+			conns, k, err := l.dialPool(addr[next], r.base(), l.subPoolSize(h, r))
 			results[i] = dialed{conns, k, err}
 		})
 	}
@@ -627,7 +649,7 @@ func (l *links) subStream(tag, seq, epoch uint64, r subRing, next, prev uint64, 
 		l.isDirty = true
 		return nil, fmt.Errorf("%w: no link to peer %d in the %s ring", ErrPeerLeft, next, r)
 	}
-	return l.openStream(inboxKey{tag, seq}, epoch, pools[i].out, prev, r.base(), l.hierPoolSize(), h2), nil
+	return l.openStream(inboxKey{tag, seq}, epoch, pools[i].out, prev, r.base(), l.subPoolSize(l.hier.cur, r), h2), nil
 }
 
 func (r subRing) String() string {

@@ -176,7 +176,7 @@ func TestSegments(t *testing.T) {
 	site := func(id uint64) string { return sites[id] }
 	for _, c := range []struct{ count, size, want int }{
 		{1000, 4, 1}, {pipeMinBytes/4 - 1, 4, 1}, {2 * pipeMinBytes / 4, 4, 2}, {3*pipeMinBytes/2 + 7, 2, 3},
-		{100 * pipeMinBytes, 1, 4},
+		{100 * pipeMinBytes, 1, pipeSegments},
 	} {
 		for _, fabric := range []bool{false, true} {
 			want := c.want
@@ -212,6 +212,42 @@ func TestSegments(t *testing.T) {
 					t.Fatalf("%d elements, fabric %v: segments end at %d", c.count, fabric, end)
 				}
 			}
+		}
+	}
+}
+
+// TestSubPoolSize checks the connections per sub-ring successor: the flat ring's pool in a site ring,
+// and across the WAN the pool over the largest site, at least one, so that a site's WAN rings open
+// about as many connections over its link as the flat ring.
+func TestSubPoolSize(t *testing.T) {
+	h := func(sizes ...int) hierarchy {
+		var x hierarchy
+		id := uint64(1)
+		for _, n := range sizes {
+			var site []uint64
+			for range n {
+				site = append(site, id)
+				id++
+			}
+			x.sites = append(x.sites, site)
+		}
+		return x
+	}
+	for _, c := range []struct {
+		pool      int
+		sites     []int
+		site, wan int
+	}{
+		{1, []int{4, 4}, 1, 1}, {2, []int{4, 4}, 2, 1}, {4, []int{4, 4}, 4, 1}, {16, []int{4, 4}, 16, 4},
+		{8, []int{4, 3}, 8, 2}, {32, []int{2, 2, 2}, 16, 8}, {4, nil, 4, 4},
+	} {
+		l := &links{c: &Communicator{cfg: Config{PoolSize: c.pool}}}
+		x := h(c.sites...)
+		if got := l.subPoolSize(x, siteRing); got != c.site {
+			t.Errorf("pool %d, sites %v: site ring %d, want %d", c.pool, c.sites, got, c.site)
+		}
+		if got := l.subPoolSize(x, wanRing); got != c.wan {
+			t.Errorf("pool %d, sites %v: WAN ring %d, want %d", c.pool, c.sites, got, c.wan)
 		}
 	}
 }

@@ -61,6 +61,9 @@ type Desc struct {
 	Count int    // number of elements
 	DType DType
 	Op    Op
+	// Quant encodes the frames on the wire. On a flat ring it applies to every hop; when the
+	// AllReduce runs hierarchically (peers announce sites), it applies to the WAN phase only, and the
+	// reduce-scatter and all-gather inside each site run at full precision.
 	Quant Quant
 }
 

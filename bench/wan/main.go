@@ -19,7 +19,11 @@
 // transport (ceiling.go): the rate at which K plain connections per ring link, all links at once, move
 // a ring link's bytes through the same test bed, with no collective. stream_ceiling_mbit holds them,
 // and <transport>_k16_of_ceiling the AllReduce's throughput over the ceiling: how much of what the
-// path allowed the AllReduce used.
+// path allowed the AllReduce used; targets compares it with 0.9 for every transport. quic-go sends
+// its packets in UDP segmentation-offload batches, which the emulator carries whole (--offload), as
+// it carries TCP's segments; quic_stream_ceiling_no_offload_mbit is QUIC's ceiling again with
+// quic-go's offload turned off (QUIC_GO_DISABLE_GSO), every packet crossing the emulator alone, to
+// show what the emulator's per-packet cost does to it.
 //
 // adaptive_capped_efficiency repeats K = --capped-k on tcp with one of peer 0's K connections slowed
 // to a quarter of the per-flow cap, with adaptive striping; even_capped_efficiency is the same with
@@ -176,7 +180,10 @@ type result struct {
 	U8WireRatio    float64                       `json:"u8_wire_ratio"`
 	U8Identical    bool                          `json:"u8_bit_identical"`
 	U8MaxAbsErr    float64                       `json:"u8_max_abs_error"`
-	Errors         []string                      `json:"errors,omitempty"`
+	// QUICNoOffload is QUIC's stream ceiling with quic-go's segmentation offload off, per pool size.
+	QUICNoOffload map[string]float64 `json:"quic_stream_ceiling_no_offload_mbit,omitempty"`
+	Targets       map[string]target  `json:"targets"`
+	Errors        []string           `json:"errors,omitempty"`
 }
 
 // MarshalJSON adds the per-transport efficiency keys (tcp_k16_efficiency, ...) at the top level.
@@ -194,6 +201,16 @@ func (r result) MarshalJSON() ([]byte, error) {
 		m[k] = v
 	}
 	return json.Marshal(m)
+}
+
+// ofCeilingTarget is the share of its transport's stream ceiling the AllReduce must reach at K = 16.
+const ofCeilingTarget = 0.9
+
+// target is one figure against its limit.
+type target struct {
+	Value float64 `json:"value"`
+	Limit float64 `json:"limit"`
+	Met   bool    `json:"met"`
 }
 
 func run(o options) (*result, error) {
@@ -215,6 +232,7 @@ func run(o options) (*result, error) {
 		Seconds:        map[string]map[string]float64{},
 		CeilingMbit:    map[string]map[string]float64{},
 		Efficiency:     map[string]float64{},
+		Targets:        map[string]target{},
 	}
 	secret := make([]byte, 32)
 	rand.Read(secret)
@@ -252,6 +270,26 @@ func run(o options) (*result, error) {
 			res.CeilingMbit[name][strconv.Itoa(k)] = round(ceil)
 			res.Efficiency[fmt.Sprintf("%s_k%d_of_ceiling", name, k)] = round(mbit / ceil)
 			fmt.Fprintf(os.Stderr, "wan: %s k=%d: stream ceiling %.0f Mbit/s, AllReduce at %.2f of it\n", name, k, ceil, mbit/ceil)
+			if k == 16 {
+				of := round(mbit / ceil)
+				res.Targets[name+"_k16_of_ceiling"] = target{of, ofCeilingTarget, of >= ofCeilingTarget}
+			}
+			if name != "quic" {
+				continue
+			}
+			port += 2
+			os.Setenv("QUIC_GO_DISABLE_GSO", "true") // read by quic-go for every socket it wraps
+			plain, err := b.ceiling(name, secret, port, k)
+			os.Unsetenv("QUIC_GO_DISABLE_GSO")
+			if err != nil {
+				res.Errors = append(res.Errors, fmt.Sprintf("%s k=%d stream ceiling without offload: %v", name, k, err))
+				continue
+			}
+			if res.QUICNoOffload == nil {
+				res.QUICNoOffload = map[string]float64{}
+			}
+			res.QUICNoOffload[strconv.Itoa(k)] = round(plain)
+			fmt.Fprintf(os.Stderr, "wan: quic k=%d: stream ceiling without segmentation offload %.0f Mbit/s\n", k, plain)
 		}
 	}
 	for _, even := range []bool{false, true} {

@@ -45,17 +45,37 @@ func trainCommand() *cli.Command {
 			"embedded subset is used.",
 		Flags: append(commonFlags(),
 			&cli.StringFlag{Name: "trainer", Value: "diloco", EnvVars: []string{"CONCORD_TRAINER"},
-				Usage: "ddp, diloco or async-diloco"},
+				Usage: "ddp, diloco, async-diloco or streaming-diloco"},
 			&cli.IntFlag{Name: "inner-steps", Value: 50, EnvVars: []string{"CONCORD_H"}, Usage: "H: DiLoCo inner steps per outer step"},
 			&cli.IntFlag{Name: "batch", Value: 64, EnvVars: []string{"CONCORD_BATCH"}, Usage: "minibatch size"},
 			&cli.IntFlag{Name: "steps", Value: 100, EnvVars: []string{"CONCORD_STEPS"}, Usage: "outer steps of the run"},
 			&cli.Uint64Flag{Name: "seed", EnvVars: []string{"CONCORD_SEED"}, Usage: "model seed (same on every peer)"},
 			&cli.StringFlag{Name: "data-dir", EnvVars: []string{"CONCORD_DATA_DIR"},
 				Usage: "directory of the Fashion-MNIST IDX files (e.g. /usr/share/datasets/fashion-mnist)"},
+			&cli.IntFlag{Name: "fragments", Value: 4, EnvVars: []string{"CONCORD_FRAGMENTS"},
+				Usage: "streaming-diloco: fragments the parameters sync in, one every --inner-steps/--fragments steps (must divide --inner-steps)"},
+			&cli.IntFlag{Name: "sync-delay", Value: 0, EnvVars: []string{"CONCORD_SYNC_DELAY"},
+				Usage: "streaming-diloco: inner steps a fragment's sync overlaps before it is mixed in (0 to --inner-steps/--fragments)"},
+			&cli.Float64Flag{Name: "mix", Value: 0, EnvVars: []string{"CONCORD_MIX"},
+				Usage: "streaming-diloco: weight of the local parameters when a synced fragment is mixed in, in [0, 1)"},
+			&cli.StringFlag{Name: "compress", Value: "f32", EnvVars: []string{"CONCORD_COMPRESS"},
+				Usage: "streaming-diloco: outer-gradient values sent as f32, int8 or int4 (with error feedback)"},
+			&cli.Float64Flag{Name: "topk", Value: 0, EnvVars: []string{"CONCORD_TOPK"},
+				Usage: "streaming-diloco: fraction of the outer gradient's elements sent, largest first (0: all)"},
 		),
 		Action: func(cc *cli.Context) error {
 			kind, err := diloco.ParseKind(cc.String("trainer"))
 			if err != nil {
+				return cli.Exit(err.Error(), 2)
+			}
+			values, err := diloco.ParseValueBits(cc.String("compress"))
+			if err != nil {
+				return cli.Exit(err.Error(), 2)
+			}
+			shape := diloco.TrainerConfig{Kind: kind, H: cc.Int("inner-steps"), Fragments: cc.Int("fragments"),
+				SyncDelay: cc.Int("sync-delay"), Mix: float32(cc.Float64("mix")),
+				Compression: diloco.Compression{Values: values, TopK: cc.Float64("topk")}}
+			if err := shape.Validate(); err != nil {
 				return cli.Exit(err.Error(), 2)
 			}
 			train, test, err := diloco.LoadEmbedded()
@@ -68,6 +88,7 @@ func trainCommand() *cli.Command {
 			return standalone(cc, func(ctx context.Context, comm *pccl.Communicator, leaving func() bool, emit func(event)) error {
 				tc := diloco.TrainerConfig{Kind: kind, H: cc.Int("inner-steps"), BatchSize: cc.Int("batch"), Seed: cc.Uint64("seed"),
 					Steps: cc.Int("steps"), Logger: comm.Logger(),
+					Fragments: shape.Fragments, SyncDelay: shape.SyncDelay, Mix: shape.Mix, Compression: shape.Compression,
 					Progress: func(p diloco.Progress) {
 						emit(event{Event: "step", Step: p.Step, Loss: p.Loss, Rank: p.Rank, World: p.World, Rev: p.Revision,
 							Aborts: p.Aborts, Joins: p.Joins, State: stateHash(p.Digest)})

@@ -59,8 +59,10 @@
 // TUN devices' transmit queues (4096 packets), unaccounted, before the emulated links see them; size
 // the MTU and the number of sites so that the aggregate rate stays well within its reach, or turn
 // on [Config.Offload], which passes TCP (and, from Linux 6.2, UDP) segments of up to 64 KiB through
-// the devices whole. Timers
-// fire late under load, which adds to the RTT but not to the rates.
+// the devices whole. quic-go sends its packets in UDP segmentation-offload batches (UDP_SEGMENT), so
+// with offload a QUIC connection costs the forwarder one packet per batch rather than one per QUIC
+// packet, as a TCP connection costs one per segment; the receiving kernel splits a batch back into
+// datagrams. Timers fire late under load, which adds to the RTT but not to the rates.
 //
 // # Lifecycle and privileges
 //
