@@ -51,11 +51,11 @@ type streamer struct {
 
 	st       *pccl.State
 	outerSt  *pccl.State // the entries of global and mom alone, hashed by the job that ends an outer step
-	global   []float32 // EntryParams; the fragment of a job in flight is the job's
-	mom      []float32 // EntryMomentum; likewise
-	progress []uint64  // EntryProgress: inner steps of the group, epoch, samples of the epoch consumed
-	local    []float32 // this peer's parameters
-	errfb    []float32 // error feedback, with Compression; the fragment of a job in flight is the job's
+	global   []float32   // EntryParams; the fragment of a job in flight is the job's
+	mom      []float32   // EntryMomentum; likewise
+	progress []uint64    // EntryProgress: inner steps of the group, epoch, samples of the epoch consumed
+	local    []float32   // this peer's parameters
+	errfb    []float32   // error feedback, with Compression; the fragment of a job in flight is the job's
 
 	z       compressor // owned by the job in flight
 	payload []byte     // this peer's encoded fragment, owned by the job in flight
@@ -100,7 +100,7 @@ type pendingReply struct {
 // time and leave or die at any time. cfg.Kind is ignored. Summary.TestLoss and TestAccuracy are
 // left zero; Summary.Params holds the final global parameters.
 //
-// RunStreaming returns early with ctx's error, with the error of a failed communicator or with
+// RunStreaming returns early with ctx's error, with the error of a failed communicator, with ErrLeft or with
 // ErrGaveUp. It does not close comm.
 func RunStreaming(ctx context.Context, comm *pccl.Communicator, cfg TrainerConfig, w Worker) (Summary, error) {
 	cfg.Kind = KindStreamingDiLoCo
@@ -228,6 +228,9 @@ func (s *streamer) run() error {
 		if final {
 			return nil
 		}
+		if s.cfg.Leave != nil && s.cfg.Leave() {
+			return s.leave()
+		}
 		s.vote = make(chan pendingReply, 1)
 		go func(ch chan<- pendingReply) {
 			answer, err := s.comm.ArePeersPending(s.ctx)
@@ -237,6 +240,21 @@ func (s *streamer) run() error {
 			return err
 		}
 	}
+}
+
+// leave leaves the group in place of this boundary's vote, once the fragment in flight (which the
+// others run too) is over, and returns ErrLeft.
+func (s *streamer) leave() error {
+	if s.job != nil {
+		if err := s.settle(); err != nil {
+			return err
+		}
+	}
+	if err := s.comm.Leave(s.ctx); err != nil {
+		return err
+	}
+	s.log.Info("left the group", "inner_steps", s.progress[0])
+	return ErrLeft
 }
 
 // membership is the top of a boundary, where no fragment is in flight: it reads the answer of the

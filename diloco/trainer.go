@@ -139,6 +139,11 @@ type TrainerConfig struct {
 	// see the same value by the time the group reaches it (a supervisor
 	// picks a step a few ahead of the group and tells every peer).
 	StopAt func() uint64
+	// Leave, if set, is asked at every membership step (the top of an outer step; a fragment
+	// boundary of streaming DiLoCo): when it reports true, the peer leaves the group there
+	// (pccl.Communicator.Leave), after the collective it has in flight, so that the others go on
+	// without an abort, and Run returns ErrLeft. A preemption notice or SIGTERM handler sets it.
+	Leave func() bool
 	// Logger receives diagnostics. Default: discard.
 	Logger *slog.Logger
 }
@@ -290,6 +295,10 @@ type Summary struct {
 // TrainerConfig.MaxFailures failed syncs or all-reduces in a row.
 var ErrGaveUp = errors.New("diloco: too many failures in a row")
 
+// ErrLeft is what Run returns after the peer left the group gracefully (TrainerConfig.Leave); the
+// Summary holds the steps it took part in.
+var ErrLeft = errors.New("diloco: left the group gracefully")
+
 // Run trains with comm, a Communicator that has just connected, until the
 // group's step counter reaches cfg.Steps, and returns the summary. Every
 // peer of the run calls Run with the same configuration (Seed, Kind, H,
@@ -309,8 +318,11 @@ var ErrGaveUp = errors.New("diloco: too many failures in a row")
 // update to the same state, so the shared state stays bit-identical.
 //
 // Run returns early with ctx's error, with the error of a failed
-// communicator (ErrKicked, ErrMasterLost, ErrClosed) or with ErrGaveUp. It
-// does not close comm. test may be nil.
+// communicator (ErrKicked, ErrMasterLost, ErrClosed), with ErrLeft after a
+// graceful leave (TrainerConfig.Leave), or with ErrGaveUp. It does not close
+// comm. test may be nil. A peer that the master removed (ErrKicked after a
+// partition) rejoins by running Run again under pccl.Rejoin: as a newcomer it
+// fetches the group's state at its first sync.
 func Run(ctx context.Context, comm *pccl.Communicator, cfg TrainerConfig, train, test *Dataset) (Summary, error) {
 	if err := cfg.Validate(); err != nil {
 		return Summary{}, err
@@ -440,6 +452,18 @@ func (t *trainer) wait() error {
 	case <-tm.C:
 		return nil
 	}
+}
+
+// leaving reports whether TrainerConfig.Leave asks this peer to leave.
+func (t *trainer) leaving() bool { return t.cfg.Leave != nil && t.cfg.Leave() }
+
+// leave leaves the group in place of this membership step's vote and returns ErrLeft.
+func (t *trainer) leave() error {
+	if err := t.comm.Leave(t.ctx); err != nil {
+		return err
+	}
+	t.log.Info("left the group", "step", t.progress[0])
+	return ErrLeft
 }
 
 // membership is the vote at the top of an outer step: if peers are pending,
@@ -612,6 +636,9 @@ func (t *trainer) runSync() error {
 	}
 	for {
 		if !skipVote {
+			if t.leaving() {
+				return t.leave()
+			}
 			if _, err := t.membership(); err != nil {
 				return err
 			}

@@ -53,6 +53,13 @@ func (t *trainer) runAsync() error {
 	}
 
 	for {
+		if !skipVote && t.leaving() {
+			// The others take part in the all-reduce in flight: finish it before leaving.
+			if _, _, err := settle(); err != nil {
+				return err
+			}
+			return t.leave()
+		}
 		if !skipVote {
 			pending, err := t.comm.ArePeersPending(t.ctx)
 			if err != nil {

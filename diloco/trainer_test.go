@@ -44,6 +44,8 @@ type peer struct {
 	sum  diloco.Summary
 	err  error
 	done chan struct{}
+
+	rejoins int // under pccl.Rejoin: the rejoins before the last Run
 }
 
 // embeddedTrain is the embedded training set, decoded once for all tests.

@@ -97,19 +97,26 @@ func TestSpotLeaveOnHosts(t *testing.T) {
 		t.Skipf("runs on network namespaces, which need root: %v", err)
 	}
 	bin := buildBinaries(t)
-	for _, how := range []string{"sigterm", "notice"} {
+	for _, how := range []string{"sigterm", "notice", "train sigterm"} {
 		t.Run(how, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			dir := t.TempDir()
 			notice := func(i int) string { return filepath.Join(dir, fmt.Sprintf("preempted-%d", i)) }
-			r := newHostRunWith(t, ctx, bin, 4, func(i int) []string {
+			o := hostRunOpts{peers: 4, extra: func(i int) []string {
 				return []string{"--preempt-notice", notice(i), "--preempt-poll", "50ms"}
-			})
+			}}
+			steps := uint64(10)
+			if how == "train sigterm" {
+				// The DiLoCo trainer, with short outer steps, so that it reaches several.
+				o.command = []string{"train", "--inner-steps", "4", "--batch", "16", "--steps", "100000"}
+				steps = 3
+			}
+			r := newHostRunOpts(t, ctx, bin, o)
 			r.settled(time.Minute)
-			r.progress([]int{0, 1, 2, 3}, 10, time.Minute)
+			r.progress([]int{0, 1, 2, 3}, steps, time.Minute)
 			const victim = 3
-			if how == "sigterm" {
+			if how != "notice" {
 				r.peers[victim].cmd.Process.Signal(syscall.SIGTERM)
 			} else {
 				os.WriteFile(notice(victim), []byte("TRUE"), 0o644)
@@ -122,7 +129,7 @@ func TestSpotLeaveOnHosts(t *testing.T) {
 				t.Fatalf("the leaving peer did not leave at a step:\n%s", r.peers[victim].out.String())
 			}
 			r.peers = r.peers[:victim]
-			r.progress([]int{0, 1, 2}, 10, time.Minute)
+			r.progress([]int{0, 1, 2}, steps, time.Minute)
 			for i := range r.peers {
 				if e := r.last(i); e.Aborts != 0 || e.World != 3 {
 					t.Errorf("peer %d after the leave: %d aborts, world %d; want none and 3", i, e.Aborts, e.World)

@@ -39,6 +39,7 @@ type hostRunOpts struct {
 	peers     int
 	nat       []int                // peers (0-based) behind a NAT of their own
 	transport string               // --transport of every process; "" is the default (tls)
+	command   []string             // the peers' command and its arguments; nil is peer run
 	extra     func(i int) []string // more arguments for peer i
 }
 
@@ -67,7 +68,11 @@ func newHostRunOpts(t *testing.T, ctx context.Context, bin string, o hostRunOpts
 		}
 	})
 	master := "master --listen :48148 --token run-42 --secret-file run.secret"
-	line := fmt.Sprintf("peer run --master %s:48148 --token run-42 --secret-file run.secret --json", bed.Host(0).Addr())
+	command := "run"
+	if o.command != nil {
+		command = strings.Join(o.command, " ")
+	}
+	line := fmt.Sprintf("peer %s --master %s:48148 --token run-42 --secret-file run.secret --json", command, bed.Host(0).Addr())
 	if o.transport != "" {
 		master += " --transport " + o.transport
 		line += " --transport " + o.transport

@@ -87,13 +87,17 @@ func trainCommand() *cli.Command {
 			}
 			return standalone(cc, func(ctx context.Context, comm *pccl.Communicator, leaving func() bool, emit func(event)) error {
 				tc := diloco.TrainerConfig{Kind: kind, H: cc.Int("inner-steps"), BatchSize: cc.Int("batch"), Seed: cc.Uint64("seed"),
-					Steps: cc.Int("steps"), Logger: comm.Logger(),
+					Steps: cc.Int("steps"), Logger: comm.Logger(), Leave: leaving,
 					Fragments: shape.Fragments, SyncDelay: shape.SyncDelay, Mix: shape.Mix, Compression: shape.Compression,
 					Progress: func(p diloco.Progress) {
 						emit(event{Event: "step", Step: p.Step, Loss: p.Loss, Rank: p.Rank, World: p.World, Rev: p.Revision,
 							Aborts: p.Aborts, Joins: p.Joins, State: stateHash(p.Digest)})
 					}}
 				sum, err := diloco.Run(ctx, comm, tc, train, test)
+				if errors.Is(err, diloco.ErrLeft) {
+					emit(event{Event: "left", Step: sum.Steps, Rev: sum.Digest.Revision, Aborts: sum.Aborts, Joins: sum.Joins})
+					return errLeft
+				}
 				if err != nil {
 					return err
 				}
