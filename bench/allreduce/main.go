@@ -560,7 +560,7 @@ func peer() error {
 		return err
 	}
 	rank, world := comm.Rank(), comm.WorldSize()
-	netns, _ := os.Readlink("/proc/self/ns/net") // which host this peer runs on, for the tests
+	netns, _ := hostbed.Netns() // which host this peer runs on, for the tests
 	cluster.Emit(map[string]any{"event": "joined", "rank": rank, "world": world, "netns": netns})
 
 	count := p.Bytes / 4

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -108,7 +107,7 @@ func TestBenchHosts(t *testing.T) {
 			if want := int64(3 * 3 * p.Bytes / 4); res.ElementsChecked != want {
 				t.Fatalf("checked %d elements, want %d", res.ElementsChecked, want)
 			}
-			own, err := os.Readlink("/proc/self/ns/net")
+			own, err := hostbed.Netns()
 			if err != nil {
 				t.Fatal(err)
 			}

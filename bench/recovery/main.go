@@ -1,11 +1,12 @@
-// Command recovery measures how fast Concord's survivors notice a dead or hung peer and carry on.
+// Command recovery measures how fast Concord's survivors notice a dead or hung peer and carry on, and
+// what they pay when a peer leaves gracefully.
 //
 //	go run ./bench/recovery --peers 4
 //
 // It starts a master (LAN preset: heartbeats every 250ms, a peer is gone after 1.5s of silence) and
 // --peers peer processes (this program, re-executed) that loop like a training job: if peers are
 // pending, UpdateTopology; AllReduce --size bytes (256 MiB); on ErrPeerLeft or ErrAborted,
-// UpdateTopology and retry. A failed call must leave its buffer unchanged: every peer keeps a second
+// UpdateTopology and retry; on SIGTERM, leave at the membership step. A failed call must leave its buffer unchanged: every peer keeps a second
 // buffer with the same contribution, retries on it, and hashes the failed call's buffer (xxh3, against
 // the contribution's) once the retry has ended everywhere, so that the check's pass over 256 MiB does
 // not compete for the cores with the recovery being timed; the next fault waits until every survivor
@@ -38,19 +39,25 @@
 // and leaves at its next membership step, with Communicator.Leave in place of its ArePeersPending,
 // as `peer run` does on SIGTERM or a preemption notice; it must report that it left and exit 0. The
 // master answers the survivors' ArePeersPending "pending" and removes the leaver; the survivors
-// re-wire at their UpdateTopology and go on without it. The round waits until every survivor has
-// completed three calls without the leaver; then a replacement is spawned and admitted, as after a
-// kill. For one survivor, let t0 be the completion of its last call with the leaver and t1 that of
-// its first call without it: t1 − t0 is one period of the loop (the membership step and a call)
-// plus what the leave cost. graceful_leave_ms is, per round, the largest t1 − t0 over the survivors
+// re-wire at their UpdateTopology, vote again, and go on without it. The round waits until every
+// survivor has completed three calls without the leaver; then a replacement is spawned and
+// admitted, as after a kill.
+//
+// graceful_leave_ms is the survivors' stall: per round, the longest over the survivors of the time
+// from the master's "pending" answer at their membership step (where a steady step goes on to its
+// call) until the step ends, ready for the first call without the leaver, that is the
+// UpdateTopology that re-wires the ring and the ArePeersPending vote after it. Everything else in
+// the loop (checking the last result, the vote that waits for the slowest peer, refilling the
+// buffer, the call itself) a steady step pays too. As a check on that, graceful_leave_period_ms
+// measures the whole loop period across the leave: for each survivor, from the completion of its last
+// call with the leaver (t0) to that of its first call without it (t1); per round the longest t1 − t0
 // minus graceful_leave_baseline_ms, the median period between two consecutive completions of one
 // survivor with nothing in between (no membership change, no failed call, no buffer check) at the
-// same world size, taken from the second and third calls without the leaver of every leave round of
-// the run: the survivors' stall. graceful_leave_step_ms is the same for the membership step alone,
-// from t0 to the start of the first call without the leaver, beyond the median such gap of those
-// steady calls: the re-wiring, without the noise of the call's own duration. graceful_leave_aborts
-// counts the survivors' calls that failed between the SIGTERM and the end of the round; a clean leave
-// has none.
+// same world size, from the second and third calls without the leaver of every leave round of the
+// run. It takes in the first call on the re-wired ring as well, and with it the spread of the peers'
+// work on 256 MiB (the checks, the fills and the calls vary by tens of ms on a busy machine), so it
+// is printed beside, not held to the limit. graceful_leave_aborts counts the survivors' calls that
+// failed between the SIGTERM and the end of the round; a clean leave has none.
 //
 // targets_met is true when abort_ms_p99 ≤ 100, stall_ms_p99 ≤ 2500, resume_ms_p50 ≤ 300,
 // redials_per_kill ≤ 4 and master_restart_resume_ms_p99 ≤ 2000, with leave rounds
@@ -669,14 +676,22 @@ func (s *peerState) missed(t int64) bool {
 	return s.done.T >= t && s.done.T < s.abort.T || s.abortedStart >= t
 }
 
-// survivorsAborted waits until every survivor's call has returned an error after t and returns the
-// latest return time. It reports whether the fault missed some survivor's call (late, see missed):
-// the failed call may have begun after t because the one in flight at t had already finished, its
-// line not yet read when strike looked. Such a round measures the time between calls, not an abort.
+// passedBy reports whether s completed a call it started after a fault at t: the fault came between
+// two of its calls (the line of the one before still on its way when strike looked), and the group
+// went on without the victim, or without noticing it yet.
+func (s *peerState) passedBy(t int64) bool {
+	return s.done.Seq == s.start.Seq && s.start.T >= t
+}
+
+// survivorsAborted waits until every survivor's call has returned an error after t, or completed a
+// call begun after t (see passedBy), and returns the latest return time. It reports whether the fault
+// missed some survivor's call (late, see missed and passedBy): the failed call may have begun after t
+// because the one in flight at t had already finished, its line not yet read when strike looked.
+// Such a round measures the time between calls, not an abort.
 func (b *bench) survivorsAborted(ctx context.Context, t int64, what string) (first, last int64, late bool, err error) {
 	err = b.until(ctx, waitAbort, what, func() bool {
 		for _, s := range b.live() {
-			if s.abort.T < t {
+			if s.abort.T < t && !s.passedBy(t) {
 				return false
 			}
 		}
@@ -687,6 +702,10 @@ func (b *bench) survivorsAborted(ctx context.Context, t int64, what string) (fir
 	}
 	first = math.MaxInt64
 	for _, s := range b.live() {
+		if s.abort.T < t {
+			late = true // no call of s failed: the fault fell between two of its calls
+			continue
+		}
 		first, last = min(first, s.abort.T), max(last, s.abort.T)
 		b.res.AbortErrors[s.abort.Kind]++
 		late = late || s.missed(t)
@@ -908,7 +927,7 @@ func (b *bench) leaveRound(ctx context.Context, i int) error {
 		}
 		stall = max(stall, float64(first.Ready-from)/1e6)
 		span = max(span, float64(first.Done-prev.Done)/1e6)
-		for k := j + 1; k < len(s.calls); k++ {
+		for k := j + 1; k < min(len(s.calls), j+leaveCalls); k++ {
 			if c, p := s.calls[k], s.calls[k-1]; c.steadyAfter(p) {
 				b.leavePeriods = append(b.leavePeriods, float64(c.Done-p.Done)/1e6)
 			}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -171,7 +170,7 @@ func TestRecoveryHosts(t *testing.T) {
 	if ip := net.ParseIP(host); ip == nil || ip.IsLoopback() {
 		t.Fatalf("the master listened on %q, not on an address of its host", b.addr)
 	}
-	own, err := os.Readlink("/proc/self/ns/net")
+	own, err := hostbed.Netns()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,6 +209,30 @@ func TestMissedFault(t *testing.T) {
 	} {
 		if got := tc.s.missed(tk); got != tc.want {
 			t.Errorf("%s: missed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestPassedBy checks when a fault fell between two calls of a survivor: it completed a call it
+// began after the fault.
+func TestPassedBy(t *testing.T) {
+	const tk = 1000 // the fault
+	for _, tc := range []struct {
+		name string
+		s    peerState
+		want bool
+	}{
+		{"the call in flight at the fault is still running", peerState{
+			start: peerEvent{Seq: 5, T: 400}, done: peerEvent{Seq: 4, T: 300}}, false},
+		{"the call in flight at the fault completed", peerState{
+			start: peerEvent{Seq: 5, T: 400}, done: peerEvent{Seq: 5, T: 1100}}, false},
+		{"a call begun after the fault is running", peerState{
+			start: peerEvent{Seq: 6, T: 1200}, done: peerEvent{Seq: 5, T: 1100}}, false},
+		{"a call begun after the fault completed", peerState{
+			start: peerEvent{Seq: 6, T: 1200}, done: peerEvent{Seq: 6, T: 1700}}, true},
+	} {
+		if got := tc.s.passedBy(tk); got != tc.want {
+			t.Errorf("%s: passedBy %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/concord-ccl/concord/bench/internal/hostbed"
 	"github.com/concord-ccl/concord/bench/internal/watch"
 	"github.com/concord-ccl/concord/bench/internal/workload"
 	"github.com/concord-ccl/concord/internal/cluster"
@@ -105,7 +106,7 @@ func peerMain() int {
 		return 1
 	}
 	defer comm.Close()
-	netns, _ := os.Readlink("/proc/self/ns/net")
+	netns, _ := hostbed.Netns()
 	emit(peerEvent{Event: "connected", Rank: comm.Rank(), World: comm.WorldSize(), Netns: netns})
 
 	count := p.Bytes / 4

@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 
 	"github.com/concord-ccl/concord/internal/cluster"
@@ -87,6 +89,16 @@ func (b *Bed) Spawn(c *cluster.Cluster, spec cluster.Spec) (*cluster.Proc, int, 
 		return p, i, nil
 	}
 	return nil, 0, errors.New("hostbed: every peer host runs a process")
+}
+
+// Netns names the network namespace the calling goroutine runs in ("net:[inode]"), which tells the
+// hosts of a bed apart. It reads the calling thread's: in a process that builds a bed, the threads
+// that start processes on its hosts stay inside their hosts, and one may be the main thread, whose
+// namespace /proc/self shows.
+func Netns() (string, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return os.Readlink("/proc/thread-self/ns/net")
 }
 
 func listenOn(h *hosts.Host) string { return net.JoinHostPort(h.Addr().String(), "0") }
