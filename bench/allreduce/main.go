@@ -1,5 +1,6 @@
-// Command allreduce measures Concord's AllReduce among real processes on loopback and compares it
-// with the physical limit of this machine, measured by the same command in the same run.
+// Command allreduce measures Concord's AllReduce among real processes, on loopback or each on a host
+// of its own (--hosts), and compares it with the physical limit of this machine, measured by the same
+// command in the same run.
 //
 //	go run ./bench/allreduce --peers 4 --size 64MiB --iters 5
 //
@@ -41,10 +42,11 @@
 //
 // --hosts runs every process of the run on a host of its own, as one peer per machine: the master on
 // one, each peer on another, each host a network namespace with its own address on one bridge (veth
-// pairs to a Linux bridge, internal/hosts), and process i of the limit's ring on peer i's host. Between
-// hosts there is no unix socket: the peers' bytes and the ring's cross the bridge over TCP (UDP for
-// quic), and limit_network says tcp. The JSON says "hosts": true. It needs root (network namespaces);
-// without it the command exits with status 2.
+// pairs to a Linux bridge, MTU 1500, no rate limit; internal/hosts), and process i of the limit's ring
+// on peer i's host. Between hosts there is no unix socket: the peers' bytes cross the bridge over TCP
+// (over QUIC's UDP for quic), the limit's ring over TCP between the same hosts, and limit_network
+// says tcp; L is then the aggregate throughput across the bridge. The JSON says "hosts": true. It
+// needs root (network namespaces); without it the command exits with status 2.
 package main
 
 import (
@@ -180,7 +182,7 @@ func run() int {
 	profDir := fs.String("cpuprofile-dir", "", "write a CPU profile of every peer's timed iterations to this directory")
 	transports := fs.String("transport", "tcp", "tcp, tls or quic, or a comma-separated list to run one after the other")
 	procsFlag := fs.String("gomaxprocs", "auto", measure.ProcsUsage+"; the limit's ring included")
-	local := fs.Bool("local", true, "tcp and tls: the peers talk over the TCP transport's local path (a unix socket), and the limit's ring too; false keeps both on loopback TCP")
+	local := fs.Bool("local", true, "tcp and tls: the peers talk over the TCP transport's local path (a unix socket), and the limit's ring too; false keeps both on loopback TCP (across --hosts there is no local path)")
 	onHosts := fs.Bool("hosts", false, "run the master, every peer and the limit's ring each on a host of its own (network namespaces on one bridge; needs root), over TCP between them")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./bench/allreduce [flags]\n")
@@ -231,7 +233,7 @@ func run() int {
 	var bed *hostbed.Bed
 	if *onHosts {
 		if err := hostbed.Available(); err != nil {
-			fmt.Fprintln(os.Stderr, "allreduce: --hosts puts every process in a network namespace of its own, which needs root:", err)
+			fmt.Fprintln(os.Stderr, "allreduce: --hosts runs every process in a network namespace of its own:", err)
 			return 2
 		}
 		if bed, err = hostbed.New(*peers); err != nil {

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"maps"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,8 +21,71 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	cluster.Main(roles)
+	cluster.Main(testRoles())
 	goleak.VerifyTestMain(m)
+}
+
+// roleCLI runs the command itself, with the child's arguments.
+const roleCLI = "cli"
+
+// testRoles are the program's roles and roleCLI.
+func testRoles() map[string]func() int {
+	r := maps.Clone(roles)
+	r[roleCLI] = run
+	return r
+}
+
+// TestHostsNeedRoot runs the command with --hosts as an unprivileged user: it must exit with status 2
+// and say why, before it starts anything.
+func TestHostsNeedRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("runs the command as another user, which needs root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A copy of this test binary that the unprivileged user may run (the build directory is root's).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "hosts-need-root-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	exe = filepath.Join(dir, "cmd")
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	c := cluster.New(cluster.Config{Executable: exe, Stderr: &stderr})
+	defer c.Close()
+	nobody := func(cmd *exec.Cmd) error {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
+		return cmd.Start()
+	}
+	p, err := c.Spawn(cluster.Spec{Role: roleCLI, Args: []string{"--hosts", "--timeout", "30s"}, Start: nobody})
+	if err != nil {
+		t.Fatalf("start the command as user 65534: %v", err)
+	}
+	code, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // the child's stderr has been copied
+	if code != 2 || !strings.Contains(stderr.String(), "--hosts runs every process in a network namespace of its own") {
+		t.Fatalf("exit status %d, stderr %q; want 2 and why", code, stderr.String())
+	}
+	if len(c.Procs()) != 1 {
+		t.Fatalf("%d processes started, want only the command", len(c.Procs()))
+	}
 }
 
 // TestBenchSmall runs the whole benchmark on a small buffer: every element of every peer's result

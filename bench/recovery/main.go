@@ -239,7 +239,7 @@ func run() int {
 	var bed *hostbed.Bed
 	if *onHosts {
 		if err := hostbed.Available(); err != nil {
-			fmt.Fprintln(os.Stderr, "recovery: --hosts puts every process in a network namespace of its own, which needs root:", err)
+			fmt.Fprintln(os.Stderr, "recovery: --hosts runs every process in a network namespace of its own:", err)
 			return 2
 		}
 		// A host per peer, and two for peers that are still on their way out when their
