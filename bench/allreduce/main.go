@@ -1,5 +1,6 @@
-// Command allreduce measures Concord's AllReduce among real processes on loopback and compares it
-// with the physical limit of this machine, measured by the same command in the same run.
+// Command allreduce measures Concord's AllReduce among real processes, on loopback or each on a host
+// of its own (--hosts), and compares it with the physical limit of this machine, measured by the same
+// command in the same run.
 //
 //	go run ./bench/allreduce --peers 4 --size 64MiB --iters 5
 //
@@ -38,6 +39,14 @@
 // (lib=concord-tls, lib=concord-quic for the others) and, last, one JSON object with the figures:
 // for a single transport the figures themselves; for several, {"transports": {name: figures},
 // "seconds_vs_tcp": {name: median over tcp's median}}.
+//
+// --hosts runs every process of the run on a host of its own, as one peer per machine: the master on
+// one, each peer on another, each host a network namespace with its own address on one bridge (veth
+// pairs to a Linux bridge, MTU 1500, no rate limit; internal/hosts), and process i of the limit's ring
+// on peer i's host. Between hosts there is no unix socket: the peers' bytes cross the bridge over TCP
+// (over QUIC's UDP for quic), the limit's ring over TCP between the same hosts, and limit_network
+// says tcp; L is then the aggregate throughput across the bridge. The JSON says "hosts": true. It
+// needs root (network namespaces); without it the command exits with status 2.
 package main
 
 import (
@@ -58,6 +67,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/concord-ccl/concord/bench/internal/hostbed"
 	"github.com/concord-ccl/concord/bench/internal/measure"
 	"github.com/concord-ccl/concord/bench/internal/workload"
 	"github.com/concord-ccl/concord/internal/cluster"
@@ -79,6 +89,7 @@ const (
 	envMaster  = "CONCORD_BENCH_MASTER"
 	envParams  = "CONCORD_BENCH_PARAMS"
 	envSecret  = "CONCORD_BENCH_SECRET"
+	envListen  = "CONCORD_BENCH_LISTEN" // the master's listen address; empty: 127.0.0.1:0
 	rolePeer   = "peer"
 	roleMaster = "transport-master"
 	addThreads = 2 // goroutines of the add-rate measurement: one per core of the reference machine
@@ -112,6 +123,7 @@ type iterEvent struct {
 // result is the last line on stdout.
 type result struct {
 	Transport          string    `json:"transport"`
+	Hosts              bool      `json:"hosts"`         // every process on a host of its own (--hosts)
 	Local              bool      `json:"local"`         // tcp and tls: the peers talked over the local path
 	LimitNetwork       string    `json:"limit_network"` // what the limit's ring ran over: unix or tcp
 	Peers              int       `json:"peers"`
@@ -170,7 +182,8 @@ func run() int {
 	profDir := fs.String("cpuprofile-dir", "", "write a CPU profile of every peer's timed iterations to this directory")
 	transports := fs.String("transport", "tcp", "tcp, tls or quic, or a comma-separated list to run one after the other")
 	procsFlag := fs.String("gomaxprocs", "auto", measure.ProcsUsage+"; the limit's ring included")
-	local := fs.Bool("local", true, "tcp and tls: the peers talk over the TCP transport's local path (a unix socket), and the limit's ring too; false keeps both on loopback TCP")
+	local := fs.Bool("local", true, "tcp and tls: the peers talk over the TCP transport's local path (a unix socket), and the limit's ring too; false keeps both on loopback TCP (across --hosts there is no local path)")
+	onHosts := fs.Bool("hosts", false, "run the master, every peer and the limit's ring each on a host of its own (network namespaces on one bridge; needs root), over TCP between them")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./bench/allreduce [flags]\n")
 		fs.VisitAll(func(f *flag.Flag) {
@@ -217,6 +230,18 @@ func run() int {
 			return 2
 		}
 	}
+	var bed *hostbed.Bed
+	if *onHosts {
+		if err := hostbed.Available(); err != nil {
+			fmt.Fprintln(os.Stderr, "allreduce: --hosts runs every process in a network namespace of its own:", err)
+			return 2
+		}
+		if bed, err = hostbed.New(*peers); err != nil {
+			fmt.Fprintln(os.Stderr, "allreduce: --hosts:", err)
+			return 1
+		}
+		defer bed.Close()
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
@@ -228,7 +253,7 @@ func run() int {
 			NoLocal: !*local}
 		progress("transport %s", name)
 		c := cluster.New(cluster.Config{Env: measure.ProcsEnv(procs)})
-		res, err := bench(ctx, c, p, *ringReps)
+		res, err := bench(ctx, c, bed, p, *ringReps)
 		res.GOMAXPROCS = procs
 		if cerr := c.Close(); cerr != nil {
 			fmt.Fprintln(os.Stderr, "allreduce:", cerr)
@@ -273,24 +298,30 @@ func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "allreduce: "+format+"\n", args...)
 }
 
-// bench measures the limits, then the all-reduce. The result carries whatever was measured before a
-// failure.
-func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (result, error) {
+// bench measures the limits, then the all-reduce, on the hosts of bed (nil: on loopback). The result
+// carries whatever was measured before a failure.
+func bench(ctx context.Context, c *cluster.Cluster, bed *hostbed.Bed, p params, ringReps int) (result, error) {
 	n, d := p.Peers, float64(p.Bytes)
 	if p.Transport == "" {
 		p.Transport = "tcp"
 	}
 	res := result{Transport: p.Transport, Peers: n, Bytes: p.Bytes, Iters: p.Iters, Warmup: p.Warmup, Pool: p.Pool, PartBytes: cmp.Or(p.Part, pccl.LAN().PartBytes)}
 	// The limit's ring runs over the path the peers' bytes take: the local path for tcp and tls (when
-	// on), loopback TCP otherwise (for quic, whose UDP has no ring of its own here).
-	res.Local = !p.NoLocal && p.Transport != "quic"
+	// on), loopback TCP otherwise (for quic, whose UDP has no ring of its own here); across hosts, TCP
+	// between the same hosts, whatever the transport (no local path reaches another host).
+	res.Hosts = bed != nil
+	res.Local = !p.NoLocal && p.Transport != "quic" && !res.Hosts
 	res.LimitNetwork = map[bool]string{true: "unix", false: "tcp"}[res.Local]
+	var place measure.Placement
+	if bed != nil {
+		place = bed.Peer
+	}
 
 	// rings measures the limit's ring and, over the local path, loopback TCP's ring too: the
 	// yardstick the peers would have without it. It appends the times to ringTimes and tcpTimes.
 	var ringTimes, tcpTimes []float64
 	rings := func() error {
-		r, err := measure.LoopbackRing(ctx, c, n, p.Bytes, 1, ringReps, res.Local)
+		r, err := measure.RingOn(ctx, c, n, p.Bytes, 1, ringReps, res.Local, place)
 		if err != nil {
 			return fmt.Errorf("ring limit: %w", err)
 		}
@@ -304,7 +335,11 @@ func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (res
 		}
 		return nil
 	}
-	progress("measuring the loopback ring over %s: %d processes, %d bytes each, 1+%d repetitions", res.LimitNetwork, n, p.Bytes, ringReps)
+	where := "loopback"
+	if res.Hosts {
+		where = "hosts'"
+	}
+	progress("measuring the %s ring over %s: %d processes, %d bytes each, 1+%d repetitions", where, res.LimitNetwork, n, p.Bytes, ringReps)
 	if err := rings(); err != nil {
 		return res, err
 	}
@@ -317,7 +352,12 @@ func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (res
 	rand.Read(secret[:])
 	js, _ := json.Marshal(p)
 	env := []string{envParams + "=" + string(js), envSecret + "=" + hex.EncodeToString(secret[:])}
-	mp, err := c.Spawn(cluster.Spec{Role: roleMaster, Name: "master", Env: env})
+	mspec := cluster.Spec{Role: roleMaster, Name: "master", Env: env}
+	if bed != nil {
+		mspec.Env = append(slices.Clip(env), envListen+"="+bed.MasterListen())
+		mspec.Start = bed.MasterStart
+	}
+	mp, err := c.Spawn(mspec)
 	if err != nil {
 		return res, fmt.Errorf("master: %w", err)
 	}
@@ -333,7 +373,13 @@ func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (res
 	env = append(env, envMaster+"="+addr)
 	procs := make([]*cluster.Proc, n)
 	for i := range procs {
-		if procs[i], err = c.Spawn(cluster.Spec{Role: rolePeer, Name: fmt.Sprintf("peer-%d", i), Env: env}); err != nil {
+		spec := cluster.Spec{Role: rolePeer, Name: fmt.Sprintf("peer-%d", i), Env: env}
+		if bed != nil {
+			procs[i], _, err = bed.Spawn(c, spec)
+		} else {
+			procs[i], err = c.Spawn(spec)
+		}
+		if err != nil {
 			return res, err
 		}
 	}
@@ -383,7 +429,7 @@ func bench(ctx context.Context, c *cluster.Cluster, p params, ringReps int) (res
 
 	// The ring again, so that the limit brackets the all-reduce in time: on a shared machine the
 	// neighbours' load drifts.
-	progress("measuring the loopback ring again: 1+%d repetitions", ringReps)
+	progress("measuring the %s ring again: 1+%d repetitions", where, ringReps)
 	if err := rings(); err != nil {
 		return res, err
 	}
@@ -438,8 +484,8 @@ func childTransport(p params) (transport.Transport, error) {
 	return transport.SelectTCP(name, a, transport.TCPConfig{DisableLocal: p.NoLocal})
 }
 
-// masterMain is the master role: a master server on 127.0.0.1:0 over the run's transport, until
-// SIGTERM, SIGINT or the end of stdin.
+// masterMain is the master role: a master server on 127.0.0.1:0 (or the address envListen gives) over
+// the run's transport, until SIGTERM, SIGINT or the end of stdin.
 func masterMain() int {
 	var p params
 	if err := json.Unmarshal([]byte(os.Getenv(envParams)), &p); err != nil {
@@ -453,7 +499,11 @@ func masterMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	ln, err := tr.Listen("127.0.0.1:0")
+	listen := os.Getenv(envListen)
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	ln, err := tr.Listen(listen)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "master: %v\n", err)
 		return 1
@@ -512,7 +562,8 @@ func peer() error {
 		return err
 	}
 	rank, world := comm.Rank(), comm.WorldSize()
-	cluster.Emit(map[string]any{"event": "joined", "rank": rank, "world": world})
+	netns, _ := hostbed.Netns() // which host this peer runs on, for the tests
+	cluster.Emit(map[string]any{"event": "joined", "rank": rank, "world": world, "netns": netns})
 
 	count := p.Bytes / 4
 	b := hugemem.Make(4*count, 4*count) // in huge pages where the kernel has them, like the staging buffers

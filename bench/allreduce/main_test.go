@@ -1,19 +1,91 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/concord-ccl/concord/bench/internal/hostbed"
 	"github.com/concord-ccl/concord/internal/cluster"
 )
 
 func TestMain(m *testing.M) {
-	cluster.Main(roles)
+	cluster.Main(testRoles())
 	goleak.VerifyTestMain(m)
+}
+
+// roleCLI runs the command itself, with the child's arguments.
+const roleCLI = "cli"
+
+// testRoles are the program's roles and roleCLI.
+func testRoles() map[string]func() int {
+	r := maps.Clone(roles)
+	r[roleCLI] = run
+	return r
+}
+
+// TestHostsNeedRoot runs the command with --hosts as an unprivileged user: it must exit with status 2
+// and say why, before it starts anything.
+func TestHostsNeedRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("runs the command as another user, which needs root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A copy of this test binary that the unprivileged user may run (the build directory is root's).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "hosts-need-root-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	exe = filepath.Join(dir, "cmd")
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	c := cluster.New(cluster.Config{Executable: exe, Stderr: &stderr})
+	defer c.Close()
+	nobody := func(cmd *exec.Cmd) error {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
+		return cmd.Start()
+	}
+	p, err := c.Spawn(cluster.Spec{Role: roleCLI, Args: []string{"--hosts", "--timeout", "30s"}, Start: nobody})
+	if err != nil {
+		t.Fatalf("start the command as user 65534: %v", err)
+	}
+	code, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // the child's stderr has been copied
+	if code != 2 || !strings.Contains(stderr.String(), "--hosts runs every process in a network namespace of its own") {
+		t.Fatalf("exit status %d, stderr %q; want 2 and why", code, stderr.String())
+	}
+	if len(c.Procs()) != 1 {
+		t.Fatalf("%d processes started, want only the command", len(c.Procs()))
+	}
 }
 
 // TestBenchSmall runs the whole benchmark on a small buffer: every element of every peer's result
@@ -24,7 +96,7 @@ func TestBenchSmall(t *testing.T) {
 	c := cluster.New(cluster.Config{Stderr: io.Discard})
 	defer c.Close()
 	p := params{Peers: 3, Bytes: 1<<20 + 12, Iters: 2, Warmup: 1, Part: 64 << 10}
-	res, err := bench(ctx, c, p, 1)
+	res, err := bench(ctx, c, nil, p, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +126,7 @@ func TestBenchTransports(t *testing.T) {
 			c := cluster.New(cluster.Config{Stderr: io.Discard})
 			defer c.Close()
 			p := params{Peers: 2, Bytes: 256<<10 + 4, Iters: 1, Warmup: 1, Part: 64 << 10, Transport: name}
-			res, err := bench(ctx, c, p, 1)
+			res, err := bench(ctx, c, nil, p, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,6 +135,92 @@ func TestBenchTransports(t *testing.T) {
 			}
 			if want := int64(2 * 2 * p.Bytes / 4); res.ElementsChecked != want {
 				t.Fatalf("checked %d elements, want %d", res.ElementsChecked, want)
+			}
+		})
+	}
+}
+
+// TestBenchHosts runs the benchmark with every process on a host of its own: every element must be
+// right, the master, the peers and the limit's ring must each have run in another network namespace
+// with an address of its own, and the limit must have crossed the hosts over TCP.
+func TestBenchHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a test bed of network namespaces")
+	}
+	if err := hostbed.Available(); err != nil {
+		t.Skipf("runs on network namespaces, which need root: %v", err)
+	}
+	for _, name := range []string{"tcp", "quic"} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			bed, err := hostbed.New(3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bed.Close()
+			c := cluster.New(cluster.Config{Stderr: io.Discard})
+			defer c.Close()
+			p := params{Peers: 3, Bytes: 1<<20 + 12, Iters: 2, Warmup: 1, Part: 64 << 10, Transport: name}
+			res, err := bench(ctx, c, bed, p, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Hosts || res.Local || res.LimitNetwork != "tcp" || res.TCPRingAggregateGBps != 0 {
+				t.Fatalf("hosts %v, local %v, limit over %q, tcp ring %v: want true, false, tcp, none",
+					res.Hosts, res.Local, res.LimitNetwork, res.TCPRingAggregateGBps)
+			}
+			if !res.Correct || !res.HashesEqual || !(res.LimitSeconds > 0) || len(res.RingSeconds) != 2 {
+				t.Fatalf("result not correct: %+v", res)
+			}
+			if want := int64(3 * 3 * p.Bytes / 4); res.ElementsChecked != want {
+				t.Fatalf("checked %d elements, want %d", res.ElementsChecked, want)
+			}
+			own, err := hostbed.Netns()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every child's lines wait on the cluster's merged feed until Close: the peers' joined
+			// lines name their network namespaces, the listening lines of the master and the ring's
+			// processes their addresses.
+			netns := map[string]bool{own: true}
+			ringHosts := map[string]bool{}
+			joined, rings := 0, 0
+			for joined < 3 || rings < 6 {
+				var l cluster.Line
+				select {
+				case l = <-c.Lines():
+				case <-ctx.Done():
+					t.Fatalf("saw %d peers join and %d ring processes listen, want 3 and 6", joined, rings)
+				}
+				switch l.Event {
+				case "joined":
+					joined++
+					ns, _ := l.Fields["netns"].(string)
+					if ns == "" || netns[ns] {
+						t.Errorf("%s ran in network namespace %q, that of another process or of the test", l.Proc.Name(), ns)
+					}
+					netns[ns] = true
+				case "listening":
+					addr, _ := l.Fields["addr"].(string)
+					host, _, _ := net.SplitHostPort(addr)
+					if ip := net.ParseIP(host); ip == nil || ip.IsLoopback() || ip.IsUnspecified() {
+						t.Errorf("%s listened on %q, not on an address of its host", l.Proc.Name(), addr)
+					}
+					if strings.HasPrefix(l.Proc.Name(), "ring-") {
+						rings++
+						ringHosts[l.Proc.Name()+" "+host] = true
+					}
+				}
+			}
+			// Two rings, before and after the all-reduce; process i of each on the same host, a
+			// host of its own.
+			hostsSeen := map[string]bool{}
+			for k := range ringHosts {
+				hostsSeen[strings.Fields(k)[1]] = true
+			}
+			if len(ringHosts) != 3 || len(hostsSeen) != 3 {
+				t.Errorf("ring processes and their hosts: %v; want ring-0..2 each on a host of its own", ringHosts)
 			}
 		})
 	}

@@ -1,11 +1,12 @@
-// Command recovery measures how fast Concord's survivors notice a dead or hung peer and carry on.
+// Command recovery measures how fast Concord's survivors notice a dead or hung peer and carry on, and
+// what they pay when a peer leaves gracefully.
 //
 //	go run ./bench/recovery --peers 4
 //
 // It starts a master (LAN preset: heartbeats every 250ms, a peer is gone after 1.5s of silence) and
 // --peers peer processes (this program, re-executed) that loop like a training job: if peers are
 // pending, UpdateTopology; AllReduce --size bytes (256 MiB); on ErrPeerLeft or ErrAborted,
-// UpdateTopology and retry. A failed call must leave its buffer unchanged: every peer keeps a second
+// UpdateTopology and retry; on SIGTERM, leave at the membership step. A failed call must leave its buffer unchanged: every peer keeps a second
 // buffer with the same contribution, retries on it, and hashes the failed call's buffer (xxh3, against
 // the contribution's) once the retry has ended everywhere, so that the check's pass over 256 MiB does
 // not compete for the cores with the recovery being timed; the next fault waits until every survivor
@@ -33,11 +34,46 @@
 // master_restart_revisions_lost is the most calls of the training loop one restart cost, over the
 // rounds: 1 when the call in flight failed and was redone, 0 when it completed.
 //
+// Graceful leave rounds (--leaves, 5): while an AllReduce is in flight on every peer, after a random
+// delay within the expected duration of the call, send one peer SIGTERM. The peer finishes its call
+// and leaves at its next membership step, with Communicator.Leave in place of its ArePeersPending,
+// as `peer run` does on SIGTERM or a preemption notice; it must report that it left and exit 0. The
+// master answers the survivors' ArePeersPending "pending" and removes the leaver; the survivors
+// re-wire at their UpdateTopology, vote again, and go on without it. The round waits until every
+// survivor has completed three calls without the leaver; then a replacement is spawned and
+// admitted, as after a kill.
+//
+// graceful_leave_ms is the survivors' stall: per round, the longest over the survivors of the time
+// from the master's "pending" answer at their membership step (where a steady step goes on to its
+// call) until the step ends, ready for the first call without the leaver, that is the
+// UpdateTopology that re-wires the ring and the ArePeersPending vote after it. Everything else in
+// the loop (checking the last result, the vote that waits for the slowest peer, refilling the
+// buffer, the call itself) a steady step pays too. As a check on that, graceful_leave_period_ms
+// measures the whole loop period across the leave: for each survivor, from the completion of its last
+// call with the leaver (t0) to that of its first call without it (t1); per round the longest t1 − t0
+// minus graceful_leave_baseline_ms, the median period between two consecutive completions of one
+// survivor with nothing in between (no membership change, no failed call, no buffer check) at the
+// same world size, from the second and third calls without the leaver of every leave round of the
+// run. It takes in the first call on the re-wired ring as well, and with it the spread of the peers'
+// work on 256 MiB (the checks, the fills and the calls vary by tens of ms on a busy machine), so it
+// is printed beside, not held to the limit. graceful_leave_aborts counts the survivors' calls that
+// failed between the SIGTERM and the end of the round; a clean leave has none.
+//
 // targets_met is true when abort_ms_p99 ≤ 100, stall_ms_p99 ≤ 2500, resume_ms_p50 ≤ 300,
-// redials_per_kill ≤ 4 and master_restart_resume_ms_p99 ≤ 2000, every restored buffer matched and
-// every result was correct. abort_after_gone_ms_p99_limit (50) is a budget for the part of an abort
-// after the kernel has closed the victim's sockets, printed beside its figure to read the abort by;
-// it is not part of targets_met, since its p99 over 20 kills is their maximum, one scheduling delay.
+// redials_per_kill ≤ 4 and master_restart_resume_ms_p99 ≤ 2000, with leave rounds
+// graceful_leave_ms_p50 ≤ 50 (graceful_leave_ms_p50_limit) and graceful_leave_aborts = 0, every
+// restored buffer matched and every result was correct. abort_after_gone_ms_p99_limit (50) is a
+// budget for the part of an abort after the kernel has closed the victim's sockets, printed beside
+// its figure to read the abort by; it is not part of targets_met, since its p99 over 20 kills is
+// their maximum, one scheduling delay. graceful_leave_ms_p50, a median, is in targets_met like
+// resume_ms_p50.
+//
+// --hosts runs the master on a host of its own and every peer on another, each host a network
+// namespace with its own address on one bridge (veth pairs to a Linux bridge, internal/hosts), as one
+// peer per machine: the peers' links cross the bridge over TCP, a killed peer's sockets are closed
+// by its host's kernel and the survivors hear of it over the wire, and a restarted master comes back
+// on its host's address. A replacement takes the host of a peer that exited. The JSON says
+// "hosts": true. It needs root (network namespaces); without it the command exits with status 2.
 //
 // p50 and p99 are nearest-rank percentiles; with fewer than 100 samples p99 is the maximum (the key
 // samples says how many). A round whose kill came after the call had already finished somewhere is
@@ -55,11 +91,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/concord-ccl/concord/bench/internal/hostbed"
 	"github.com/concord-ccl/concord/bench/internal/measure"
 	"github.com/concord-ccl/concord/internal/cluster"
 	"github.com/concord-ccl/concord/pccl/master"
@@ -76,7 +114,16 @@ const (
 	// targetResumeP50 bounds resume_ms_p50 and targetRedials redials_per_kill.
 	targetResumeP50 = 300.0 // ms
 	targetRedials   = 4.0
+	// targetLeaveP50 bounds graceful_leave_ms_p50: the survivors' stall when a peer leaves on SIGTERM.
+	targetLeaveP50 = 50.0 // ms
 )
+
+// leaveCalls is how many calls every survivor completes without the leaver before a leave round
+// ends: the first is the one measured, the others give the steady period it is compared to.
+const leaveCalls = 3
+
+// keepCalls is how many of its last completed calls the bench remembers of a peer.
+const keepCalls = 16
 
 // Bounds of the waits within one round.
 const (
@@ -87,6 +134,7 @@ const (
 )
 
 type result struct {
+	Hosts           bool      `json:"hosts"`      // every process on a host of its own (--hosts)
 	GOMAXPROCS      int       `json:"gomaxprocs"` // of every child; 0: Go's default
 	Peers           int       `json:"peers"`
 	Bytes           int       `json:"bytes"`
@@ -139,8 +187,19 @@ type result struct {
 	RestartResumeMs     []float64      `json:"master_restart_resume_ms"`
 	RestartTotalMs      []float64      `json:"master_restart_total_ms"`
 	RevisionsLost       int            `json:"master_restart_revisions_lost"`
-	TargetsMet          bool           `json:"targets_met"`
-	Failure             string         `json:"failure,omitempty"`
+	// The graceful leave rounds (see the package doc).
+	Leaves           int       `json:"leaves"`
+	LeaveSamples     int       `json:"graceful_leave_samples"`
+	LeaveMsP50       float64   `json:"graceful_leave_ms_p50"`
+	LeaveMsP99       float64   `json:"graceful_leave_ms_p99"`
+	LeaveLimit       float64   `json:"graceful_leave_ms_p50_limit"`
+	LeaveMs          []float64 `json:"graceful_leave_ms"`
+	LeavePeriodMsP50 float64   `json:"graceful_leave_period_ms_p50"`
+	LeavePeriodMs    []float64 `json:"graceful_leave_period_ms"`
+	LeaveBaselineMs  float64   `json:"graceful_leave_baseline_ms"`
+	LeaveAborts      int       `json:"graceful_leave_aborts"`
+	TargetsMet       bool      `json:"targets_met"`
+	Failure          string    `json:"failure,omitempty"`
 }
 
 // roles are the roles this program runs as a child.
@@ -158,6 +217,8 @@ func run() int {
 	kills := fs.Int("kills", 20, "SIGKILL rounds")
 	stalls := fs.Int("stalls", 5, "SIGSTOP rounds")
 	restarts := fs.Int("restarts", 5, "master restart rounds")
+	leaves := fs.Int("leaves", 5, "graceful leave rounds (SIGTERM)")
+	onHosts := fs.Bool("hosts", false, "run the master and every peer each on a host of its own (network namespaces on one bridge; needs root)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up (and kill every child) after this long")
 	seed := fs.Uint64("seed", 1, "seed of the victims and kill delays")
 	verbose := fs.Bool("v", false, "print every line of every peer to stderr")
@@ -166,14 +227,28 @@ func run() int {
 		return 2
 	}
 	size, err := measure.ParseSize(*sizeStr)
-	if err != nil || size <= 0 || size%4 != 0 || *peers < 3 || *kills < 0 || *stalls < 0 || *restarts < 0 {
-		fmt.Fprintln(os.Stderr, "recovery: need --peers >= 3 (two survivors), --size a positive multiple of 4, --kills and --stalls >= 0")
+	if err != nil || size <= 0 || size%4 != 0 || *peers < 3 || *kills < 0 || *stalls < 0 || *restarts < 0 || *leaves < 0 {
+		fmt.Fprintln(os.Stderr, "recovery: need --peers >= 3 (two survivors), --size a positive multiple of 4, --kills, --stalls, --restarts and --leaves >= 0")
 		return 2
 	}
 	procs, err := measure.ParseProcs(*procsFlag, *peers)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "recovery:", err)
 		return 2
+	}
+	var bed *hostbed.Bed
+	if *onHosts {
+		if err := hostbed.Available(); err != nil {
+			fmt.Fprintln(os.Stderr, "recovery: --hosts runs every process in a network namespace of its own:", err)
+			return 2
+		}
+		// A host per peer, and two for peers that are still on their way out when their
+		// replacement starts.
+		if bed, err = hostbed.New(*peers + 2); err != nil {
+			fmt.Fprintln(os.Stderr, "recovery: --hosts:", err)
+			return 1
+		}
+		defer bed.Close()
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -182,10 +257,11 @@ func run() int {
 
 	c := cluster.New(cluster.Config{Env: measure.ProcsEnv(procs)})
 	b := newBench(c, *peers, int(size), *seed, *timeout+time.Minute)
+	b.bed, b.res.Hosts = bed, bed != nil
 	b.verbose = *verbose
-	b.res.Kills, b.res.Stalls, b.res.Restarts = *kills, *stalls, *restarts
+	b.res.Kills, b.res.Stalls, b.res.Restarts, b.res.Leaves = *kills, *stalls, *restarts, *leaves
 	b.res.GOMAXPROCS = procs
-	err = b.run(ctx, *kills, *stalls, *restarts)
+	err = b.run(ctx, *kills, *stalls, *restarts, *leaves)
 	if cerr := c.Close(); cerr != nil {
 		fmt.Fprintln(os.Stderr, "recovery:", cerr)
 	}
@@ -219,11 +295,34 @@ type peerState struct {
 	abortedStart int64
 	// aborts and checks count the peer's failed calls and the checks of their buffers.
 	aborts, checks int
+	// calls are the peer's last completed calls, oldest first (at most keepCalls); checkedSince says
+	// that a buffer was checked since the last.
+	calls        []callRecord
+	checkedSince bool
+	left         peerEvent // the peer left gracefully
+	connected    peerEvent
+}
+
+// callRecord is one completed call of a peer.
+type callRecord struct {
+	Seq, World    int
+	Started, Done int64 // wall clock, Unix ns; Started is 0 if its op_started line was not seen
+	// Pending and Ready are when the membership step before the call was first answered "pending"
+	// (0: it was not) and when it ended (0 if the op_started line was not seen).
+	Pending, Ready  int64
+	CheckedInBefore bool // the peer checked a failed call's buffer between its previous call and this one
+}
+
+// steadyAfter reports whether c followed p with nothing in between: the next step of the loop (no
+// membership change, no failed call), at the same world size, and no buffer check.
+func (c callRecord) steadyAfter(p callRecord) bool {
+	return c.Seq == p.Seq+1 && c.World == p.World && !c.CheckedInBefore && c.Started > 0
 }
 
 // bench runs the rounds. It is used by one goroutine.
 type bench struct {
 	c        *cluster.Cluster
+	bed      *hostbed.Bed // the hosts every process runs on; nil: all on this one, over loopback
 	master   *cluster.Proc
 	addr     string // the master's address
 	n, bytes int
@@ -234,7 +333,11 @@ type bench struct {
 	spawned  int
 	peers    map[*cluster.Proc]*peerState
 	opSecs   []float64
-	res      result
+	// Per leave round, the survivors' longest stall (ms) and their longest period across the leave
+	// (t1 − t0, ms); the steady periods of the calls after the leaves (ms).
+	leaveStalls, leaveSpans []float64
+	leavePeriods            []float64
+	res                     result
 }
 
 // newBench returns a bench of n peers of the given buffer size in c; peers give up after lifetime.
@@ -249,7 +352,14 @@ func newBench(c *cluster.Cluster, n, bytes int, seed uint64, lifetime time.Durat
 }
 
 func (b *bench) spawn() error {
-	p, err := b.c.Spawn(cluster.Spec{Role: rolePeer, Name: fmt.Sprintf("peer-%d", b.spawned), Env: b.env})
+	spec := cluster.Spec{Role: rolePeer, Name: fmt.Sprintf("peer-%d", b.spawned), Env: b.env}
+	var p *cluster.Proc
+	var err error
+	if b.bed != nil {
+		p, _, err = b.bed.Spawn(b.c, spec)
+	} else {
+		p, err = b.c.Spawn(spec)
+	}
 	if err != nil {
 		return err
 	}
@@ -283,10 +393,21 @@ func (b *bench) handle(l cluster.Line) error {
 		return nil // not one of ours (a stray print)
 	}
 	switch ev.Event {
+	case "connected":
+		s.connected = ev
 	case "op_started":
 		s.start = ev
 	case "op_done":
 		s.done = ev
+		rec := callRecord{Seq: ev.Seq, World: ev.World, Done: ev.T, CheckedInBefore: s.checkedSince}
+		if s.start.Seq == ev.Seq {
+			rec.Started, rec.Pending, rec.Ready = s.start.T, s.start.Pending, s.start.Ready
+		}
+		s.checkedSince = false
+		s.calls = append(s.calls, rec)
+		if len(s.calls) > keepCalls {
+			s.calls = append(s.calls[:0], s.calls[len(s.calls)-keepCalls:]...)
+		}
 		if !ev.OK {
 			b.res.ResultsCorrect = false
 			progress("%s: WRONG RESULT (world %d): %s", l.Proc.Name(), ev.World, ev.Detail)
@@ -302,12 +423,15 @@ func (b *bench) handle(l cluster.Line) error {
 		}
 		s.aborts++
 	case "checked":
+		s.checkedSince = true
 		s.checks++
 		b.res.RestoreChecks++
 		if !ev.Restored {
 			b.res.BuffersRestored = false
 			progress("%s: buffer NOT restored after its call %d failed", l.Proc.Name(), ev.Seq)
 		}
+	case "left":
+		s.left = ev
 	case "exit":
 		s.exit = ev
 		if !s.victim {
@@ -379,8 +503,17 @@ func (b *bench) allStartedSince(ctx context.Context, t int64) error {
 	})
 }
 
-func (b *bench) run(ctx context.Context, kills, stalls, restarts int) error {
-	mp, addr, err := b.c.StartMaster(ctx, master.LAN())
+// masterHost returns where the master listens and how it is started: on loopback, or on its host.
+func (b *bench) masterHost() (string, func(*exec.Cmd) error) {
+	if b.bed == nil {
+		return "", nil
+	}
+	return b.bed.MasterListen(), b.bed.MasterStart
+}
+
+func (b *bench) run(ctx context.Context, kills, stalls, restarts, leaves int) error {
+	listen, start := b.masterHost()
+	mp, addr, err := b.c.StartMasterWith(ctx, master.LAN(), listen, start)
 	if err != nil {
 		return fmt.Errorf("master: %w", err)
 	}
@@ -433,6 +566,11 @@ func (b *bench) run(ctx context.Context, kills, stalls, restarts int) error {
 			done++
 		}
 	}
+	for i := range leaves {
+		if err := b.leaveRound(ctx, i); err != nil {
+			return fmt.Errorf("leave round %d: %w", i+1, err)
+		}
+	}
 	return b.awaitChecks(ctx)
 }
 
@@ -450,7 +588,8 @@ func (b *bench) restartRound(ctx context.Context, i int) (bool, error) {
 	if _, err := b.master.Wait(ctx); err != nil {
 		return false, fmt.Errorf("hang: the killed master was not reaped: %w", err)
 	}
-	mp, _, err := b.c.StartMasterAt(ctx, master.LAN(), b.addr)
+	_, start := b.masterHost()
+	mp, _, err := b.c.StartMasterWith(ctx, master.LAN(), b.addr, start)
 	if err != nil {
 		return false, fmt.Errorf("restart the master on %s: %w", b.addr, err)
 	}
@@ -537,14 +676,22 @@ func (s *peerState) missed(t int64) bool {
 	return s.done.T >= t && s.done.T < s.abort.T || s.abortedStart >= t
 }
 
-// survivorsAborted waits until every survivor's call has returned an error after t and returns the
-// latest return time. It reports whether the fault missed some survivor's call (late, see missed):
-// the failed call may have begun after t because the one in flight at t had already finished, its
-// line not yet read when strike looked. Such a round measures the time between calls, not an abort.
+// passedBy reports whether s completed a call it started after a fault at t: the fault came between
+// two of its calls (the line of the one before still on its way when strike looked), and the group
+// went on without the victim, or without noticing it yet.
+func (s *peerState) passedBy(t int64) bool {
+	return s.done.Seq == s.start.Seq && s.start.T >= t
+}
+
+// survivorsAborted waits until every survivor's call has returned an error after t, or completed a
+// call begun after t (see passedBy), and returns the latest return time. It reports whether the fault
+// missed some survivor's call (late, see missed and passedBy): the failed call may have begun after t
+// because the one in flight at t had already finished, its line not yet read when strike looked.
+// Such a round measures the time between calls, not an abort.
 func (b *bench) survivorsAborted(ctx context.Context, t int64, what string) (first, last int64, late bool, err error) {
 	err = b.until(ctx, waitAbort, what, func() bool {
 		for _, s := range b.live() {
-			if s.abort.T < t {
+			if s.abort.T < t && !s.passedBy(t) {
 				return false
 			}
 		}
@@ -555,6 +702,10 @@ func (b *bench) survivorsAborted(ctx context.Context, t int64, what string) (fir
 	}
 	first = math.MaxInt64
 	for _, s := range b.live() {
+		if s.abort.T < t {
+			late = true // no call of s failed: the fault fell between two of its calls
+			continue
+		}
 		first, last = min(first, s.abort.T), max(last, s.abort.T)
 		b.res.AbortErrors[s.abort.Kind]++
 		late = late || s.missed(t)
@@ -703,6 +854,103 @@ func (b *bench) stallRound(ctx context.Context, i int) (bool, error) {
 	return !late, b.replace(ctx)
 }
 
+// leaveRound sends SIGTERM to one peer while a call is in flight everywhere: it must leave at its
+// next membership step and exit 0, and the survivors go on without it, no call failing. The round ends
+// once every survivor has completed leaveCalls calls without the leaver, and a replacement has been
+// admitted.
+func (b *bench) leaveRound(ctx context.Context, i int) error {
+	if err := b.awaitChecks(ctx); err != nil {
+		return err
+	}
+	if err := b.allStartedSince(ctx, time.Now().UnixNano()); err != nil {
+		return err
+	}
+	est := measure.Median(b.opSecs[max(0, len(b.opSecs)-8*b.n):])
+	time.Sleep(time.Duration((0.05 + 0.45*b.rng.Float64()) * est * float64(time.Second)))
+	live := b.live()
+	v := live[b.rng.IntN(len(live))]
+	aborts := map[*peerState]int{}
+	for _, s := range live {
+		aborts[s] = s.aborts
+	}
+	tl := time.Now().UnixNano()
+	if err := v.proc.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	v.victim = true
+	// The leaver's last lines are on their way before it is reaped.
+	err := b.until(ctx, waitLeave, v.proc.Name()+" exiting after SIGTERM", func() bool {
+		select {
+		case <-v.proc.Done():
+			return v.left.Event != "" || v.exit.Event != ""
+		default:
+			return false
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if v.left.Event == "" || v.proc.ExitCode() != 0 {
+		return fmt.Errorf("%s did not leave gracefully on SIGTERM: exit status %d, %s %s", v.proc.Name(), v.proc.ExitCode(), v.exit.Kind, v.exit.Detail)
+	}
+	survivors := b.live()
+	smaller := b.n - 1
+	err = b.until(ctx, waitResume, fmt.Sprintf("every survivor completing %d calls without %s", leaveCalls, v.proc.Name()), func() bool {
+		for _, s := range survivors {
+			if len(s.callsSince(tl, smaller)) < leaveCalls {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	var stall, span float64
+	failed := 0
+	for _, s := range survivors {
+		failed += s.aborts - aborts[s]
+		after := s.callsSince(tl, smaller)
+		j := len(s.calls) - len(after) // the first call without the leaver
+		if j == 0 {
+			return fmt.Errorf("%s: no call before the leave on record", s.proc.Name())
+		}
+		first, prev := s.calls[j], s.calls[j-1]
+		if first.Ready == 0 {
+			return fmt.Errorf("%s: the start of its first call without %s was not seen", s.proc.Name(), v.proc.Name())
+		}
+		// Without a "pending" answer the survivor did not see a clean departure (a failed call
+		// took it through a retry instead): its whole gap counts.
+		from := first.Pending
+		if from == 0 {
+			from = prev.Done
+		}
+		stall = max(stall, float64(first.Ready-from)/1e6)
+		span = max(span, float64(first.Done-prev.Done)/1e6)
+		for k := j + 1; k < min(len(s.calls), j+leaveCalls); k++ {
+			if c, p := s.calls[k], s.calls[k-1]; c.steadyAfter(p) {
+				b.leavePeriods = append(b.leavePeriods, float64(c.Done-p.Done)/1e6)
+			}
+		}
+	}
+	b.leaveStalls, b.leaveSpans = append(b.leaveStalls, stall), append(b.leaveSpans, span)
+	b.res.LeaveAborts += failed
+	progress("leave %d: %s left %.1f ms after SIGTERM; the survivors re-formed in %.1f ms (period across the leave %.1f ms); %d calls failed",
+		i+1, v.proc.Name(), float64(v.left.T-tl)/1e6, stall, span, failed)
+	return b.replace(ctx)
+}
+
+// callsSince returns the peer's calls completed after t at world size world, from the first of
+// them on: the calls without a peer that left at t.
+func (s *peerState) callsSince(t int64, world int) []callRecord {
+	for j, c := range s.calls {
+		if c.Done > t && c.World == world {
+			return s.calls[j:]
+		}
+	}
+	return nil
+}
+
 // awaitChecks waits until every live peer has checked the buffer of each of its failed calls, which
 // it does once the retry has ended everywhere. Every round's strike begins with it, so that no check
 // runs during a fault, and the run ends with it, so that the last round's checks count.
@@ -756,9 +1004,20 @@ func (b *bench) summary() result {
 	r.AbortAfterGoneMsP50, r.AbortAfterGoneMsP99 = percentile(r.AbortAfterGoneMs, 50), percentile(r.AbortAfterGoneMs, 99)
 	r.AbortAfterGoneLimit = targetAfterGoneP99
 	r.ResumeP50Limit, r.RedialsLimit = targetResumeP50, targetRedials
+	r.LeaveSamples = len(b.leaveStalls)
+	r.LeaveMs = b.leaveStalls
+	r.LeaveMsP50, r.LeaveMsP99 = percentile(r.LeaveMs, 50), percentile(r.LeaveMs, 99)
+	r.LeaveBaselineMs = percentile(b.leavePeriods, 50)
+	r.LeavePeriodMs = nil
+	for _, span := range b.leaveSpans {
+		r.LeavePeriodMs = append(r.LeavePeriodMs, span-r.LeaveBaselineMs)
+	}
+	r.LeavePeriodMsP50 = percentile(r.LeavePeriodMs, 50)
+	r.LeaveLimit = targetLeaveP50
 	r.TargetsMet = r.Samples > 0 && r.AbortMsP99 <= targetAbortP99 && (r.StallSamples == 0 || r.StallMsP99 <= targetStallP99) &&
 		r.ResumeMsP50 <= targetResumeP50 && r.RedialsPerKill <= targetRedials &&
-		r.BuffersRestored && r.ResultsCorrect && (r.RestartSamples == 0 || r.RestartResumeMsP99 <= targetRestartResumeP99)
+		r.BuffersRestored && r.ResultsCorrect && (r.RestartSamples == 0 || r.RestartResumeMsP99 <= targetRestartResumeP99) &&
+		(r.LeaveSamples == 0 || r.LeaveMsP50 <= targetLeaveP50) && r.LeaveAborts == 0
 	return r
 }
 

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
+	"github.com/concord-ccl/concord/bench/internal/hostbed"
 	"github.com/concord-ccl/concord/bench/internal/watch"
 	"github.com/concord-ccl/concord/bench/internal/workload"
 	"github.com/concord-ccl/concord/internal/cluster"
@@ -33,7 +36,7 @@ type params struct {
 // peerEvent is every line a peer prints. T is wall-clock Unix nanoseconds: all processes share the
 // machine's clock, so the parent compares it with its own.
 type peerEvent struct {
-	Event    string  `json:"event"` // "connected", "op_started", "op_done", "aborted", "checked", "exit", "error"
+	Event    string  `json:"event"` // "connected", "op_started", "op_done", "aborted", "checked", "left", "exit", "error"
 	T        int64   `json:"t"`
 	Seq      int     `json:"seq,omitempty"` // this peer's attempt number
 	Rank     int     `json:"rank"`
@@ -45,6 +48,11 @@ type peerEvent struct {
 	Links    uint64  `json:"links,omitempty"`    // op_done, aborted: data connections opened so far
 	Gone     int64   `json:"gone,omitempty"`     // aborted: first far-end close this peer saw during the call (Unix ns), 0 if none
 	Detail   string  `json:"detail,omitempty"`
+	Netns    string  `json:"netns,omitempty"` // connected: the peer's network namespace (which host it runs on)
+	// op_started: when the membership step before the call was first answered "pending" (0 if it
+	// was not) and when it ended, the group ready for the call (Unix ns).
+	Pending int64 `json:"pending_t,omitempty"`
+	Ready   int64 `json:"ready_t,omitempty"`
 }
 
 func emit(ev peerEvent) {
@@ -70,7 +78,12 @@ func errorKind(err error) string {
 	return "other"
 }
 
-// peerMain is the peer role: a training loop that only all-reduces, and recovers from failures.
+// leaveTimeout bounds a graceful leave: how long the peer waits for the master's answer.
+const leaveTimeout = 30 * time.Second
+
+// peerMain is the peer role: a training loop that only all-reduces, and recovers from failures. On
+// SIGTERM it leaves the group at its next membership step (Communicator.Leave in place of
+// ArePeersPending), as a spot instance does on its preemption notice, and exits 0.
 func peerMain() int {
 	var p params
 	if err := json.Unmarshal([]byte(os.Getenv(envParams)), &p); err != nil {
@@ -79,6 +92,9 @@ func peerMain() int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.Lifetime)
 	defer cancel()
+	// term is done once SIGTERM has come.
+	term, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
 	cfg := pccl.LAN()
 	cfg.Master = os.Getenv(envMaster)
 	cfg.Logger = cluster.Logger()
@@ -90,7 +106,8 @@ func peerMain() int {
 		return 1
 	}
 	defer comm.Close()
-	emit(peerEvent{Event: "connected", Rank: comm.Rank(), World: comm.WorldSize()})
+	netns, _ := hostbed.Netns()
+	emit(peerEvent{Event: "connected", Rank: comm.Rank(), World: comm.WorldSize(), Netns: netns})
 
 	count := p.Bytes / 4
 	// Two buffers, each holding this peer's contribution whenever no call runs on it (in huge pages
@@ -109,6 +126,8 @@ func peerMain() int {
 	// then spare is nil. due says that the retry has ended.
 	var unchecked []byte
 	failedSeq, due := 0, false
+	// pendingAt is when the current membership step was first answered "pending".
+	var pendingAt int64
 	check := func() {
 		due = false
 		if unchecked == nil {
@@ -136,10 +155,27 @@ func peerMain() int {
 		return peerEvent{}, true
 	}
 	for seq := 1; ; seq++ {
-		// Every member asks first, so that the answer is a vote of the whole group; after any
-		// UpdateTopology everyone comes back here (a newcomer starts here too).
+		// The membership step. Every member asks first, so that the answer is a vote of the whole
+		// group; after any UpdateTopology everyone comes back here (a newcomer starts here too). A
+		// peer told to go leaves here, where the others vote: they re-wire without it, and nobody's
+		// call fails.
+		if term.Err() != nil {
+			lctx, lcancel := context.WithTimeout(ctx, leaveTimeout)
+			err := comm.Leave(lctx)
+			lcancel()
+			if err != nil {
+				emit(peerEvent{Event: "exit", Seq: seq, Kind: errorKind(err), Detail: "leave: " + err.Error()})
+				return 1
+			}
+			emit(peerEvent{Event: "left", Seq: seq})
+			return 0
+		}
 		pending, err := comm.ArePeersPending(ctx)
+		ready := time.Now().UnixNano()
 		if err == nil && pending {
+			if pendingAt == 0 {
+				pendingAt = ready
+			}
 			if err = comm.UpdateTopology(ctx); err == nil {
 				continue
 			}
@@ -164,7 +200,8 @@ func peerMain() int {
 		}
 		rank, world := comm.Rank(), comm.WorldSize()
 		watched.Reset()
-		emit(peerEvent{Event: "op_started", Seq: seq, Rank: rank, World: world})
+		emit(peerEvent{Event: "op_started", Seq: seq, Rank: rank, World: world, Pending: pendingAt, Ready: ready})
+		pendingAt = 0
 		t0 := time.Now()
 		err = comm.AllReduce(ctx, cur, cur, desc)
 		if err == nil {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -22,9 +24,10 @@ const RoleRing = "measure-ring"
 
 // Environment of the ring role.
 const (
-	envRingBytes = "CONCORD_MEASURE_RING_BYTES"
-	envRingChunk = "CONCORD_MEASURE_RING_CHUNK"
-	envRingLocal = "CONCORD_MEASURE_RING_LOCAL"
+	envRingBytes  = "CONCORD_MEASURE_RING_BYTES"
+	envRingChunk  = "CONCORD_MEASURE_RING_CHUNK"
+	envRingLocal  = "CONCORD_MEASURE_RING_LOCAL"
+	envRingListen = "CONCORD_MEASURE_RING_LISTEN"
 )
 
 // RingChunk is the number of bytes per send and receive call in the ring, like the baseline tool.
@@ -50,6 +53,10 @@ type Ring struct {
 	Local bool
 }
 
+// Placement puts process i of a ring on a host: it listens on listen (host:port, port 0 for any;
+// empty means 127.0.0.1:0) and is started by start (nil: on this host, see cluster.Spec.Start).
+type Placement func(i int) (listen string, start func(*exec.Cmd) error)
+
 // ringMsg is what the parent sends a ring process.
 type ringMsg struct {
 	Next    string `json:"next,omitempty"`     // address of the next process, sent once
@@ -73,6 +80,13 @@ type ringEvent struct {
 // start at one wall-clock instant (they share the machine's clock), and the repetition's time ends
 // when the last one has finished. The processes have exited when it returns without error.
 func LoopbackRing(ctx context.Context, c *cluster.Cluster, n, bytes, warmup, reps int, local bool) (Ring, error) {
+	return RingOn(ctx, c, n, bytes, warmup, reps, local, nil)
+}
+
+// RingOn is LoopbackRing with the processes placed by place (nil: all on 127.0.0.1 of this host), on
+// the hosts of a test bed, say: then the bytes cross the links between the hosts, over TCP (the
+// local path's unix sockets belong to one network namespace, so they never reach another host).
+func RingOn(ctx context.Context, c *cluster.Cluster, n, bytes, warmup, reps int, local bool, place Placement) (Ring, error) {
 	if n < 2 || bytes <= 0 || reps <= 0 || warmup < 0 {
 		return Ring{}, fmt.Errorf("measure: ring of %d processes, %d bytes, %d reps: invalid", n, bytes, reps)
 	}
@@ -88,7 +102,13 @@ func LoopbackRing(ctx context.Context, c *cluster.Cluster, n, bytes, warmup, rep
 		envRingLocal + "=" + strconv.FormatBool(local)}
 	addrs := make([]string, n)
 	for i := range procs {
-		p, err := c.Spawn(cluster.Spec{Role: RoleRing, Name: fmt.Sprintf("ring-%d", i), Env: env})
+		spec := cluster.Spec{Role: RoleRing, Name: fmt.Sprintf("ring-%d", i), Env: env}
+		if place != nil {
+			var listen string
+			listen, spec.Start = place(i)
+			spec.Env = append(slices.Clip(env), envRingListen+"="+listen)
+		}
+		p, err := c.Spawn(spec)
 		if err != nil {
 			return Ring{}, err
 		}
@@ -191,7 +211,11 @@ func ringMain() error {
 	}
 	local, _ := strconv.ParseBool(os.Getenv(envRingLocal))
 	tr := transport.NewTCP(transport.TCPConfig{DisableLocal: !local})
-	ln, err := tr.Listen("127.0.0.1:0")
+	listen := os.Getenv(envRingListen)
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	ln, err := tr.Listen(listen)
 	if err != nil {
 		return fmt.Errorf("ring: %w", err)
 	}
