@@ -44,6 +44,7 @@ type peer struct {
 	sum  diloco.Summary
 	err  error
 	done chan struct{}
+	stop context.CancelFunc // ends the peer's process: with a crash, so it cannot resume its session
 
 	rejoins int // under pccl.Rejoin: the rejoins before the last Run
 }
@@ -87,6 +88,7 @@ func (g *group) launch(ctx context.Context, cfg diloco.TrainerConfig, hook func(
 	p := &peer{host: fmt.Sprintf("peer%d", len(g.peers)+1), done: make(chan struct{})}
 	g.peers = append(g.peers, p)
 	g.mu.Unlock()
+	ctx, p.stop = context.WithCancel(ctx)
 	cfg.Progress = func(pr diloco.Progress) {
 		if hook != nil {
 			hook(p, pr)
@@ -190,7 +192,11 @@ func runChurn(t *testing.T, cfg diloco.TrainerConfig, n int, crashAt, joinAt uin
 					}
 				}
 				g.mu.Unlock()
+				// A crashed process never comes back: ending the victim's
+				// run keeps its communicator from resuming its session on a
+				// new connection while its listener is gone.
 				g.net.Crash(victim.host)
+				victim.stop()
 				for deadline := time.Now().Add(20 * time.Second); g.srv.Snapshot().Counters.Left < 1 && time.Now().Before(deadline); {
 					time.Sleep(time.Millisecond)
 				}
