@@ -47,6 +47,13 @@
 // (over QUIC's UDP for quic), the limit's ring over TCP between the same hosts, and limit_network
 // says tcp; L is then the aggregate throughput across the bridge. The JSON says "hosts": true. It
 // needs root (network namespaces); without it the command exits with status 2.
+//
+// --nat K (with --hosts) then runs the same all-reduce again on hosts where K of the peers sit behind
+// NAT routers of their own (nftables masquerade, nothing forwarded: every connection to them goes by
+// rendezvous through the master). The JSON gains nat_seconds_median, nat_efficiency (this run's
+// median over the NAT run's: 1 when NAT costs nothing) and links_opened, links_reversed,
+// links_punched, links_relayed and relay_bytes (the connections the NAT run's peers opened by
+// rendezvous, and what the master's relay carried); correct covers both runs.
 package main
 
 import (
@@ -120,6 +127,22 @@ type iterEvent struct {
 	Detail  string  `json:"detail,omitempty"`
 }
 
+// linksEvent is the line a peer prints after its last iteration: the connections it opened by
+// rendezvous.
+type linksEvent struct {
+	Event    string `json:"event"` // "links"
+	Reversed uint64 `json:"reversed"`
+	Punched  uint64 `json:"punched"`
+	Relayed  uint64 `json:"relayed"`
+}
+
+// relayEvent is the line the master prints when it stops: what its relay carried.
+type relayEvent struct {
+	Event string `json:"event"` // "relay"
+	Links uint64 `json:"links"`
+	Bytes uint64 `json:"bytes"`
+}
+
 // result is the last line on stdout.
 type result struct {
 	Transport          string    `json:"transport"`
@@ -152,10 +175,25 @@ type result struct {
 	TCPRingAggregateGBps float64 `json:"tcp_ring_aggregate_gbps,omitempty"`
 	LimitTCPSeconds      float64 `json:"limit_tcp_seconds,omitempty"`
 	EfficiencyVsTCPRing  float64 `json:"efficiency_vs_tcp_ring,omitempty"`
-	Correct              bool    `json:"correct"`
-	ElementsChecked      int64   `json:"elements_checked"`
-	HashesEqual          bool    `json:"hashes_equal"`
-	Failure              string  `json:"failure,omitempty"`
+	// With --nat: the same run again with that many peers behind NATs of their own, its median
+	// against this run's (nat_efficiency, 1 when NAT costs nothing), the connections the peers of
+	// that run opened by rendezvous (to a peer behind NAT: called back by it, over a punched QUIC
+	// path, through the master's relay), and what the master's relay carried: the connections it
+	// joined (links_relayed) and their bytes. They cover the whole run, the rings formed while the
+	// peers joined and the master's bandwidth probes included.
+	NAT              int     `json:"nat,omitempty"`
+	NATSecondsMedian float64 `json:"nat_seconds_median,omitempty"`
+	NATEfficiency    float64 `json:"nat_efficiency,omitempty"`
+	NATCorrect       bool    `json:"nat_correct,omitempty"`
+	LinksReversed    uint64  `json:"links_reversed,omitempty"`
+	LinksPunched     uint64  `json:"links_punched,omitempty"`
+	LinksRelayed     *uint64 `json:"links_relayed,omitempty"`
+	RelayBytes       *uint64 `json:"relay_bytes,omitempty"`
+
+	Correct         bool   `json:"correct"`
+	ElementsChecked int64  `json:"elements_checked"`
+	HashesEqual     bool   `json:"hashes_equal"`
+	Failure         string `json:"failure,omitempty"`
 }
 
 // roles are the roles this program runs as a child.
@@ -184,6 +222,7 @@ func run() int {
 	procsFlag := fs.String("gomaxprocs", "auto", measure.ProcsUsage+"; the limit's ring included")
 	local := fs.Bool("local", true, "tcp and tls: the peers talk over the TCP transport's local path (a unix socket), and the limit's ring too; false keeps both on loopback TCP (across --hosts there is no local path)")
 	onHosts := fs.Bool("hosts", false, "run the master, every peer and the limit's ring each on a host of its own (network namespaces on one bridge; needs root), over TCP between them")
+	nat := fs.Int("nat", 0, "with --hosts: run again with this many peers behind NATs of their own and report nat_efficiency and the links relayed")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./bench/allreduce [flags]\n")
 		fs.VisitAll(func(f *flag.Flag) {
@@ -208,6 +247,10 @@ func run() int {
 	procs, err := measure.ParseProcs(*procsFlag, *peers)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "allreduce:", err)
+		return 2
+	}
+	if *nat != 0 && (!*onHosts || *nat < 0 || *nat > *peers) {
+		fmt.Fprintln(os.Stderr, "allreduce: --nat needs --hosts and at most --peers peers")
 		return 2
 	}
 	if *peers < 2 || size <= 0 || size%4 != 0 || *iters < 1 || *warmup < 0 || *ringReps < 1 {
@@ -254,6 +297,9 @@ func run() int {
 		progress("transport %s", name)
 		c := cluster.New(cluster.Config{Env: measure.ProcsEnv(procs)})
 		res, err := bench(ctx, c, bed, p, *ringReps)
+		if err == nil && *nat > 0 {
+			err = natRun(ctx, c, &res, p, *nat)
+		}
 		res.GOMAXPROCS = procs
 		if cerr := c.Close(); cerr != nil {
 			fmt.Fprintln(os.Stderr, "allreduce:", cerr)
@@ -298,8 +344,30 @@ func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "allreduce: "+format+"\n", args...)
 }
 
+// natRun runs p again on a bed of its own with nat peers behind NAT and adds what it measured to res.
+func natRun(ctx context.Context, c *cluster.Cluster, res *result, p params, nat int) error {
+	bed, err := hostbed.NewNAT(p.Peers, nat)
+	if err != nil {
+		return fmt.Errorf("--nat: %w", err)
+	}
+	defer bed.Close()
+	progress("again with %d of %d peers behind NAT", nat, p.Peers)
+	nr, err := bench(ctx, c, bed, p, 0)
+	res.NAT, res.NATSecondsMedian, res.NATCorrect = nat, nr.SecondsMedian, nr.Correct
+	res.LinksReversed, res.LinksPunched, res.LinksRelayed, res.RelayBytes = nr.LinksReversed, nr.LinksPunched, nr.LinksRelayed, nr.RelayBytes
+	if err != nil {
+		return fmt.Errorf("behind NAT: %w", err)
+	}
+	res.NATEfficiency = res.SecondsMedian / nr.SecondsMedian
+	res.Correct = res.Correct && nr.Correct
+	progress("behind NAT: median %.4f s, nat_efficiency %.3f; connections by rendezvous: %d called back, %d punched, %d relayed (%d bytes)",
+		nr.SecondsMedian, res.NATEfficiency, nr.LinksReversed, nr.LinksPunched, *nr.LinksRelayed, *nr.RelayBytes)
+	return nil
+}
+
 // bench measures the limits, then the all-reduce, on the hosts of bed (nil: on loopback). The result
-// carries whatever was measured before a failure.
+// carries whatever was measured before a failure. ringReps 0 measures no limit: the limit's ring cannot
+// reach hosts behind NAT.
 func bench(ctx context.Context, c *cluster.Cluster, bed *hostbed.Bed, p params, ringReps int) (result, error) {
 	n, d := p.Peers, float64(p.Bytes)
 	if p.Transport == "" {
@@ -339,13 +407,12 @@ func bench(ctx context.Context, c *cluster.Cluster, bed *hostbed.Bed, p params, 
 	if res.Hosts {
 		where = "hosts'"
 	}
-	progress("measuring the %s ring over %s: %d processes, %d bytes each, 1+%d repetitions", where, res.LimitNetwork, n, p.Bytes, ringReps)
-	if err := rings(); err != nil {
-		return res, err
+	if ringReps > 0 {
+		progress("measuring the %s ring over %s: %d processes, %d bytes each, 1+%d repetitions", where, res.LimitNetwork, n, p.Bytes, ringReps)
+		if err := rings(); err != nil {
+			return res, err
+		}
 	}
-	red := measure.AddRate(p.Bytes, addThreads, 5)
-	res.AddRateGBps = red / 1e9
-	progress("add rate (%d goroutines): %.3f GB/s", addThreads, res.AddRateGBps)
 
 	// A secret of 256 random bits for this run, handed to the children in their environment.
 	var secret [32]byte
@@ -417,6 +484,20 @@ func bench(ctx context.Context, c *cluster.Cluster, bed *hostbed.Bed, p params, 
 			}
 		}
 	}
+	var relayed uint64
+	for _, pr := range procs {
+		l, err := awaitEvent(ctx, pr, "links")
+		if err != nil {
+			return res, err
+		}
+		var ev linksEvent
+		if err := l.Decode(&ev); err != nil {
+			return res, err
+		}
+		res.LinksReversed += ev.Reversed
+		res.LinksPunched += ev.Punched
+		relayed += ev.Relayed
+	}
 	for _, pr := range procs {
 		if code, err := pr.Wait(ctx); err != nil {
 			return res, err
@@ -424,8 +505,29 @@ func bench(ctx context.Context, c *cluster.Cluster, bed *hostbed.Bed, p params, 
 			return res, fmt.Errorf("%s exited with status %d", pr.Name(), code)
 		}
 	}
+	// The master stops on SIGTERM and says what its relay carried; the peers' count of relayed
+	// connections must agree with it.
+	if err := mp.Signal(syscall.SIGTERM); err != nil {
+		return res, fmt.Errorf("master: %w", err)
+	}
+	if l, err = awaitEvent(ctx, mp, "relay"); err != nil {
+		return res, fmt.Errorf("master: %w", err)
+	}
+	var rev relayEvent
+	if err := l.Decode(&rev); err != nil {
+		return res, fmt.Errorf("master: %w", err)
+	}
+	if rev.Links != relayed {
+		return res, fmt.Errorf("the peers opened %d connections through the master's relay, the master joined %d", relayed, rev.Links)
+	}
+	res.LinksRelayed, res.RelayBytes = &rev.Links, &rev.Bytes
 	res.Correct = res.Correct && res.HashesEqual
 	res.Seconds = times[p.Warmup:]
+	res.SecondsMedian = measure.Median(res.Seconds)
+	res.SecondsMin, res.SecondsMax = slices.Min(res.Seconds), slices.Max(res.Seconds)
+	if ringReps == 0 {
+		return res, nil
+	}
 
 	// The ring again, so that the limit brackets the all-reduce in time: on a shared machine the
 	// neighbours' load drifts.
@@ -434,6 +536,9 @@ func bench(ctx context.Context, c *cluster.Cluster, bed *hostbed.Bed, p params, 
 		return res, err
 	}
 	res.RingSeconds = ringTimes
+	red := measure.AddRate(p.Bytes, addThreads, 5)
+	res.AddRateGBps = red / 1e9
+	progress("add rate (%d goroutines): %.3f GB/s", addThreads, res.AddRateGBps)
 	ringSec := measure.Median(res.RingSeconds)
 	agg := float64(n) * d / ringSec
 	res.RingAggregateGBps, res.RingPerRankGBps = agg/1e9, d/ringSec/1e9
@@ -443,8 +548,6 @@ func bench(ctx context.Context, c *cluster.Cluster, bed *hostbed.Bed, p params, 
 	for it, t := range times {
 		progress("iteration %d%s: %.4f s", it, map[bool]string{true: " (warm-up)"}[it < p.Warmup], t)
 	}
-	res.SecondsMedian = measure.Median(res.Seconds)
-	res.SecondsMin, res.SecondsMax = slices.Min(res.Seconds), slices.Max(res.Seconds)
 	res.AlgbwGBps = d / res.SecondsMedian / 1e9
 	res.BusbwGBps = res.AlgbwGBps * 2 * float64(n-1) / float64(n)
 	res.Efficiency = res.LimitSeconds / res.SecondsMedian
@@ -513,8 +616,22 @@ func masterMain() int {
 		fmt.Fprintf(os.Stderr, "master: %v\n", err)
 		return 1
 	}
-	if err := srv.Serve(ctx, ln); err != nil && ctx.Err() == nil {
+	// The server stops after the snapshot of its relay is taken: once Serve returned, it has none.
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(serveCtx, ln) }()
+	select {
+	case err := <-served:
+		stopServe()
 		fmt.Fprintf(os.Stderr, "master: serve: %v\n", err)
+		return 1
+	case <-ctx.Done():
+	}
+	r := srv.Snapshot().Relay
+	stopServe()
+	<-served
+	if err := cluster.Emit(relayEvent{Event: "relay", Links: r.Links, Bytes: r.Bytes}); err != nil {
+		fmt.Fprintf(os.Stderr, "master: %v\n", err)
 		return 1
 	}
 	return 0
@@ -612,5 +729,6 @@ func peer() error {
 			return err
 		}
 	}
-	return nil
+	st := comm.Stats()
+	return cluster.Emit(linksEvent{Event: "links", Reversed: st.LinksReversed, Punched: st.LinksPunched, Relayed: st.LinksRelayed})
 }

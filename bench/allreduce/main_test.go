@@ -225,3 +225,47 @@ func TestBenchHosts(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchNAT runs the benchmark across hosts, then again with two of four peers behind NATs of
+// their own (--nat 2): both runs must be right to the element, every connection to a peer behind NAT
+// must have been called back (the master orders the ring so that no two NAT'd peers are neighbours,
+// so nothing is relayed), and nat_efficiency must be the ratio of the two medians.
+func TestBenchNAT(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds test beds of network namespaces")
+	}
+	if err := hostbed.Available(); err != nil {
+		t.Skipf("runs on network namespaces, which need root: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bed, err := hostbed.New(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bed.Close()
+	c := cluster.New(cluster.Config{Stderr: io.Discard})
+	defer c.Close()
+	p := params{Peers: 4, Bytes: 1<<20 + 12, Iters: 2, Warmup: 1, Part: 64 << 10}
+	res, err := bench(ctx, c, bed, p, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := natRun(ctx, c, &res, p, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Correct || !res.NATCorrect || res.NAT != 2 {
+		t.Fatalf("result not correct: %+v", res)
+	}
+	if want := int64(4 * 3 * p.Bytes / 4); res.ElementsChecked != want {
+		t.Fatalf("checked %d elements in the run without NAT, want %d", res.ElementsChecked, want)
+	}
+	if res.LinksRelayed == nil || res.RelayBytes == nil || res.LinksReversed < 2 {
+		t.Fatalf("connections by rendezvous: %d called back, %d punched, %v relayed: want at least two called back and the relay's figures",
+			res.LinksReversed, res.LinksPunched, res.LinksRelayed)
+	}
+	t.Logf("by rendezvous: %d called back, %d punched, %d relayed carrying %d bytes", res.LinksReversed, res.LinksPunched, *res.LinksRelayed, *res.RelayBytes)
+	if want := res.SecondsMedian / res.NATSecondsMedian; res.NATEfficiency != want || !(want > 0) {
+		t.Fatalf("nat_efficiency %v, want %v", res.NATEfficiency, want)
+	}
+}

@@ -36,11 +36,20 @@ type Bed struct {
 }
 
 // New builds a bed with a master's host and peers peer hosts.
-func New(peers int) (*Bed, error) {
+func New(peers int) (*Bed, error) { return NewNAT(peers, 0) }
+
+// NewNAT builds a bed like New with nat of the peer hosts each behind a NAT router of its own
+// (internal/hosts): they reach the others, and nothing reaches them that they did not start. They are
+// spread among the peer hosts (the second, the fourth, ...; then the others), so that as many as can
+// have a reachable host on each side.
+func NewNAT(peers, nat int) (*Bed, error) {
 	if peers < 1 {
 		return nil, fmt.Errorf("hostbed: %d peer hosts, want at least 1", peers)
 	}
-	bed, err := hosts.New(hosts.Config{Hosts: peers + 1})
+	if nat < 0 || nat > peers {
+		return nil, fmt.Errorf("hostbed: %d of %d peer hosts behind NAT", nat, peers)
+	}
+	bed, err := hosts.New(hosts.Config{Hosts: peers + 1, NAT: NATHosts(peers, nat)})
 	if err != nil {
 		return nil, err
 	}
@@ -49,6 +58,17 @@ func New(peers int) (*Bed, error) {
 		b.peers = append(b.peers, bed.Host(i+1))
 	}
 	return b, nil
+}
+
+// NATHosts lists the bed hosts (peer host i is bed host i+1) that NewNAT puts behind NAT.
+func NATHosts(peers, nat int) []int {
+	var out []int
+	for _, start := range []int{1, 0} {
+		for i := start; i < peers && len(out) < nat; i += 2 {
+			out = append(out, i+1)
+		}
+	}
+	return out
 }
 
 // Close kills what still runs on the hosts and deletes them. It is idempotent.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -121,5 +122,29 @@ func TestAddresses(t *testing.T) {
 	}
 	if _, err := New(0); err == nil {
 		t.Fatal("a bed of no peer hosts: no error")
+	}
+}
+
+// TestNATHosts checks which peer hosts go behind NAT: every other one first, so that two of four
+// have reachable neighbours on both sides of a ring, then the rest; never the master's host 0.
+func TestNATHosts(t *testing.T) {
+	for _, c := range []struct {
+		peers, nat int
+		want       []int
+	}{
+		{4, 0, nil},
+		{4, 1, []int{2}},
+		{4, 2, []int{2, 4}},
+		{4, 3, []int{2, 4, 1}},
+		{4, 4, []int{2, 4, 1, 3}},
+		{5, 2, []int{2, 4}},
+		{1, 1, []int{1}},
+	} {
+		if got := NATHosts(c.peers, c.nat); !slices.Equal(got, c.want) {
+			t.Errorf("NATHosts(%d, %d) = %v, want %v", c.peers, c.nat, got, c.want)
+		}
+	}
+	if _, err := NewNAT(4, 5); err == nil {
+		t.Error("NewNAT(4, 5) built a bed with more NAT hosts than peer hosts")
 	}
 }
