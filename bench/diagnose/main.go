@@ -16,7 +16,10 @@
 // runs hierarchically: reduce-scatter on each site's ring, all-reduce across sites on the WAN rings,
 // all-gather in the site. Its Done carries the timings of the sub-rings' links, and the same faults
 // must be classified from them: the slowed link is then a link of a site ring, and a slowed sender's
-// (receiver's) links out (in) are its site link and its WAN link.
+// (receiver's) links out (in) are its site link and its WAN link. The detector marks a slow link by
+// the time it holds its sender back; a site ring paced by one slow link never fills the in-memory
+// network's in-flight window, so no sender is held back and the link faults go unclassified there
+// (the sleeping peer, found from the votes, is classified).
 //
 // A one-way ring shows one link out and one link in per peer, so on the ring alone a slowed sender
 // or receiver looks like a slow link. The master tells them apart on its own: when a ring link looks
