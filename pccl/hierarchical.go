@@ -741,9 +741,10 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 	var verdict error
 	commit := func() error {
 		reported = true
-		// No link telemetry: the master attributes it to the flat ring's edges, which carried
-		// nothing of this collective.
-		verdict = c.report(call, ch, d.Tag, &wire.Done{Code: wire.CodeOK}, what)
+		// Link telemetry of the sub-rings' links (hiertiming.go); none for the flat ring's bandwidth
+		// estimates (LinkBytes), whose edges carried nothing of this collective.
+		done := &wire.Done{Code: wire.CodeOK, Links: hierTimings(streams, func(i int) (uint64, uint64) { return links[i].next, links[i].prev })}
+		verdict = c.report(call, ch, d.Tag, done, what)
 		return verdict
 	}
 	// The streams, in the order of links.

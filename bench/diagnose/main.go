@@ -6,9 +6,20 @@
 // then injects in turn a slowed ring link, a slowed sender (all its links out), a slowed receiver
 // (all its links in) and a peer that sleeps before each operation, and counts the operations until
 // the master raises the right syndrome about the right culprit (ops_to_classify; -1: not within
-// --max-ops). After the slow link is found, OptimizeTopology must route the ring around it and the
-// AllReduce must get back at least 90% of the clean throughput (reroute_recovered). The last line is
-// JSON.
+// --max-ops). After the slow link is found, the master's re-ordering policy must route the ring around
+// it on its own, with no OptimizeTopology or other call by the application, within a few more
+// operations (auto_reorder), and the AllReduce must get back at least 90% of the clean throughput
+// (reroute_recovered). With --reorder=false the policy is off and the bench calls OptimizeTopology
+// instead, as an application had to before. The last line is JSON.
+//
+// With --sites k the peers are spread over k sites (peer i in site i·k/n), so that every AllReduce
+// runs hierarchically: reduce-scatter on each site's ring, all-reduce across sites on the WAN rings,
+// all-gather in the site. Its Done carries the timings of the sub-rings' links, and the same faults
+// must be classified from them: the slowed link is then a link of a site ring, and a slowed sender's
+// (receiver's) links out (in) are its site link and its WAN link. The detector marks a slow link by
+// the time it holds its sender back; a site ring paced by one slow link never fills the in-memory
+// network's in-flight window, so no sender is held back and the link faults go unclassified there
+// (the sleeping peer, found from the votes, is classified).
 //
 // A one-way ring shows one link out and one link in per peer, so on the ring alone a slowed sender
 // or receiver looks like a slow link. The master tells them apart on its own: when a ring link looks
@@ -47,13 +58,18 @@ func main() {
 	bw := flag.Float64("bandwidth", 50e6, "emulated bandwidth of every link, bytes/s")
 	slow := flag.Float64("slowdown", 8, "factor a slowed link's bandwidth is divided by")
 	probe := flag.Bool("probe", true, "run one OptimizeTopology (it measures every link) when a slow link may be a slow peer")
+	sites := flag.Int("sites", 1, "number of sites the peers are spread over; above 1 every AllReduce is hierarchical")
+	reorder := flag.Bool("reorder", true, "the master re-orders the ring around the slow link on its own; false: the bench calls OptimizeTopology")
 	flag.Parse()
 	// Defaults: sends stall only once a connection holds more than the in-memory network's 4 MiB in
 	// flight, and the stall is what marks a slow link; 8 MiB per peer moves 14 MiB per ring link.
 	if *peers < 4 {
 		log.Fatal("need at least 4 peers")
 	}
-	out, err := run(*peers, *size, *clean, *maxOps, *bw, *slow, *probe)
+	if *sites < 1 || (*sites > 1 && *peers < 2**sites) {
+		log.Fatal("--sites must be at least 1, and at most half the peers (a site of one peer is no site)")
+	}
+	out, err := run(*peers, *size, *clean, *maxOps, *bw, *slow, *probe, *sites, *reorder)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -90,19 +106,24 @@ type bench struct {
 	sleep []time.Duration // per peer, before each operation
 	probe bool            // measure every link once when the detector says a slow link may be a slow peer
 	bufs  [][]float32     // per peer, the AllReduce buffer
+	sites int             // peers are spread over this many sites
+	site  []string        // per peer, its site ("" with one site)
 
 	mu     sync.Mutex
 	events []master.Event
 }
 
-func run(n, size, clean, maxOps int, bw, slow float64, probe bool) (map[string]any, error) {
+func run(n, size, clean, maxOps int, bw, slow float64, probe bool, sites int, reorder bool) (map[string]any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	b := &bench{ctx: ctx, netw: pccl.NewNetwork(), size: size, index: map[uint64]int{}, sleep: make([]time.Duration, n), probe: probe,
-		base: pccl.LinkConfig{Bandwidth: bw, Latency: 200 * time.Microsecond}}
+		base: pccl.LinkConfig{Bandwidth: bw, Latency: 200 * time.Microsecond}, sites: sites, site: make([]string, n)}
 	b.hosts = make([]string, n)
 	for i := range b.hosts {
 		b.hosts[i] = fmt.Sprintf("peer%d", i)
+		if sites > 1 {
+			b.site[i] = fmt.Sprintf("site%d", i*sites/n)
+		}
 	}
 	for i := range n {
 		for j := range n {
@@ -119,6 +140,7 @@ func run(n, size, clean, maxOps int, bw, slow float64, probe bool) (map[string]a
 	// loaded machine must not make the master drop peers in the middle of the measurement.
 	mcfg := master.WAN()
 	mcfg.MeasureDuration, mcfg.SolveBudget, mcfg.ImproveBudget = 300*time.Millisecond, 200*time.Millisecond, time.Second
+	mcfg.Diagnosis.Reorder.Off = !reorder
 	b.srv = master.NewServer(master.ServerConfig{Config: mcfg, OnEvent: b.note})
 	sctx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
@@ -151,13 +173,14 @@ func run(n, size, clean, maxOps int, bw, slow float64, probe bool) (map[string]a
 	fmt.Fprintf(os.Stderr, "clean: %.1f ms per op, %d syndromes raised, %d probe requests\n", cleanSec*1e3, falseEvents, cleanProbes)
 
 	ring := b.ring()
-	a, c := ring[0], ring[1] // a ring link: a sends to c
-	x := ring[3]             // the slow peer of the other cases
+	a, c := ring[0], b.successor(ring, ring[0]) // a link that carries data: a sends to c
+	x := ring[3]                                // the slow peer of the other cases
 	var cases []caseResult
 	var reroute map[string]any
 
 	// 1. A slow link, then the reroute around it.
 	b.netw.SetLink(b.hosts[a], b.hosts[c], slowed(b.base, slow))
+	optimizeCalls := 0
 	r, err := b.classify("slowed link", "slow-link", fmt.Sprintf("%d→%d", b.comms[a].ID(), b.comms[c].ID()), maxOps,
 		func(e master.Event) bool {
 			return e.Kind == "slow-link" && e.Peer == b.comms[a].ID() && containsLink(e.Detail, b.comms[a].ID(), b.comms[c].ID())
@@ -166,11 +189,33 @@ func run(n, size, clean, maxOps int, bw, slow float64, probe bool) (map[string]a
 		return nil, err
 	}
 	cases = append(cases, r)
-	if err := b.all(func(cm *pccl.Communicator) error { return cm.OptimizeTopology(ctx) }); err != nil {
-		return nil, err
+	optimizeCalls += r.BandwidthTests
+	// The master re-orders the ring at a collective's votes once its solve is in: run operations
+	// until the ring changes, at most --max-ops. Without the policy, the application's call.
+	from = b.mark()
+	opsToReorder := -1
+	if reorder {
+		for k := 1; k <= maxOps && opsToReorder < 0; k++ {
+			if err := b.op(); err != nil {
+				return nil, err
+			}
+			if !slices.Equal(b.ring(), ring) {
+				opsToReorder = k
+			}
+		}
+	} else {
+		optimizeCalls++
+		if err := b.all(func(cm *pccl.Communicator) error { return cm.OptimizeTopology(ctx) }); err != nil {
+			return nil, err
+		}
+	}
+	var reorderEvents []string
+	for _, e := range b.eventsSince(from, "reorder") {
+		reorderEvents = append(reorderEvents, e.Detail)
 	}
 	newRing := b.ring()
-	avoids := !hasEdge(newRing, a, c)
+	avoids := !b.carries(newRing, a, c)
+	autoReorder := reorder && opsToReorder > 0 && optimizeCalls == 0 && len(reorderEvents) > 0
 	t0 = time.Now()
 	const timed = 10
 	for range timed {
@@ -181,7 +226,10 @@ func run(n, size, clean, maxOps int, bw, slow float64, probe bool) (map[string]a
 	rerouteSec := time.Since(t0).Seconds() / timed
 	reroute = map[string]any{"ring_before": ring, "ring_after": newRing, "avoids_slow_link": avoids,
 		"clean_op_seconds": cleanSec, "rerouted_op_seconds": rerouteSec, "recovered_fraction": cleanSec / rerouteSec,
-		"limit_fraction": 0.9}
+		"limit_fraction": 0.9, "ops_to_reorder": opsToReorder, "optimize_topology_calls": optimizeCalls,
+		"reorder_events": reorderEvents}
+	fmt.Fprintf(os.Stderr, "reroute: ring %v -> %v after %d ops, %d OptimizeTopology calls, %.1f ms per op (clean %.1f)\n",
+		ring, newRing, opsToReorder, optimizeCalls, rerouteSec*1e3, cleanSec*1e3)
 	recovered := avoids && cleanSec/rerouteSec >= 0.9
 	b.netw.SetLink(b.hosts[a], b.hosts[c], b.base)
 	if err := b.settle(); err != nil {
@@ -242,12 +290,12 @@ func run(n, size, clean, maxOps int, bw, slow float64, probe bool) (map[string]a
 		withTest = withTest && c.Classified && c.OpsToClassify <= 3
 		perCase[c.Fault] = c.OpsToClassify
 	}
-	return map[string]any{"peers": n, "bytes": size, "network": "in-process peers on the in-memory network",
+	return map[string]any{"peers": n, "sites": sites, "bytes": size, "network": "in-process peers on the in-memory network",
 		"link_bandwidth": b.base.Bandwidth, "link_latency_seconds": b.base.Latency.Seconds(), "slowdown": slow,
 		"clean_ops": clean, "clean_probes": cleanProbes, "false_events": falseEvents, "false_events_limit": 0, "false_event_details": falseDetails,
 		"cases": cases, "ops_to_classify": perCase, "ops_limit": 3, "all_classified": all,
 		"all_classified_after_bandwidth_test": withTest,
-		"reroute":                             reroute, "reroute_recovered": recovered}, nil
+		"reroute":                             reroute, "reroute_recovered": recovered, "auto_reorder": autoReorder}, nil
 }
 
 func slowed(c pccl.LinkConfig, f float64) pccl.LinkConfig {
@@ -287,6 +335,20 @@ func (b *bench) raisedSince(from int) []master.Event {
 	var out []master.Event
 	for _, e := range b.events[from:] {
 		if strings.HasPrefix(e.Kind, "slow-") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// eventsSince returns the master's events of kind since mark from.
+func (b *bench) eventsSince(from int, kind string) []master.Event {
+	b.srv.Snapshot()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []master.Event
+	for _, e := range b.events[from:] {
+		if e.Kind == kind {
 			out = append(out, e)
 		}
 	}
@@ -406,7 +468,7 @@ func (b *bench) ring() []int {
 func (b *bench) join(n int) error {
 	connect := func(i int) (*pccl.Communicator, error) {
 		return pccl.Connect(b.ctx, pccl.Config{Master: "master:7000", ListenAddr: b.hosts[i] + ":9000",
-			Transport: b.netw.Host(b.hosts[i])})
+			Transport: b.netw.Host(b.hosts[i]), Site: b.site[i]})
 	}
 	b.comms = make([]*pccl.Communicator, n)
 	var err error
@@ -436,6 +498,32 @@ func (b *bench) join(n int) error {
 		b.index[c.ID()] = i
 	}
 	return nil
+}
+
+// successor returns the peer that x sends to in ring: its successor in the flat ring, or with sites
+// in its site's ring (the peers of its site in ring order), which is what a hierarchical AllReduce
+// runs on.
+func (b *bench) successor(ring []int, x int) int {
+	if b.sites <= 1 {
+		return ring[(slices.Index(ring, x)+1)%len(ring)]
+	}
+	var site []int
+	for _, p := range ring {
+		if b.site[p] == b.site[x] {
+			site = append(site, p)
+		}
+	}
+	return site[(slices.Index(site, x)+1)%len(site)]
+}
+
+// carries reports whether the AllReduce on ring sends data from a to c: a link of the flat ring,
+// or with sites of a site ring. (A WAN ring pairs the peers of one rank in each site; the bench
+// slows a site ring's link, so the WAN rings need not be checked.)
+func (b *bench) carries(ring []int, a, c int) bool {
+	if b.sites <= 1 {
+		return hasEdge(ring, a, c)
+	}
+	return b.successor(ring, a) == c
 }
 
 // hasEdge reports whether ring sends from a to c.

@@ -44,10 +44,11 @@ func app() *cli.App {
 			"incarnation number, so epochs never repeat across restarts. From the link timings peers send\n" +
 			"after every collective it keeps a delay matrix per group and diagnoses slow links, senders,\n" +
 			"receivers and peers slow outside communication; slow links cost more in the next ring solve,\n" +
-			"and chronic stragglers can be evicted (--evict-stragglers-after). A status page,\n" +
+			"the ring is re-ordered around a clearly slow link on its own (--reorder), and chronic\n" +
+			"stragglers can be evicted (--evict-stragglers-after). A status page,\n" +
 			"/status.json and Prometheus /metrics are served on --http. Stop it with SIGINT or SIGTERM.\n" +
 			"Every flag can also be set through the environment variable shown next to it.",
-		Flags: append(runflag.Transport(),
+		Flags: append(append(runflag.Transport(),
 			&cli.StringFlag{Name: "listen", Value: "0.0.0.0:48148", EnvVars: []string{"CONCORD_LISTEN"},
 				Usage: "address peers connect to (host:port)"},
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:48180", EnvVars: []string{"CONCORD_HTTP"},
@@ -77,7 +78,7 @@ func app() *cli.App {
 				Usage: "log format: text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"CONCORD_LOG_LEVEL"},
 				Usage: "log level: debug, info, warn or error"},
-		),
+		), reorderFlags()...),
 		Action: run,
 	}
 }
@@ -109,6 +110,7 @@ func run(cc *cli.Context) error {
 	cfg.Diagnosis.Penalty = cc.Float64("slow-link-penalty")
 	cfg.Diagnosis.PenaltyHold = cc.Duration("slow-link-hold")
 	cfg.Diagnosis.EvictAfter = cc.Int("evict-stragglers-after")
+	applyReorder(cc, &cfg)
 	if err := cfg.Validate(); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}

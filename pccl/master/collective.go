@@ -210,6 +210,9 @@ func (m *Machine) checkOp(g *group, o *op) {
 		if m.guard(g, o) {
 			return
 		}
+		if m.reorderHold(g) {
+			return // it commences on the re-ordered ring (reorder.go)
+		}
 		alone := true
 		for _, other := range g.ops {
 			if other != o && other.seq != 0 {
@@ -247,6 +250,9 @@ func (m *Machine) checkOp(g *group, o *op) {
 		if q := m.peers[v.peer]; q != nil {
 			m.initiate(q, v.msg)
 		}
+	}
+	if g.reorder != nil && g.reorder.ring != nil {
+		m.reorderHeld(g) // collectives held for a new ring may have been waiting for this one
 	}
 }
 

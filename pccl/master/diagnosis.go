@@ -11,7 +11,8 @@ import (
 
 // DiagnosisConfig configures how the master finds slow links and slow peers from the link timings
 // peers send in Done, and what it does about them. The zero value works: syndromes are raised as
-// events, slow links cost ten times more in the ring solve for ten minutes, and nobody is evicted.
+// events, slow links cost ten times more in the ring solve for ten minutes, the ring is re-ordered
+// around a clearly slow link at most once a minute (Reorder), and nobody is evicted.
 type DiagnosisConfig struct {
 	// Detector tunes the syndromes: thresholds, hysteresis, window (see diagnosis.Config).
 	Detector diagnosis.Config
@@ -23,6 +24,9 @@ type DiagnosisConfig struct {
 	// ring no longer uses the link once it routed around it, so nothing would clear it otherwise.
 	// Zero means 10 minutes.
 	PenaltyHold time.Duration
+	// Reorder is the policy that re-orders a group's ring around a slow link on its own, with no
+	// application call (reorder.go). On by default.
+	Reorder ReorderPolicy
 	// EvictAfter kicks a peer whose slow-sender, slow-receiver or slow-compute syndrome has held for
 	// this many operations of its group: a chronic straggler costs every peer of the ring its pace.
 	// Zero, the default, never evicts.
@@ -76,6 +80,9 @@ func (c DiagnosisConfig) Validate() error {
 	case c.ProbeDuration < 0 || c.ProbeDuration > maxProbeDuration:
 		return fmt.Errorf("master: Config.Diagnosis.ProbeDuration is %v, must be 0 (the default) or at most %v", c.ProbeDuration, maxProbeDuration)
 	}
+	if err := c.Reorder.Validate(); err != nil {
+		return err
+	}
 	return c.Detector.Validate()
 }
 
@@ -90,6 +97,11 @@ type groupDiag struct {
 	ops     uint64          // collectives diagnosed
 	probed  map[edge]uint64 // suspect links whose neighbours were tested, and when (ops)
 	probing map[edge]bool   // bandwidth tests asked for and not reported yet
+
+	// The re-ordering policy (reorder.go): slow links it solved for, or noted as held back by the
+	// rate limit, while their syndrome lasts; and when it last installed a ring.
+	reorderTried, reorderDeferred map[edge]bool
+	lastReorder                   time.Time
 }
 
 // probeEvery is how many collectives pass before the neighbours of the same suspect link are tested
@@ -106,7 +118,8 @@ type penalty struct {
 func (m *Machine) diag(g *group) *groupDiag {
 	if g.diag == nil {
 		g.diag = &groupDiag{det: diagnosis.New(m.cfg.Diagnosis.Detector), penalty: map[edge]penalty{},
-			stats: DiagnosisStats{Raised: map[string]uint64{}}, probed: map[edge]uint64{}, probing: map[edge]bool{}}
+			stats: DiagnosisStats{Raised: map[string]uint64{}}, probed: map[edge]uint64{}, probing: map[edge]bool{},
+			reorderTried: map[edge]bool{}, reorderDeferred: map[edge]bool{}}
 	}
 	return g.diag
 }
@@ -197,6 +210,7 @@ func (m *Machine) diagnose(g *group, o *op) {
 			dg.penalty[edge{ev.Link.From, ev.Link.To}] = penalty{factor: cfg.Penalty, until: m.now.Add(cfg.PenaltyHold)}
 		}
 	}
+	m.reorderCheck(g, dg)
 	if cfg.EvictAfter == 0 {
 		return
 	}
@@ -325,6 +339,11 @@ type DiagnosisStats struct {
 	Recoveries      uint64            // aborts followed by a completed collective
 	RecoverySeconds float64           // sum of the times from the first abort to the next completion
 	LastRecovery    time.Duration     // the latest of those times
+
+	Reorders         uint64    // rings re-ordered around a slow link with no application call (ReorderPolicy)
+	ReordersDeferred uint64    // slow links that qualified while the policy's rate limit held it back
+	ReordersKept     uint64    // slow links that qualified but no better ring avoided them
+	LastReorder      time.Time // when the latest re-ordering started; zero if none
 }
 
 // LinkDelay is one directed link of a group's delay matrix in a Snapshot: the recent (median)

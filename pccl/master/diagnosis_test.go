@@ -23,6 +23,9 @@ type diagRig struct {
 	events []Event
 	tag    uint64
 	asked  []Send // bandwidth tests the diagnosis asked for (MeasureRound 0), not answered yet
+
+	manual   bool   // Connect is not answered at once but kept in connects
+	connects []Send // Connect messages kept in manual mode
 }
 
 func newDiagRig(t *testing.T, cfg Config, n int) *diagRig {
@@ -54,6 +57,10 @@ func (r *diagRig) step(in Input) []Send {
 					r.asked = append(r.asked, a)
 				}
 				if c, ok := a.Msg.(*wire.Connect); ok {
+					if r.manual {
+						r.connects = append(r.connects, a)
+						continue
+					}
 					queue = append(queue, Received{a.To, &wire.LinksReady{Epoch: c.Epoch, OK: true}})
 				}
 			case Note:
@@ -88,15 +95,20 @@ type timing struct {
 	extra    time.Duration
 }
 
-// links returns peer i's link timings in ring for one operation under f, from the model of the
+// links returns peer i's link timings in ring for one operation under f (synthLinks).
+func (r *diagRig) links(ring []PeerID, i int, f timing) []wire.LinkTiming {
+	return synthLinks(r.rng, ring, i, f)
+}
+
+// synthLinks returns peer i's link timings in ring for one operation under f, from the model of the
 // diagnosis package's tests: busy 60%, stalled on the link out 15%, idle 5%, waiting the rest; the
 // extra time of a slowdown is stalled by the slow link's sender, spent by the sleeper before it
 // starts (its predecessor stalling on the link into it half that time), and waited by the others.
-func (r *diagRig) links(ring []PeerID, i int, f timing) []wire.LinkTiming {
+func synthLinks(rng *rand.Rand, ring []PeerID, i int, f timing) []wire.LinkTiming {
 	n := len(ring)
 	d0 := 20 * time.Millisecond
 	j := func(d time.Duration) time.Duration {
-		return time.Duration(float64(d) * math.Exp(0.15*r.rng.NormFloat64()))
+		return time.Duration(float64(d) * math.Exp(0.15*rng.NormFloat64()))
 	}
 	id, succ, pred := ring[i], ring[(i+1)%n], ring[(i+n-1)%n]
 	busy, stall, late := j(d0*60/100), j(d0*15/100), j(d0/100)

@@ -15,7 +15,8 @@
 // (OptimizeTopology: bandwidth measurement, ring solve, placement of newcomers) and diagnosis.go (the
 // link timings of every completed collective fed into the group's delay matrix, whose syndromes, in
 // package diagnosis, become events, a higher cost for slow links in the ring solve, and optionally
-// the eviction of chronic stragglers), cuts.go (links that went silent on the data path, or could
+// the eviction of chronic stragglers), reorder.go (a clear slow link gets the ring re-ordered around
+// it by the master on its own, rate-limited, with no application call), cuts.go (links that went silent on the data path, or could
 // not be dialled, between two peers that still reach the master: rings avoid them for a while) and
 // address.go (the NAT warning and the one-line report of an advertised address nobody can dial).
 //

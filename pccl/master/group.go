@@ -43,9 +43,10 @@ type group struct {
 	// this incarnation had wired the group (lateReport); the next election starts from it.
 	reported *sharedstate.Prior
 
-	opt      *optRound // OptimizeTopology in progress, or nil
-	proposal []PeerID  // better ring found in the background, applied at the next OptimizeTopology
-	forced   []PeerID  // ring installed by the next OptimizeTopology (ForceRing)
+	opt      *optRound     // OptimizeTopology in progress, or nil
+	proposal []PeerID      // better ring found in the background, applied at the next OptimizeTopology
+	forced   []PeerID      // ring installed by the next OptimizeTopology (ForceRing)
+	reorder  *reorderState // a re-ordering around a slow link on its way (reorder.go), or nil
 
 	diag *groupDiag // delay matrix, syndromes and slow-link penalties (diagnosis.go); nil until used
 

@@ -241,8 +241,11 @@ func (m *Machine) receive(c ConnID, msg wire.Message) {
 
 // Snapshot returns a copy of the state for observers.
 func (m *Machine) Snapshot(now time.Time) Snapshot {
+	pol := m.cfg.Diagnosis.Reorder.withDefaults()
 	s := Snapshot{Time: now, Incarnation: m.cfg.Incarnation, MinPeers: m.cfg.MinPeers,
-		Counters: m.counters, Events: slices.Clone(m.events)}
+		Counters: m.counters, Events: slices.Clone(m.events),
+		Policy: PolicyInfo{Reorder: !pol.Off, ReorderMinConfidence: pol.MinConfidence, ReorderMinRatio: pol.MinRatio,
+			ReorderInterval: pol.Interval, EvictAfter: m.cfg.Diagnosis.EvictAfter}}
 	for _, id := range m.ids {
 		p := m.peers[id]
 		s.Peers = append(s.Peers, PeerInfo{ID: id, Group: p.group.id, Addr: p.hello.Addr, Site: p.hello.Site, NICs: slices.Clone(p.hello.NICs),

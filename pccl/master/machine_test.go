@@ -3,8 +3,10 @@ package master
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,6 +55,20 @@ import (
 //	stall DURATION                         the master did not run for DURATION: the clock moves by it,
 //	                                       then Stalled{DURATION} is the input
 //
+// The diagnosis and its policies run on collectives whose Done carry link timings, which macros
+// write (the timing model of synthLinks, noise from a fixed seed):
+//
+//	config [reorder=off] [reorder-every=D] [reorder-confidence=F] [reorder-ratio=F] [evict-after=N]
+//	                                       the master's diagnosis settings; the first input only
+//	join N                                 peers 1..N join and are accepted (the notes are shown)
+//	ops N [tag=T] [slow=A-B] [sender=P] [receiver=P] [sleeper=P] [voter=P] [extra=DURATION]
+//	                                       N AllReduces by every peer of the ring in force under a fault
+//	                                       (extra: its time, 60ms by default), as diagRig.collective runs
+//	                                       them. Wiring rounds and the master's bandwidth tests are
+//	                                       answered (a slowed link tests at 1/8 of the others' 1e9 B/s);
+//	                                       the routine Commence, Outcome, Connect, LinksReady, Topology and
+//	                                       MeasureRound are summed up in one line per operation
+//
 // Run `go test ./pccl/master -run Scenarios -update` to accept new output.
 func TestScenarios(t *testing.T) {
 	golden.Run(t, "testdata/*.txt", runScenario)
@@ -87,6 +103,49 @@ func runScenario(t *testing.T, file string) string {
 	m := New(cfg)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var out strings.Builder
+	rng := rand.New(rand.NewPCG(7, 11))
+	inputs := 0
+	// drive applies in and what it leads to: every Solve is answered with the exact solver's ring;
+	// with auto (the macros), every Connect with LinksReady and every bandwidth test the diagnosis
+	// asks for with its result under fault. It writes every action, or with quiet only those that
+	// are not routine, and returns them all.
+	drive := func(n int, in Input, auto, quiet bool, fault timing) []Action {
+		var all []Action
+		queue := []Input{in}
+		for len(queue) > 0 {
+			actions := m.Step(now, queue[0])
+			queue = queue[1:]
+			for _, a := range actions {
+				all = append(all, a)
+				if !quiet || !routine(a) {
+					out.WriteString("  " + formatAction(a) + "\n")
+				}
+				switch a := a.(type) {
+				case Solve:
+					ring := exactRing(t, file, n, a)
+					out.WriteString(fmt.Sprintf("  (solved %v)\n", ring))
+					queue = append(queue, Solved{ID: a.ID, Ring: ring})
+				case Send:
+					if !auto {
+						continue
+					}
+					switch msg := a.Msg.(type) {
+					case *wire.Connect:
+						queue = append(queue, Received{a.To, &wire.LinksReady{Epoch: msg.Epoch, OK: true}})
+					case *wire.MeasureRound:
+						if msg.Round == 0 {
+							bw := 1e9
+							if fault.slows(a.To, msg.Target.ID) {
+								bw /= 8
+							}
+							queue = append(queue, Received{a.To, &wire.MeasureReport{To: msg.Target.ID, BytesPerSec: bw}})
+						}
+					}
+				}
+			}
+		}
+		return all
+	}
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -122,7 +181,68 @@ func runScenario(t *testing.T, file string) string {
 			return v
 		}
 		var in Input
+		inputs++
 		switch fields[0] {
+		case "config":
+			if inputs > 1 {
+				t.Fatalf("%s:%d: config after the first input", file, n)
+			}
+			d := &cfg.Diagnosis
+			if v, ok := args["reorder"]; ok {
+				d.Reorder.Off = v == "off"
+			}
+			if v, ok := args["reorder-every"]; ok {
+				if d.Reorder.Interval, err = time.ParseDuration(v); err != nil {
+					t.Fatalf("%s:%d: %v", file, n, err)
+				}
+			}
+			fl := func(k string) float64 {
+				v, err := strconv.ParseFloat(args[k], 64)
+				if err != nil && args[k] != "" {
+					t.Fatalf("%s:%d: %s: %v", file, n, k, err)
+				}
+				return v
+			}
+			d.Reorder.MinConfidence, d.Reorder.MinRatio = fl("reorder-confidence"), fl("reorder-ratio")
+			d.EvictAfter = int(num("evict-after", 0))
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("%s:%d: %v", file, n, err)
+			}
+			m = New(cfg)
+			out.WriteString("> " + line + "\n")
+			continue
+		case "join":
+			out.WriteString("> " + line + "\n")
+			for c := range id() {
+				drive(n, Received{c + 1, &wire.Hello{Token: "tok", Addr: fmt.Sprintf("10.0.0.%d:7000", c+1)}}, true, true, timing{})
+			}
+			for _, p := range m.Snapshot(now).Peers {
+				if p.State == Accepted {
+					drive(n, Received{p.ID, &wire.VoteTopology{}}, true, true, timing{})
+				}
+			}
+			checkInvariants(t, m, file, n)
+			continue
+		case "ops":
+			out.WriteString("> " + line + "\n")
+			f := timing{sender: num("sender", 0), receiver: num("receiver", 0), sleeper: num("sleeper", 0),
+				voter: num("voter", 0), extra: 60 * time.Millisecond}
+			if s := args["slow"]; s != "" {
+				a, b, _ := strings.Cut(s, "-")
+				x, _ := strconv.ParseUint(a, 10, 64)
+				y, _ := strconv.ParseUint(b, 10, 64)
+				f.slow = [2]PeerID{x, y}
+			}
+			if s := args["extra"]; s != "" {
+				if f.extra, err = time.ParseDuration(s); err != nil {
+					t.Fatalf("%s:%d: %v", file, n, err)
+				}
+			}
+			for range id() {
+				scriptOp(t, file, n, m, &now, rng, num("tag", 1), f, func(in Input) []Action { return drive(n, in, true, true, f) }, &out)
+				checkInvariants(t, m, file, n)
+			}
+			continue
 		case "hello":
 			addr := args["addr"]
 			if addr == "" {
@@ -246,27 +366,7 @@ func runScenario(t *testing.T, file string) string {
 			t.Fatalf("%s:%d: unknown input %q", file, n, fields[0])
 		}
 		out.WriteString("> " + line + "\n")
-		actions := m.Step(now, in)
-		for len(actions) > 0 {
-			a := actions[0]
-			actions = actions[1:]
-			out.WriteString("  " + formatAction(a) + "\n")
-			if sv, ok := a.(Solve); ok {
-				tour, sc, err := atsp.Solve(sv.Cost, atsp.Options{Objective: atsp.Bottleneck, ExactMax: 17})
-				if err != nil {
-					t.Fatalf("%s:%d: solve: %v", file, n, err)
-				}
-				if tour, _, err = atsp.Solve(Restrict(sv.Cost, sv.Hop, sc.Bottleneck, sv.Tol), atsp.Options{Objective: atsp.Total, ExactMax: 17}); err != nil {
-					t.Fatalf("%s:%d: solve: %v", file, n, err)
-				}
-				ring := make([]PeerID, len(tour))
-				for i, k := range tour {
-					ring[i] = sv.Nodes[k]
-				}
-				out.WriteString(fmt.Sprintf("  (solved %v)\n", ring))
-				actions = append(actions, m.Step(now, Solved{ID: sv.ID, Ring: ring})...)
-			}
-		}
+		drive(n, in, false, false, timing{})
 		checkInvariants(t, m, file, n)
 	}
 	snap := m.Snapshot(now)
@@ -275,8 +375,85 @@ func runScenario(t *testing.T, file string) string {
 		if g.ID != 0 {
 			fmt.Fprintf(&out, "= group %d epoch %d ring %v ops %d\n", g.ID, g.Epoch, g.Ring, len(g.Ops))
 		}
+		if d := g.Diagnosis; len(d.Raised) > 0 {
+			fmt.Fprintf(&out, "= group %d diagnosis raised %v cleared %d evicted %d reorders %d deferred %d kept %d\n",
+				g.ID, d.Raised, d.Cleared, d.Evicted, d.Reorders, d.ReordersDeferred, d.ReordersKept)
+		}
 	}
 	return out.String()
+}
+
+// exactRing answers a Solve with the exact solver's ring: the best bottleneck, then the least fill
+// among the rings within the tolerance of it, as the server's solve does.
+func exactRing(t *testing.T, file string, n int, sv Solve) []PeerID {
+	tour, sc, err := atsp.Solve(sv.Cost, atsp.Options{Objective: atsp.Bottleneck, ExactMax: 17})
+	if err != nil {
+		t.Fatalf("%s:%d: solve: %v", file, n, err)
+	}
+	if tour, _, err = atsp.Solve(Restrict(sv.Cost, sv.Hop, sc.Bottleneck, sv.Tol), atsp.Options{Objective: atsp.Total, ExactMax: 17}); err != nil {
+		t.Fatalf("%s:%d: solve: %v", file, n, err)
+	}
+	ring := make([]PeerID, len(tour))
+	for i, k := range tour {
+		ring[i] = sv.Nodes[k]
+	}
+	return ring
+}
+
+// slows reports whether fault f slows the link from a to b.
+func (f timing) slows(a, b PeerID) bool {
+	return f.slow == [2]PeerID{a, b} || (f.sender != 0 && f.sender == a) || (f.receiver != 0 && f.receiver == b)
+}
+
+// routine reports whether an action is one the macros of a script sum up instead of writing it.
+func routine(a Action) bool {
+	s, ok := a.(Send)
+	if !ok {
+		return false
+	}
+	switch msg := s.Msg.(type) {
+	case *wire.Commence, *wire.Connect, *wire.Topology, *wire.Welcome, *wire.MeasureRound:
+		return true
+	case *wire.Outcome:
+		return msg.Code == wire.CodeOK
+	}
+	return false
+}
+
+// scriptOp runs one AllReduce on tag by every peer of m's ring in force under fault f, as
+// diagRig.collective does, through drive, and writes one line for it.
+func scriptOp(t *testing.T, file string, n int, m *Machine, now *time.Time, rng *rand.Rand, tag uint64, f timing,
+	drive func(Input) []Action, out *strings.Builder) {
+	ring := m.Snapshot(*now).Ring
+	voters := slices.DeleteFunc(slices.Clone(ring), func(id PeerID) bool { return id == f.voter })
+	if f.voter != 0 && slices.Contains(ring, f.voter) {
+		voters = append(voters, f.voter) // the late voter votes last
+	}
+	var seq, epoch uint64
+	for _, id := range voters {
+		if id == f.voter {
+			*now = now.Add(f.extra)
+		}
+		for _, a := range drive(Received{id, &wire.Initiate{Tag: tag, Desc: wire.Desc{Count: 1 << 20, DType: 3, Op: 1}}}) {
+			if s, ok := a.(Send); ok {
+				if c, ok := s.Msg.(*wire.Commence); ok {
+					seq, epoch = c.Seq, c.Epoch
+				}
+			}
+		}
+	}
+	if seq == 0 {
+		t.Fatalf("%s:%d: tag %d did not commence", file, n, tag)
+	}
+	// The ring it commenced on: a re-ordering may have wired a new one in between.
+	ring = m.Snapshot(*now).Ring
+	fmt.Fprintf(out, "  (tag %d seq %d epoch %d on %v)\n", tag, seq, epoch, ring)
+	for i, id := range ring {
+		*now = now.Add(time.Millisecond)
+		links := synthLinks(rng, ring, i, f)
+		drive(Received{id, &wire.Done{Tag: tag, Seq: seq, Code: wire.CodeOK, LinkBytes: links[0].Bytes, LinkNanos: links[0].Wait,
+			Links: links}})
+	}
 }
 
 func formatAction(a Action) string {

@@ -98,7 +98,7 @@ type Counters struct {
 // Event is one notable thing that happened, for logs and the status page.
 type Event struct {
 	Time   time.Time
-	Kind   string  // "joined", "accepted", "left", "kicked", "timeout", "aborted", "ring", "mismatch", "link-cut", a syndrome ("slow-link", "slow-sender", "slow-receiver", "slow-compute") or "cleared"
+	Kind   string  // "joined", "accepted", "left", "kicked", "timeout", "aborted", "ring", "mismatch", "link-cut", a syndrome ("slow-link", "slow-sender", "slow-receiver", "slow-compute"), "cleared", "probe" or "reorder"
 	Peer   PeerID  // 0 if not about one peer
 	Group  GroupID // the group it happened in (0 for events of the default group or of no group)
 	Detail string
@@ -127,4 +127,16 @@ type Snapshot struct {
 	// Relay counts the links the master relays between peers behind NAT (relay.go); the server
 	// fills it in.
 	Relay RelayStats
+	// Policy says what the master does on its own about slow links and slow peers.
+	Policy PolicyInfo
+}
+
+// PolicyInfo describes the master's automatic policies in a Snapshot (Config.Diagnosis), with the
+// defaults filled in.
+type PolicyInfo struct {
+	Reorder              bool          // the ring is re-ordered around a clear slow link (ReorderPolicy)
+	ReorderMinConfidence float64       // the least confidence of the slow-link syndrome
+	ReorderMinRatio      float64       // the least ratio of its stall to the group median
+	ReorderInterval      time.Duration // the least time between two re-orderings of a group
+	EvictAfter           int           // operations a straggler's syndrome holds before it is kicked; 0: never
 }

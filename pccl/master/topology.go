@@ -269,7 +269,12 @@ func (m *Machine) solved(s Solved) {
 		}
 	}
 	if g == nil {
-		return // the optimization was abandoned (a peer left) while the solve ran
+		for _, gid := range m.gids {
+			if r := m.groups[gid].reorder; r != nil && r.ring == nil && r.solveID == s.ID {
+				m.reorderSolved(m.groups[gid], s)
+			}
+		}
+		return // or the optimization was abandoned (a peer left) while the solve ran
 	}
 	o := g.opt
 	g.opt = nil

@@ -14,6 +14,7 @@ type round struct {
 	ring     []PeerID
 	member   map[PeerID]bool // the peers of ring
 	reported map[PeerID]*wire.LinksReady
+	auto     bool // started by the master to re-order the ring (reorder.go), not by a vote
 }
 
 func (m *Machine) voteTopology(p *peer, v *wire.VoteTopology) {
@@ -25,7 +26,9 @@ func (m *Machine) voteTopology(p *peer, v *wire.VoteTopology) {
 	case p.voteTopo:
 		m.kick(p.id, "second UpdateTopology vote in one round")
 		return
-	case g.wiring != nil && g.wiring.member[p.id]:
+	case g.wiring != nil && g.wiring.member[p.id] && !g.wiring.auto:
+		// A round the master started on its own is no vote of the peer's: the vote counts once it
+		// is over.
 		m.kick(p.id, "UpdateTopology vote while wiring the ring")
 		return
 	case m.busy(p):
@@ -204,6 +207,12 @@ func (m *Machine) linksReady(p *peer, l *wire.LinksReady) {
 	}
 	// Votes cast while the ring was being wired (pending queries) may now be complete.
 	m.checkPending(g)
+	if r.auto {
+		// The collectives that waited for the re-ordering commence on the new ring, and the
+		// UpdateTopology votes cast meanwhile count.
+		m.reorderHeld(g)
+		m.checkTopology(g)
+	}
 }
 
 // votePending counts p's ArePeersPending vote; with leave, p leaves the group at this safe point

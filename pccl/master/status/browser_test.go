@@ -98,9 +98,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Long heartbeats: the browser may take seconds to start on a loaded machine.
+	// Long heartbeats: the browser may take seconds to start on a loaded machine. The slow link must
+	// stay on the page as an active syndrome, so the master does not re-order the ring around it
+	// (the fake peers here answer no Connect round).
 	srv := master.NewServer(master.ServerConfig{Config: master.Config{MinPeers: 2, HeartbeatInterval: time.Minute,
-		HeartbeatTimeout: 10 * time.Minute}})
+		HeartbeatTimeout: 10 * time.Minute, Diagnosis: master.DiagnosisConfig{Reorder: master.ReorderPolicy{Off: true}}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln) }()

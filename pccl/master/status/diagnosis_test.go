@@ -29,7 +29,9 @@ func diagSnapshot() master.Snapshot {
 	}
 	g.Links = []master.LinkDelay{{From: 5, To: 1, Transfer: 1e-9, Stall: 9e-3 / (1 << 20), Wait: 0.25, Age: 0}}
 	g.Diagnosis = master.DiagnosisStats{Raised: map[string]uint64{"slow-link": 2, "slow-compute": 1}, Cleared: 1,
-		Evicted: 1, Recoveries: 2, RecoverySeconds: 3.5, LastRecovery: 1500 * time.Millisecond}
+		Evicted: 1, Recoveries: 2, RecoverySeconds: 3.5, LastRecovery: 1500 * time.Millisecond,
+		Reorders: 2, ReordersDeferred: 3, ReordersKept: 1, LastReorder: statusT0.Add(-90 * time.Second)}
+	s.Policy = master.PolicyInfo{Reorder: true, ReorderMinConfidence: 0.5, ReorderMinRatio: 4, ReorderInterval: time.Minute, EvictAfter: 0}
 	s.Events = append(s.Events, master.Event{Time: statusT0, Kind: "slow-link", Peer: 5, Detail: "slow-link 5→1 (confidence 0.62)"})
 	return s
 }
@@ -73,9 +75,20 @@ func TestStatusDiagnosisPage(t *testing.T) {
 	if !strings.Contains(body, `<td>slow-link</td><td class="num">5</td><td>slow-link 5→1 (confidence 0.62)</td>`) {
 		t.Errorf("the syndrome event is not in the event list")
 	}
+	for _, want := range []string{
+		`<p class="policy">Re-ordering around slow links: on (a slow link of confidence ≥ 0.50 and ≥ 4.0× the group median; at most once per 1m0s per group): 2 re-ordered, 3 held back by the rate limit, 1 with no better ring, the latest 1m30s ago</p>`,
+		`<p class="policy">Eviction of stragglers: off</p>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks policy line %q", want)
+		}
+	}
 	_, _, empty := get(t, Handler(staticSnap(master.Snapshot{}), prometheus.NewRegistry()), "/")
 	if !strings.Contains(empty, "None diagnosed.") {
 		t.Errorf("empty page lacks \"None diagnosed.\"")
+	}
+	if !strings.Contains(empty, `<p class="policy">Re-ordering around slow links: off`) {
+		t.Errorf("empty page does not say the re-ordering policy is off")
 	}
 }
 
@@ -104,9 +117,16 @@ func TestStatusDiagnosisJSON(t *testing.T) {
 		t.Errorf("syndromes %+v, want %+v", g.Syndromes, want)
 	}
 	wantDiag := statusDiagJSON{Raised: map[string]uint64{"slow-link": 2, "slow-compute": 1}, Cleared: 1, Evicted: 1,
-		Recoveries: 2, RecoverySeconds: 3.5, LastRecovery: 1.5}
+		Recoveries: 2, RecoverySeconds: 3.5, LastRecovery: 1.5, Reorders: 2, ReordersDeferred: 3, ReordersKept: 1}
+	if g.Diagnosis.LastReorder == nil || !g.Diagnosis.LastReorder.Equal(statusT0.Add(-90*time.Second)) {
+		t.Errorf("last_reorder %v, want %v", g.Diagnosis.LastReorder, statusT0.Add(-90*time.Second))
+	}
+	g.Diagnosis.LastReorder = nil
 	if !reflect.DeepEqual(g.Diagnosis, wantDiag) {
 		t.Errorf("diagnosis %+v, want %+v", g.Diagnosis, wantDiag)
+	}
+	if wantPol := (statusPolicyJSON{Reorder: true, ReorderMinConfidence: 0.5, ReorderMinRatio: 4, ReorderInterval: 60}); got.Policy != wantPol {
+		t.Errorf("policy %+v, want %+v", got.Policy, wantPol)
 	}
 }
 
@@ -141,6 +161,9 @@ func TestStatusDiagnosisMetrics(t *testing.T) {
 		"concord_group_ring_size{group=0}":                               3,
 		"concord_group_peers{group=0}{state=accepted}":                   3,
 		"concord_group_peers{group=0}{state=registered}":                 0,
+		"concord_ring_reorders_total{group=0}{outcome=installed}":        2,
+		"concord_ring_reorders_total{group=0}{outcome=deferred}":         3,
+		"concord_ring_reorders_total{group=0}{outcome=kept}":             1,
 	}
 	for k, v := range vals {
 		if strings.Contains(k, "{group=0}") {

@@ -24,6 +24,16 @@ type statusJSON struct {
 	Delay     [][]float64       `json:"delay"`
 	Events    []statusEventJSON `json:"events"`
 	Groups    []statusGroupJSON `json:"groups"`
+	Policy    statusPolicyJSON  `json:"policy"`
+}
+
+// statusPolicyJSON is what the master does on its own about slow links and slow peers.
+type statusPolicyJSON struct {
+	Reorder              bool    `json:"reorder"`
+	ReorderMinConfidence float64 `json:"reorder_min_confidence"`
+	ReorderMinRatio      float64 `json:"reorder_min_ratio"`
+	ReorderInterval      float64 `json:"reorder_interval_seconds"`
+	EvictAfter           int     `json:"evict_after_ops"`
 }
 
 type statusGroupJSON struct {
@@ -66,6 +76,12 @@ type statusDiagJSON struct {
 	Recoveries      uint64            `json:"recoveries"`
 	RecoverySeconds float64           `json:"recovery_seconds"`
 	LastRecovery    float64           `json:"last_recovery_seconds"`
+	// Re-orderings of the ring around a slow link by the master's policy: installed, held back by
+	// its rate limit, and kept (no better ring); LastReorder is null while there was none.
+	Reorders         uint64     `json:"reorders"`
+	ReordersDeferred uint64     `json:"reorders_deferred"`
+	ReordersKept     uint64     `json:"reorders_kept"`
+	LastReorder      *time.Time `json:"last_reorder"`
 }
 
 type statusPeerJSON struct {
@@ -136,6 +152,9 @@ func newStatusJSON(s master.Snapshot) statusJSON {
 		Delay:     finiteMatrix(s.Delay),
 		Events:    make([]statusEventJSON, 0, len(s.Events)),
 		Groups:    make([]statusGroupJSON, 0, len(s.Groups)),
+		Policy: statusPolicyJSON{Reorder: s.Policy.Reorder, ReorderMinConfidence: finite(s.Policy.ReorderMinConfidence),
+			ReorderMinRatio: finite(s.Policy.ReorderMinRatio), ReorderInterval: s.Policy.ReorderInterval.Seconds(),
+			EvictAfter: s.Policy.EvictAfter},
 	}
 	for _, g := range s.Groups {
 		gj := statusGroupJSON{ID: g.ID, Epoch: g.Epoch, Ring: append(make([]uint64, 0, len(g.Ring)), g.Ring...),
@@ -143,7 +162,11 @@ func newStatusJSON(s master.Snapshot) statusJSON {
 			Syndromes: make([]statusSyndromeJSON, 0, len(g.Syndromes)), Links: make([]statusLinkJSON, 0, len(g.Links)),
 			Diagnosis: statusDiagJSON{Raised: map[string]uint64{}, Cleared: g.Diagnosis.Cleared, Evicted: g.Diagnosis.Evicted,
 				Recoveries: g.Diagnosis.Recoveries, RecoverySeconds: g.Diagnosis.RecoverySeconds,
-				LastRecovery: g.Diagnosis.LastRecovery.Seconds()}}
+				LastRecovery: g.Diagnosis.LastRecovery.Seconds(), Reorders: g.Diagnosis.Reorders,
+				ReordersDeferred: g.Diagnosis.ReordersDeferred, ReordersKept: g.Diagnosis.ReordersKept}}
+		if t := g.Diagnosis.LastReorder; !t.IsZero() {
+			gj.Diagnosis.LastReorder = &t
+		}
 		for _, o := range g.Ops {
 			gj.Ops = append(gj.Ops, opJSON(o))
 		}

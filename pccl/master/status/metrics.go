@@ -22,6 +22,7 @@ type metricsCollector struct {
 	syndromesCleared, evicted, recovery *prometheus.Desc
 	groupOpsInFlight, lastRecovery      *prometheus.Desc
 	groupPeers, groupEpoch, groupRing   *prometheus.Desc
+	reorders, reorderPolicy             *prometheus.Desc
 }
 
 func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
@@ -58,6 +59,9 @@ func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
 		groupEpoch:       d("concord_group_epoch", "Epoch of each group's ring in force or being wired.", "group"),
 		groupRing:        d("concord_group_ring_size", "Peers in each group's ring in force (the group's world size).", "group"),
 		groupOpsInFlight: d("concord_group_ops_in_flight", "Collectives voting or running that have not failed, per group.", "group"),
+		reorders: d("concord_ring_reorders_total",
+			"Slow links the master's re-ordering policy acted on since it started, by outcome (installed: the ring was re-ordered around the link with no application call; deferred: held back by the rate limit; kept: no better ring avoids it).", "group", "outcome"),
+		reorderPolicy: d("concord_reorder_policy_enabled", "1 when the master re-orders rings around slow links on its own, 0 when the policy is off."),
 	}
 }
 
@@ -67,7 +71,7 @@ func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.joined, c.left, c.kicked, c.timeouts, c.opsDone, c.opsAborted, c.linksCut,
 		c.linkBandwidth, c.linkDelay, c.peerStep, c.syndromesActive, c.syndromesRaised, c.syndromesCleared,
 		c.evicted, c.recovery, c.lastRecovery, c.groupOpsInFlight,
-		c.groupPeers, c.groupEpoch, c.groupRing} {
+		c.groupPeers, c.groupEpoch, c.groupRing, c.reorders, c.reorderPolicy} {
 		ch <- d
 	}
 }
@@ -155,7 +159,15 @@ func (c *metricsCollector) collectDiagnosis(ch chan<- prometheus.Metric, s maste
 		ch <- prometheus.MustNewConstSummary(c.recovery, st.Recoveries, st.RecoverySeconds, nil, gid)
 		gauge(c.lastRecovery, st.LastRecovery.Seconds(), gid)
 		gauge(c.groupOpsInFlight, float64(opsInFlight(g.Ops)), gid)
+		counter(c.reorders, float64(st.Reorders), gid, "installed")
+		counter(c.reorders, float64(st.ReordersDeferred), gid, "deferred")
+		counter(c.reorders, float64(st.ReordersKept), gid, "kept")
 	}
+	enabled := 0.0
+	if s.Policy.Reorder {
+		enabled = 1
+	}
+	gauge(c.reorderPolicy, enabled)
 	for _, p := range s.Peers {
 		if p.HasStep {
 			gauge(c.peerStep, float64(p.Step), u(uint64(p.Group)), u(p.ID))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"strconv"
+	"time"
 
 	"github.com/concord-ccl/concord/pccl/master"
 	"github.com/concord-ccl/concord/pccl/master/diagnosis"
@@ -29,6 +30,7 @@ type statusPage struct {
 	Sites      []statusSite
 	Heat       []statusHeatSection // bandwidth, then delay
 	Syndromes  []statusSyndromeRow
+	Policies   []string // what the master does on its own about slow links and peers, one line each
 	Groups     []statusGroupRow
 	Ops        []statusOpRow
 	Events     []statusEventRow // newest first
@@ -60,6 +62,38 @@ type statusSyndromeRow struct {
 }
 
 type statusSite struct{ Name, Color string }
+
+// policyLines says on the page what the master does on its own: re-order rings around slow links
+// (and how often it did), and evict stragglers.
+func policyLines(s master.Snapshot) []string {
+	var n, deferred, kept uint64
+	var last time.Time
+	for _, g := range s.Groups {
+		d := g.Diagnosis
+		n, deferred, kept = n+d.Reorders, deferred+d.ReordersDeferred, kept+d.ReordersKept
+		if d.LastReorder.After(last) {
+			last = d.LastReorder
+		}
+	}
+	pol := s.Policy
+	var out []string
+	if pol.Reorder {
+		line := fmt.Sprintf("Re-ordering around slow links: on (a slow link of confidence ≥ %.2f and ≥ %.1f× the group median; at most once per %v per group): %d re-ordered, %d held back by the rate limit, %d with no better ring",
+			pol.ReorderMinConfidence, pol.ReorderMinRatio, pol.ReorderInterval, n, deferred, kept)
+		if !last.IsZero() {
+			line += ", the latest " + agoString(s.Time, last)
+		}
+		out = append(out, line)
+	} else {
+		out = append(out, "Re-ordering around slow links: off (a slow link costs more at the next OptimizeTopology)")
+	}
+	if pol.EvictAfter > 0 {
+		out = append(out, fmt.Sprintf("Eviction of stragglers: after %d operations of a slow-sender, slow-receiver or slow-compute syndrome", pol.EvictAfter))
+	} else {
+		out = append(out, "Eviction of stragglers: off")
+	}
+	return out
+}
 
 // statusRing is the geometry of the ring drawing in a Size×Size SVG viewport.
 type statusRing struct {
@@ -162,6 +196,7 @@ func buildStatusPage(s master.Snapshot) statusPage {
 			Map: buildHeatMap(s.Delay, labels, formatDelay, delayRamp)},
 	}
 	p.Groups = groupRows(s)
+	p.Policies = policyLines(s)
 	for _, g := range s.Groups {
 		for _, sy := range g.Syndromes {
 			row := statusSyndromeRow{Group: strconv.FormatUint(uint64(g.ID), 10), Kind: sy.Kind,

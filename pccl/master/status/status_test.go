@@ -301,7 +301,7 @@ func TestStatusJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if want := []string{"bandwidth", "counters", "delay", "epoch", "events", "groups", "incarnation", "min_peers", "ops", "peers", "ring", "time"}; !slices.Equal(keys, want) {
+	if want := []string{"bandwidth", "counters", "delay", "epoch", "events", "groups", "incarnation", "min_peers", "ops", "peers", "policy", "ring", "time"}; !slices.Equal(keys, want) {
 		t.Errorf("keys = %v, want %v", keys, want)
 	}
 	if string(raw["delay"]) != "null" {
@@ -381,6 +381,7 @@ func TestStatusMetrics(t *testing.T) {
 		"concord_ops_completed_total":      120,
 		"concord_ops_aborted_total":        4,
 		"concord_links_cut_total":          1,
+		"concord_reorder_policy_enabled":   0,
 	}
 	if !reflect.DeepEqual(vals, want) {
 		t.Errorf("metrics:\n got %v\nwant %v", vals, want)
