@@ -38,6 +38,7 @@ var initialized atomic.Bool
 // lastError is the error of the most recent failed call, for concordGetLastError.
 var lastError struct {
 	sync.Mutex
+	err  error
 	msg  string
 	kind C.concordErrorKind_t
 }
@@ -45,7 +46,7 @@ var lastError struct {
 // fail records err as the last error and returns code.
 func fail(code C.pcclResult_t, err error) C.pcclResult_t {
 	lastError.Lock()
-	lastError.msg, lastError.kind = err.Error(), kindOf(err)
+	lastError.err, lastError.msg, lastError.kind = err, err.Error(), kindOf(err)
 	lastError.Unlock()
 	return code
 }
@@ -62,6 +63,7 @@ var kinds = []struct {
 	{pccl.ErrNonFinite, C.CONCORD_ERR_NON_FINITE},
 	{pccl.ErrLocalFailure, C.CONCORD_ERR_LOCAL_FAILURE},
 	{pccl.ErrDescriptorMismatch, C.CONCORD_ERR_DESCRIPTOR_MISMATCH},
+	{pccl.ErrRefused, C.CONCORD_ERR_REFUSED},
 	{pccl.ErrKicked, C.CONCORD_ERR_KICKED},
 	{pccl.ErrMasterLost, C.CONCORD_ERR_MASTER_LOST},
 	{pccl.ErrClosed, C.CONCORD_ERR_CLOSED},
@@ -141,4 +143,11 @@ func concordGetLastErrorKind() C.concordErrorKind_t {
 		return C.CONCORD_OK
 	}
 	return lastError.kind
+}
+
+//export concordRejoinable
+func concordRejoinable() C.bool {
+	lastError.Lock()
+	defer lastError.Unlock()
+	return C.bool(pccl.Rejoinable(lastError.err))
 }
