@@ -342,13 +342,15 @@ typedef enum concordErrorKind_t {
 #ifndef CONCORD_IMPLEMENTATION
 
 /*
- * Copies the message of the most recent failed call in this process (NUL-terminated, truncated to
- * len bytes) into buf and returns the message's full length; 0 when no call has failed yet. Calls
- * that succeed leave it alone, so read it right after the call that failed.
+ * Copies the message of the calling thread's most recent failed call (NUL-terminated, truncated to
+ * len bytes) into buf and returns the message's full length; 0 when no call of this thread has failed
+ * yet. Like errno, it is per thread: threads sharing the library never read each other's errors.
+ * Calls that succeed leave it alone, so read it right after the call that failed.
  */
 PCCL_EXPORT size_t concordGetLastError(char *buf, size_t len);
 
-/* Returns the kind of the most recent failed call's error (CONCORD_OK when none failed yet). */
+/* Returns the kind of the calling thread's most recent failed call's error (CONCORD_OK when none
+ * failed yet). */
 PCCL_EXPORT concordErrorKind_t concordGetLastErrorKind(void);
 
 /* Selects the transport, before pcclConnect: "tcp" (the default), "tls" (TLS 1.3 over TCP) or "quic".
