@@ -114,6 +114,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Transport, "transport", o.Transport, "what the master and the peers talk: tcp or quic (no ring-link faults over quic)")
 	fs.StringVar(&o.Break, "break", "", "make every peer misbehave the way a bug would (stale-update), to show the soak fails")
 	fs.BoolVar(&o.Hosts, "hosts", false, "run the master and every peer on a host of its own (network namespaces, root), and deal partitions")
+	fs.BoolVar(&o.JunkReplay, "junk-replay", false, "junk faults also replay a live link's LinkHello to its receiver (see the package doc)")
+	fs.BoolVar(&o.Gossip, "gossip", false, "run the master's gossip failure detector, which every peer joins (a healthy peer it kicks is a violation)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
