@@ -14,9 +14,9 @@ const junkPeerPerFault = 40
 
 // junkTarget is a peer's port that junk is sent to, with the ids a hello to it names.
 type junkTarget struct {
-	addr     string // where the peer accepts ring links, state transfers, bandwidth tests and calls
-	id       uint64 // the peer's id (its session)
-	pred     uint64 // its ring predecessor's id, 0 when unknown
+	addr string // where the peer accepts ring links, state transfers, bandwidth tests and calls
+	id   uint64 // the peer's id (its session)
+	pred uint64 // its ring predecessor's id, 0 when unknown
 }
 
 // junkTargets returns the healthy peers whose ports are known, each with its ring predecessor.
@@ -60,6 +60,7 @@ func (s *soak) junkPeers(seed uint64, dial func(string) (net.Conn, error), repla
 			if err != nil {
 				continue
 			}
+			s.junkPeerConns.Add(1)
 			c.SetDeadline(time.Now().Add(500 * time.Millisecond))
 			hs := func(kind uint8) []byte {
 				return wire.AppendHandshake(nil, wire.Handshake{Version: wire.Version, Kind: kind})

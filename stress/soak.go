@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/concord-ccl/concord/internal/cluster"
@@ -113,10 +114,12 @@ type Stats struct {
 
 // Summary is the JSON line the soak prints last.
 type Summary struct {
-	Seed           uint64  `json:"seed"`
-	Transport      string  `json:"transport"`
-	Hosts          bool    `json:"hosts"`
-	Gossip         bool    `json:"gossip"`
+	Seed      uint64 `json:"seed"`
+	Transport string `json:"transport"`
+	Hosts     bool   `json:"hosts"`
+	Gossip    bool   `json:"gossip"`
+	// JunkPeerConns counts the junk connections opened to peers' own ports.
+	JunkPeerConns  int64   `json:"junk_peer_conns"`
 	DurationS      float64 `json:"duration_s"`
 	Peers          int     `json:"peers"`
 	Iterations     int     `json:"iterations"`
@@ -269,6 +272,7 @@ type soak struct {
 	lastMasterStall    time.Time
 	lastMasterRestart  time.Time
 	junkWG             sync.WaitGroup // junk connections in flight
+	junkPeerConns      atomic.Int64   // junk connections to peers' ports that were opened
 	closing            bool           // shutting down: no more faults or replacements
 	start              time.Time
 	check              *invariant.Checker
@@ -1092,6 +1096,7 @@ func (s *soak) finish() {
 		s.sum.DurationS = now.Sub(s.start).Seconds()
 	}
 	s.sum.Iterations = len(s.iterations)
+	s.sum.JunkPeerConns = s.junkPeerConns.Load()
 	if len(s.sum.OpsPerWindow) > 0 {
 		// The last window is cut short by the end of the run; judge only full ones.
 		full := s.sum.OpsPerWindow
