@@ -13,7 +13,8 @@ import (
 
 func TestMain(m *testing.M) {
 	cluster.Main(roles)
-	goleak.VerifyTestMain(m)
+	// memberlist does not wait for a probe in flight when it shuts down (internal/gossip's Close).
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
 }
 
 // TestGossipSmall runs the benchmark small: three peers, a short window, one round of each detection
