@@ -33,7 +33,7 @@
 //     run goes on from the majority's revision; recovery counts from the new master's start.
 //   - junk: 40 connections to the master that a stranger or a broken client would open (bytes without
 //     a handshake, frames that do not decode, oversized frames, no Hello, another run token, silence),
-//     and, over tcp, 40 to the healthy peers' own ports, where they take ring links, state transfers,
+//     and 40 to the healthy peers' own ports, where they take ring links, state transfers,
 //     bandwidth tests and rendezvous calls (bytes without a handshake, another protocol version,
 //     frames that do not decode and oversized frames on the link, state, call and bench kinds, a
 //     first message that is not a LinkHello, LinkHellos with another run token, silence). They must
@@ -64,7 +64,8 @@
 //
 // With --transport quic the master and every peer talk QUIC, with a run secret drawn for the run; each
 // peer reaches the master through a UDP relay (for black hole and slow), its ring links go straight,
-// and junk is UDP and QUIC. The ring-link classes are not dealt over QUIC.
+// and junk is UDP and QUIC, to the master and to peers' ports (the payloads above over QUIC connections
+// with the run secret). The ring-link classes are not dealt over QUIC.
 //
 // While the master is paused the stall check is suspended (nobody can make progress). Faults that
 // remove a peer that holds the state are only dealt while at least three such peers are

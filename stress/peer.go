@@ -136,7 +136,10 @@ func peerMain() int {
 			emitEvent(peerEvent{Event: "error", Detail: fmt.Sprintf("transport: %v", err)})
 			return 1
 		} else if q != nil {
-			trans = q // straight to the other peers: no link relay over QUIC
+			// Straight to the other peers: no link relay over QUIC. The listener is still recorded,
+			// for the junk sent to this peer's port.
+			tr = &linkDialer{Transport: q, master: p.Master}
+			trans = tr
 		}
 		cfg := pccl.Config{Master: p.Master, Logger: cluster.Logger(), Transport: trans, ProgressTimeout: p.Progress}
 		if p.Gossip != "" {
