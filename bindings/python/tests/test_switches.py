@@ -202,3 +202,35 @@ def test_kicked_peer_rejoins_by_itself(children):
             finals.append([line for line in out.splitlines() if line.startswith("done")][-1])
         assert len(set(finals)) == 1, finals
         assert " world 3 " in finals[0], finals
+
+
+def test_contribution_guard_fails_the_all_reduce_for_everyone():
+    """Without ``exclude`` the guard fails the all-reduce a NaN contribution would spoil on every peer,
+    naming the offender, and the group reduces on with clean data."""
+    with concord.Master(guard={"reject_non_finite": True}) as master:
+
+        def peer(i):
+            def body():
+                with concord.Communicator(master.address, contribution_stats=True) as comm:
+                    grow(comm, 3)
+                    ids = []
+                    for step in range(3):
+                        x = (np.arange(1031, dtype=np.float32) % 5) + 1
+                        if step == 1 and i == 2:
+                            x[17] = np.nan
+                        if step == 1:
+                            with pytest.raises(concord.LocalFailureError, match="contribution guard") as err:
+                                comm.all_reduce(x, tag=1 + step)
+                            assert not err.value.retryable
+                            ids.append(str(err.value))
+                            continue
+                        info = comm.all_reduce(x, tag=1 + step)
+                        assert info.world_size == 3
+                        np.testing.assert_array_equal(x, 3 * ((np.arange(1031) % 5) + 1))
+                    return ids[0]
+            return body
+
+        messages = run_threads([peer(i) for i in range(3)])
+        # Every peer names the same offender.
+        named = {m.split("contribution guard: peer ")[1].split("'")[0] for m in messages}
+        assert len(named) == 1 and all("NaN or infinite" in m for m in messages), messages
