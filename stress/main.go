@@ -32,8 +32,15 @@
 //     60 s). The peers reconnect and report what they hold, the new master rebuilds the ring, and the
 //     run goes on from the majority's revision; recovery counts from the new master's start.
 //   - junk: 40 connections to the master that a stranger or a broken client would open (bytes without
-//     a handshake, frames that do not decode, oversized frames, no Hello, another run token, silence).
-//     They must disturb nobody.
+//     a handshake, frames that do not decode, oversized frames, no Hello, another run token, silence),
+//     and 40 to the healthy peers' own ports, where they take ring links, state transfers,
+//     bandwidth tests and rendezvous calls (bytes without a handshake, another protocol version,
+//     frames that do not decode and oversized frames on the link, state, call and bench kinds, a
+//     first message that is not a LinkHello, LinkHellos with another run token, silence). They must
+//     disturb nobody. The summary counts the connections to peers (junk_peer_conns). --junk-replay
+//     adds a replayed hello: the LinkHello a peer's ring predecessor sent it, with the run's token,
+//     as an eavesdropper on a plaintext link would send it again. A peer still admits it in place of
+//     the live link (TestReplayedLinkHello -replay shows it), so it is off by default.
 //   - link-blackhole: one ring link, from a peer to its successor, forwards nothing for 4 to 6 s while
 //     both peers still reach the master and everyone else (every peer's connections to other peers
 //     run through a relay in this process that knows each connection's destination). The peers give a
@@ -51,9 +58,14 @@
 // own (internal/hosts: network namespaces with their own addresses on one bridge), and the relays
 // that stage black holes and slow links run on the hosts whose routes they stand for.
 //
+// With --gossip the master runs its gossip failure detector (the LAN preset) and every peer joins
+// it: a stopped peer may then be removed by the gossip verdict as well as by the heartbeat rule,
+// and a healthy peer it removes is a violation.
+//
 // With --transport quic the master and every peer talk QUIC, with a run secret drawn for the run; each
 // peer reaches the master through a UDP relay (for black hole and slow), its ring links go straight,
-// and junk is UDP and QUIC. The ring-link classes are not dealt over QUIC.
+// and junk is UDP and QUIC, to the master and to peers' ports (the payloads above over QUIC connections
+// with the run secret). The ring-link classes are not dealt over QUIC.
 //
 // While the master is paused the stall check is suspended (nobody can make progress). Faults that
 // remove a peer that holds the state are only dealt while at least three such peers are
@@ -114,6 +126,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Transport, "transport", o.Transport, "what the master and the peers talk: tcp or quic (no ring-link faults over quic)")
 	fs.StringVar(&o.Break, "break", "", "make every peer misbehave the way a bug would (stale-update), to show the soak fails")
 	fs.BoolVar(&o.Hosts, "hosts", false, "run the master and every peer on a host of its own (network namespaces, root), and deal partitions")
+	fs.BoolVar(&o.JunkReplay, "junk-replay", false, "junk faults also replay a live link's LinkHello to its receiver (see the package doc)")
+	fs.BoolVar(&o.Gossip, "gossip", false, "run the master's gossip failure detector, which every peer joins (a healthy peer it kicks is a violation)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

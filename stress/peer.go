@@ -47,6 +47,7 @@ type peerParams struct {
 	Progress      time.Duration `json:"progress"`       // pccl.Config.ProgressTimeout
 	Lifetime      time.Duration `json:"lifetime"`       // hard bound on the process's life
 	OptimizeEvery uint64        `json:"optimize_every"` // OptimizeTopology after steps at revisions divisible by this; 0 never
+	Gossip        string        `json:"gossip"`         // the master's gossip address to join (pccl.Config.GossipJoin); "" none
 }
 
 // peerEvent is every line a peer prints. T is wall-clock Unix nanoseconds: all processes share the
@@ -135,10 +136,18 @@ func peerMain() int {
 			emitEvent(peerEvent{Event: "error", Detail: fmt.Sprintf("transport: %v", err)})
 			return 1
 		} else if q != nil {
-			trans = q // straight to the other peers: no link relay over QUIC
+			// Straight to the other peers: no link relay over QUIC. The listener is still recorded,
+			// for the junk sent to this peer's port.
+			tr = &linkDialer{Transport: q, master: p.Master}
+			trans = tr
 		}
-		comm, err := pccl.Connect(ctx, pccl.Config{Master: p.Master, Logger: cluster.Logger(), Transport: trans,
-			ProgressTimeout: p.Progress})
+		cfg := pccl.Config{Master: p.Master, Logger: cluster.Logger(), Transport: trans, ProgressTimeout: p.Progress}
+		if p.Gossip != "" {
+			cfg.GossipJoin = p.Gossip
+			cfg.Gossip = pccl.GossipLAN()
+			cfg.Gossip.BindAddr = net.JoinHostPort(localIPFor(p.Gossip), "0")
+		}
+		comm, err := pccl.Connect(ctx, cfg)
 		if err != nil {
 			if ctx.Err() == nil {
 				time.Sleep(100 * time.Millisecond)
@@ -160,6 +169,17 @@ func peerMain() int {
 		emitEvent(ev)
 	}
 	return 0
+}
+
+// localIPFor returns this host's address on the route to addr (its gossip member binds there, where
+// the master's reaches it), or loopback.
+func localIPFor(addr string) string {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
 }
 
 // goroutinesAbove waits up to limit for the goroutine count to come back to baseline and reports

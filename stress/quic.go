@@ -56,10 +56,10 @@ const soakLinger = time.Second
 
 // junkQUIC sends the master, over UDP, what strangers and broken clients would: datagrams that are
 // not QUIC, QUIC handshakes without the run secret, and QUIC connections that pass the handshake and
-// then send bytes that are no handshake of Concord's, or a Hello with another run token. None may
+// then send bytes that are no handshake of Concord's, or a Hello with another run token; and the same
+// to peers' own ports, with junkPeers's payloads over QUIC connections with the run secret. None may
 // disturb the run.
 func (s *soak) junkQUIC(seed uint64) {
-	addr := s.master
 	wrong := append([]byte(nil), s.secret...)
 	wrong[0] ^= 1
 	right, errR := transport.Select("quic", transport.AuthConfig{Secret: s.secret})
@@ -67,11 +67,22 @@ func (s *soak) junkQUIC(seed uint64) {
 	if errR != nil || errS != nil {
 		return
 	}
+	targets := s.junkTargets()
+	s.junkPeers(seed^0x5eed, func(a string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return right.Dial(ctx, a)
+	}, s.o.JunkReplay)
 	s.junkWG.Add(1)
 	go func() {
 		defer s.junkWG.Done()
 		rng := randv2.New(randv2.NewPCG(seed, 0x1c))
 		for i := range junkPerFault {
+			addr := s.master
+			if i%4 < 2 && (i/4)%2 == 1 && len(targets) > 0 { // every other datagram and stranger: at a peer's port
+				addr = targets[rng.IntN(len(targets))].addr
+				s.junkPeerConns.Add(1)
+			}
 			switch i % 4 {
 			case 0:
 				c, err := net.Dial("udp", addr)

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/concord-ccl/concord/internal/cluster"
@@ -70,6 +71,13 @@ type options struct {
 	// Hosts runs the master and every peer on a host of its own (network namespaces; root), and
 	// deals the partition class (hosts.go).
 	Hosts bool
+	// Gossip runs the master's gossip failure detector (LAN preset), which every peer joins: a peer
+	// it declares dead is kicked even while its connection to the master is open. A healthy peer it
+	// kicks is a violation.
+	Gossip bool
+	// JunkReplay adds, to the junk sent to peers' ports, the LinkHello a peer's ring predecessor
+	// sends it (with the run's token), replayed as an eavesdropper on a plaintext link would.
+	JunkReplay bool
 }
 
 func defaultOptions() options {
@@ -106,9 +114,12 @@ type Stats struct {
 
 // Summary is the JSON line the soak prints last.
 type Summary struct {
-	Seed           uint64  `json:"seed"`
-	Transport      string  `json:"transport"`
-	Hosts          bool    `json:"hosts"`
+	Seed      uint64 `json:"seed"`
+	Transport string `json:"transport"`
+	Hosts     bool   `json:"hosts"`
+	Gossip    bool   `json:"gossip"`
+	// JunkPeerConns counts the junk connections opened to peers' own ports.
+	JunkPeerConns  int64   `json:"junk_peer_conns"`
 	DurationS      float64 `json:"duration_s"`
 	Peers          int     `json:"peers"`
 	Iterations     int     `json:"iterations"`
@@ -253,6 +264,7 @@ type soak struct {
 	watch  *stderrWatch
 	rng    *rand.Rand
 	master string // the master's address
+	gossip string // the master's gossip address (options.Gossip), kept across master restarts
 	mcfg   master.Config
 	mproc  *cluster.Proc // the master process
 
@@ -260,6 +272,7 @@ type soak struct {
 	lastMasterStall    time.Time
 	lastMasterRestart  time.Time
 	junkWG             sync.WaitGroup // junk connections in flight
+	junkPeerConns      atomic.Int64   // junk connections to peers' ports that were opened
 	closing            bool           // shutting down: no more faults or replacements
 	start              time.Time
 	check              *invariant.Checker
@@ -304,7 +317,7 @@ func run(ctx context.Context, o options, log io.Writer) (Summary, error) {
 		procs:      map[*cluster.Proc]*peerProc{},
 		recovery:   map[string][]float64{},
 		iterations: map[uint64]bool{},
-		sum:        Summary{Seed: o.Seed, Transport: o.Transport, Hosts: o.Hosts, Peers: o.Peers, Faults: map[string]int{}, Recovery: map[string]Stats{}},
+		sum:        Summary{Seed: o.Seed, Transport: o.Transport, Hosts: o.Hosts, Gossip: o.Gossip, Peers: o.Peers, Faults: map[string]int{}, Recovery: map[string]Stats{}},
 	}
 	s.c = cluster.New(cluster.Config{Stderr: watch, Env: transportEnv(o.Transport, s.secret)})
 	if f, ok := log.(*os.File); ok {
@@ -381,7 +394,7 @@ func (s *soak) spawn(why string) (*peerProc, error) {
 		linkAddr = lr.addr()
 	}
 	js, _ := json.Marshal(peerParams{Master: r.addr(), LinkRelay: linkAddr, Progress: soakProgress,
-		Lifetime: s.o.Duration + 5*time.Minute, OptimizeEvery: s.o.OptimizeEvery})
+		Lifetime: s.o.Duration + 5*time.Minute, OptimizeEvery: s.o.OptimizeEvery, Gossip: s.gossip})
 	env := []string{envPeer + "=" + string(js)}
 	if s.o.Break != "" {
 		env = append(env, envBreak+"="+s.o.Break)
@@ -414,25 +427,26 @@ func (s *soak) run(ctx context.Context) error {
 	mcfg.MeasureDuration = 100 * time.Millisecond
 	mcfg.ImproveBudget = 500 * time.Millisecond
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	var (
-		mp   *cluster.Proc
-		addr string
-		err  error
-	)
+	var err error
 	if s.o.Hosts {
 		if s.bed, err = newBedHosts(s.o.Peers); err != nil {
 			cancel()
 			return fmt.Errorf("hosts: %w", err)
 		}
-		mp, addr, err = s.c.StartMasterWith(sctx, mcfg, net.JoinHostPort(s.bed.master.Addr().String(), "0"), startOn(s.bed.master))
-	} else {
-		mp, addr, err = s.c.StartMaster(sctx, mcfg)
 	}
+	host, start := "127.0.0.1", (func(*exec.Cmd) error)(nil)
+	if s.bed != nil {
+		host, start = s.bed.master.Addr().String(), startOn(s.bed.master)
+	}
+	if s.o.Gossip {
+		s.gossip = net.JoinHostPort(host, "0")
+	}
+	mp, ev, err := s.c.StartMasterEnv(sctx, mcfg, net.JoinHostPort(host, "0"), start, s.masterEnv())
 	cancel()
 	if err != nil {
 		return fmt.Errorf("master: %w", err)
 	}
-	s.master, s.mcfg, s.mproc = addr, mcfg, mp
+	s.master, s.mcfg, s.mproc, s.gossip = ev.Addr, mcfg, mp, ev.Gossip
 	for range s.o.Peers {
 		if _, err := s.spawn("pool"); err != nil {
 			return err
@@ -884,7 +898,7 @@ func (s *soak) restartMaster() error {
 	if s.bed != nil {
 		start = startOn(s.bed.master)
 	}
-	p, _, err := s.c.StartMasterWith(ctx, s.mcfg, s.master, start)
+	p, _, err := s.c.StartMasterEnv(ctx, s.mcfg, s.master, start, s.masterEnv())
 	if err != nil {
 		return err
 	}
@@ -892,6 +906,14 @@ func (s *soak) restartMaster() error {
 	s.check.MasterRestarted()
 	s.event("master restarted on %s", s.master)
 	return nil
+}
+
+// masterEnv is the master's environment: its gossip address when the run has gossip.
+func (s *soak) masterEnv() []string {
+	if s.gossip == "" {
+		return nil
+	}
+	return []string{"CONCORD_GOSSIP=" + s.gossip}
 }
 
 // junk opens junkPerFault connections to the master that a stranger or a broken client would: bytes
@@ -904,10 +926,12 @@ func (s *soak) junk(seed uint64) {
 		s.junkQUIC(seed)
 		return
 	}
-	dial := func() (net.Conn, error) { return net.DialTimeout("tcp", addr, time.Second) }
+	dialTo := func(a string) (net.Conn, error) { return net.DialTimeout("tcp", a, time.Second) }
 	if s.bed != nil {
-		dial = func() (net.Conn, error) { return netOf(s.bed.stranger).dial(addr) }
+		dialTo = netOf(s.bed.stranger).dial
 	}
+	dial := func() (net.Conn, error) { return dialTo(addr) }
+	s.junkPeers(seed^0x5eed, dialTo, s.o.JunkReplay)
 	s.junkWG.Add(1)
 	go func() {
 		defer s.junkWG.Done()
@@ -1072,6 +1096,7 @@ func (s *soak) finish() {
 		s.sum.DurationS = now.Sub(s.start).Seconds()
 	}
 	s.sum.Iterations = len(s.iterations)
+	s.sum.JunkPeerConns = s.junkPeerConns.Load()
 	if len(s.sum.OpsPerWindow) > 0 {
 		// The last window is cut short by the end of the run; judge only full ones.
 		full := s.sum.OpsPerWindow

@@ -54,6 +54,13 @@ func soakTest(t *testing.T, d time.Duration, brk string) Summary {
 	t.Helper()
 	o := defaultOptions()
 	o.Duration, o.Seed, o.Break = d, 20261121, brk
+	return soakWith(t, o)
+}
+
+// soakWith runs the soak in this process with o, faults every 300 to 600 ms.
+func soakWith(t *testing.T, o options) Summary {
+	t.Helper()
+	d, brk := o.Duration, o.Break
 	o.FaultMin, o.FaultMax = 300*time.Millisecond, 600*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
 	defer cancel()
@@ -86,6 +93,33 @@ func TestSoakShort(t *testing.T) {
 	if classes < 3 || sum.OpsCompleted == 0 {
 		t.Fatalf("faults %v (want >= 3 classes), ops %d", sum.Faults, sum.OpsCompleted)
 	}
+	junkReachedPeers(t, sum)
+}
+
+// junkReachedPeers checks that junk faults, when several were dealt, reached peers' own ports.
+func junkReachedPeers(t *testing.T, sum Summary) {
+	t.Helper()
+	if sum.Faults["junk"] >= 3 && sum.JunkPeerConns == 0 {
+		t.Errorf("%d junk faults, none reached a peer's port", sum.Faults["junk"])
+	}
+}
+
+// TestSoakGossip runs the soak briefly with the gossip failure detector on: no violation (a healthy
+// peer the gossip verdict removes is one), collectives done.
+func TestSoakGossip(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak: skipped with -short")
+	}
+	o := defaultOptions()
+	o.Duration, o.Seed, o.Gossip = 15*time.Second, 20261128, true
+	sum := soakWith(t, o)
+	if sum.Violations != 0 {
+		t.Fatalf("%d violations: %v", sum.Violations, sum.ViolationList)
+	}
+	if !sum.Gossip || sum.OpsCompleted == 0 {
+		t.Fatalf("gossip %v, ops %d", sum.Gossip, sum.OpsCompleted)
+	}
+	junkReachedPeers(t, sum)
 }
 
 // TestSoakCatchesStaleUpdate runs the soak with peers that apply the state update after a failed

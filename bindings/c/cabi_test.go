@@ -117,6 +117,24 @@ func TestDropIn(t *testing.T) {
 	}
 }
 
+// TestConcordAdditions runs test/concord_test.c's scenarios, one per addition of Concord's own: a
+// peer stopped under the patient default timing is kicked by the gossip verdict and rejoins by
+// itself; concordRejoin gives up in one line on a wrong secret and after its timeout on a silent
+// address; the contribution guard kicks an out-of-line contribution; both-phase quantization; two peer
+// groups on one master.
+func TestConcordAdditions(t *testing.T) {
+	dir, cc := buildLib(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	bin := compile(t, ctx, cc, dir, "test/concord_test.c", "concord_test", "-lm")
+	if bin == "" {
+		t.Fatal("concord_test.c does not compile against pccl.h")
+	}
+	for _, scenario := range []string{"quant", "group", "guard", "refused", "gossip"} {
+		t.Run(scenario, func(t *testing.T) { runPass(t, ctx, bin, []string{scenario}) })
+	}
+}
+
 // TestPCCLHeaders compiles a C++ translation unit written like PCCL's own C++ tests (it includes
 // <ccoip.h> and <pccl.h> and uses CCOIP_PROTOCOL_PORT_MASTER in designated initializers) with
 // -I bindings/c alone and links it against the library, and checks that ccoip.h is C99 as well.

@@ -38,6 +38,10 @@ type comm struct {
 	// means tcp) and secret is the run secret that authenticates tls and quic.
 	transport string
 	secret    []byte
+	// preset names the timing preset in force ("pccl" until concordSetPreset), which also picks the
+	// gossip preset; gossipBind is where the gossip member binds ("" derives it).
+	preset     string
+	gossipBind string
 }
 
 // pending is an async all-reduce launched and not yet awaited, with the ring it was launched on.
@@ -102,7 +106,7 @@ func pcclCreateCommunicator(params *C.pcclCommCreateParams_t, out **C.pcclComm_t
 		return fail(C.pcclInvalidArgument, err)
 	}
 	cfg, _ := peerPreset("pccl")
-	c := &comm{cfg: cfg, group: uint32(params.peer_group), ops: map[uint64]*pending{}}
+	c := &comm{cfg: cfg, group: uint32(params.peer_group), ops: map[uint64]*pending{}, preset: "pccl"}
 	c.cfg.Master = addr
 	c.cfg.Group = c.group
 	if n := params.p2p_connection_pool_size; n > 0 {
@@ -157,6 +161,36 @@ func listenFor(addr string) string {
 	return net.JoinHostPort(local.IP.String(), "0")
 }
 
+// connectConfig returns the configuration pcclConnect and concordRejoin connect with: the settings
+// made so far, the transport, and the listen and gossip addresses derived where none was given.
+// c.mu must be held.
+func (c *comm) connectConfig() (pccl.Config, error) {
+	cfg := c.cfg
+	tr, err := selectTransport(c.transport, c.secret)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Transport = tr
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = listenFor(cfg.Master)
+	}
+	if cfg.GossipJoin != "" {
+		cfg.Gossip = pccl.GossipLAN()
+		if c.preset == "wan" {
+			cfg.Gossip = pccl.GossipWAN()
+		}
+		cfg.Gossip.BindAddr = c.gossipBind
+		if cfg.Gossip.BindAddr == "" {
+			host, _, _ := net.SplitHostPort(cfg.ListenAddr)
+			if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+				host, _, _ = net.SplitHostPort(listenFor(cfg.Master))
+			}
+			cfg.Gossip.BindAddr = net.JoinHostPort(host, "0")
+		}
+	}
+	return cfg, nil
+}
+
 //export pcclConnect
 func pcclConnect(p *C.pcclComm_t) C.pcclResult_t {
 	if !initialized.Load() {
@@ -171,15 +205,10 @@ func pcclConnect(p *C.pcclComm_t) C.pcclResult_t {
 		c.mu.Unlock()
 		return fail(C.pcclInvalidUsage, errors.New("pccl: communicator is already connected"))
 	}
-	cfg := c.cfg
-	tr, err := selectTransport(c.transport, c.secret)
+	cfg, err := c.connectConfig()
 	c.mu.Unlock()
 	if err != nil {
 		return fail(C.pcclInvalidArgument, err)
-	}
-	cfg.Transport = tr
-	if cfg.ListenAddr == "" {
-		cfg.ListenAddr = listenFor(cfg.Master)
 	}
 	pc, err := pccl.Connect(c.ctx, cfg)
 	if err != nil {
@@ -609,6 +638,7 @@ func concordSetPreset(p *C.pcclComm_t, preset *C.char) C.pcclResult_t {
 		}
 		c.cfg.DialTimeout, c.cfg.MasterTimeout, c.cfg.PartBytes = base.DialTimeout, base.MasterTimeout, base.PartBytes
 		c.cfg.ProgressTimeout = base.ProgressTimeout
+		c.preset = goString(preset)
 		return nil
 	})
 }
@@ -642,4 +672,22 @@ func concordGetRank(p *C.pcclComm_t, out *C.int) C.pcclResult_t {
 	}
 	*out = C.int(pc.Rank())
 	return C.pcclSuccess
+}
+
+//export concordSetGossip
+func concordSetGossip(p *C.pcclComm_t, join, bind *C.char) C.pcclResult_t {
+	return configure(p, func(c *comm) error {
+		c.cfg.GossipJoin, c.gossipBind = goString(join), goString(bind)
+		if c.gossipBind != "" {
+			if _, _, err := net.SplitHostPort(c.gossipBind); err != nil {
+				return fmt.Errorf("%w: gossip bind address %q: %v", pccl.ErrInvalid, c.gossipBind, err)
+			}
+		}
+		return nil
+	})
+}
+
+//export concordSetContributionStats
+func concordSetContributionStats(p *C.pcclComm_t, enabled C.bool) C.pcclResult_t {
+	return configure(p, func(c *comm) error { c.cfg.ContributionStats = bool(enabled); return nil })
 }

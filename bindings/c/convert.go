@@ -58,9 +58,10 @@ func dtypeOf(t C.pcclDataType_t) (pccl.DType, error) {
 	return d, nil
 }
 
-// descOf converts a PCCL reduce descriptor. Both quantization algorithms map to Concord's affine
-// min/step encoding of the same width; it needs a float or double source and a uint8 or uint16
-// quantized type.
+// descOf converts a PCCL reduce descriptor. PCCL's two quantization algorithms map to Concord's
+// affine min/step encoding of the all-gather, and concordQuantMinMaxBothPhases to the same encoding on
+// both phases, each of the quantized type's width; they need a float or double source and a uint8 or
+// uint16 quantized type.
 func descOf(d *C.pcclReduceDescriptor_t) (pccl.Desc, error) {
 	dt, err := dtypeOf(d.src_descriptor.datatype)
 	if err != nil {
@@ -77,14 +78,15 @@ func descOf(d *C.pcclReduceDescriptor_t) (pccl.Desc, error) {
 		return pccl.Desc{}, fmt.Errorf("%w: count is 0", pccl.ErrInvalid)
 	}
 	q := pccl.NoQuant
-	switch d.quantization_options.algorithm {
+	switch alg := d.quantization_options.algorithm; alg {
 	case C.pcclQuantNone:
-	case C.pcclQuantMinMax, C.pcclQuantZeroPointScale:
+	case C.pcclQuantMinMax, C.pcclQuantZeroPointScale, C.concordQuantMinMaxBothPhases:
+		both := alg == C.concordQuantMinMaxBothPhases
 		switch d.quantization_options.quantized_datatype {
 		case C.pcclUint8:
-			q = pccl.MinMaxU8
+			q = pick(both, pccl.MinMaxU8Both, pccl.MinMaxU8)
 		case C.pcclUint16:
-			q = pccl.MinMaxU16
+			q = pick(both, pccl.MinMaxU16Both, pccl.MinMaxU16)
 		default:
 			return pccl.Desc{}, fmt.Errorf("%w: quantized data type %d (uint8 and uint16 are supported)",
 				pccl.ErrInvalid, d.quantization_options.quantized_datatype)
@@ -94,6 +96,9 @@ func descOf(d *C.pcclReduceDescriptor_t) (pccl.Desc, error) {
 	}
 	if !q.Supports(dt) {
 		return pccl.Desc{}, fmt.Errorf("%w: quantization %v of %v (float and double only)", pccl.ErrInvalid, q, dt)
+	}
+	if !q.SupportsOp(op) {
+		return pccl.Desc{}, fmt.Errorf("%w: quantization %v with %v (both phases: sum, avg, min and max only)", pccl.ErrInvalid, q, op)
 	}
 	return pccl.Desc{Tag: uint64(d.tag), Count: int(d.count), DType: dt, Op: op, Quant: q}, nil
 }
@@ -110,3 +115,11 @@ func errNull(what string) error { return fmt.Errorf("%w: %s is NULL", pccl.ErrIn
 
 // errUnknownHandle is the error of a handle that is not (or no longer) a live object.
 var errUnknownHandle = errors.New("pccl: unknown or destroyed handle")
+
+// pick returns a if cond, else b.
+func pick[T any](cond bool, a, b T) T {
+	if cond {
+		return a
+	}
+	return b
+}

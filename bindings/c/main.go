@@ -25,6 +25,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"github.com/concord-ccl/concord/pccl"
@@ -35,19 +36,48 @@ func main() {}
 // initialized is set by pcclInit; every non-master function needs it.
 var initialized atomic.Bool
 
-// lastError is the error of the most recent failed call, for concordGetLastError.
-var lastError struct {
+// lastErrors holds the error of the most recent failed call of each calling thread, for
+// concordGetLastError (per thread, as errno is, so that threads sharing the library do not read each
+// other's errors). An exported function runs on the C thread that called it, so the thread id names
+// the caller. At most maxLastErrors threads are remembered; past that an arbitrary one is forgotten.
+var lastErrors struct {
 	sync.Mutex
+	m map[int]lastError
+}
+
+// lastError is one thread's most recent error.
+type lastError struct {
+	err  error
 	msg  string
 	kind C.concordErrorKind_t
 }
 
-// fail records err as the last error and returns code.
+const maxLastErrors = 4096
+
+// fail records err as the calling thread's last error and returns code.
 func fail(code C.pcclResult_t, err error) C.pcclResult_t {
-	lastError.Lock()
-	lastError.msg, lastError.kind = err.Error(), kindOf(err)
-	lastError.Unlock()
+	tid := syscall.Gettid()
+	lastErrors.Lock()
+	defer lastErrors.Unlock()
+	if lastErrors.m == nil {
+		lastErrors.m = map[int]lastError{}
+	}
+	if _, ok := lastErrors.m[tid]; !ok && len(lastErrors.m) >= maxLastErrors {
+		for k := range lastErrors.m {
+			delete(lastErrors.m, k)
+			break
+		}
+	}
+	lastErrors.m[tid] = lastError{err: err, msg: err.Error(), kind: kindOf(err)}
 	return code
+}
+
+// myLastError returns the calling thread's last error (the zero value when none failed).
+func myLastError() lastError {
+	tid := syscall.Gettid()
+	lastErrors.Lock()
+	defer lastErrors.Unlock()
+	return lastErrors.m[tid]
 }
 
 // errNotInitialized is the error of calls made before pcclInit.
@@ -62,6 +92,7 @@ var kinds = []struct {
 	{pccl.ErrNonFinite, C.CONCORD_ERR_NON_FINITE},
 	{pccl.ErrLocalFailure, C.CONCORD_ERR_LOCAL_FAILURE},
 	{pccl.ErrDescriptorMismatch, C.CONCORD_ERR_DESCRIPTOR_MISMATCH},
+	{pccl.ErrRefused, C.CONCORD_ERR_REFUSED},
 	{pccl.ErrKicked, C.CONCORD_ERR_KICKED},
 	{pccl.ErrMasterLost, C.CONCORD_ERR_MASTER_LOST},
 	{pccl.ErrClosed, C.CONCORD_ERR_CLOSED},
@@ -122,9 +153,7 @@ func pcclGetBuildInfo(info *C.pcclBuildInfo_t) C.pcclResult_t {
 
 //export concordGetLastError
 func concordGetLastError(buf *C.char, n C.size_t) C.size_t {
-	lastError.Lock()
-	msg := lastError.msg
-	lastError.Unlock()
+	msg := myLastError().msg
 	if buf != nil && n > 0 {
 		out := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
 		k := copy(out[:len(out)-1], msg)
@@ -135,10 +164,14 @@ func concordGetLastError(buf *C.char, n C.size_t) C.size_t {
 
 //export concordGetLastErrorKind
 func concordGetLastErrorKind() C.concordErrorKind_t {
-	lastError.Lock()
-	defer lastError.Unlock()
-	if lastError.msg == "" {
+	e := myLastError()
+	if e.msg == "" {
 		return C.CONCORD_OK
 	}
-	return lastError.kind
+	return e.kind
+}
+
+//export concordRejoinable
+func concordRejoinable() C.bool {
+	return C.bool(pccl.Rejoinable(myLastError().err))
 }

@@ -13,8 +13,10 @@ import (
 	"runtime/cgo"
 	"strconv"
 	"sync"
+	"time"
 	"unsafe"
 
+	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
 )
 
@@ -24,12 +26,15 @@ type masterInst struct {
 	cfg       master.Config
 	transport string // "tcp", "tls" or "quic"; empty means tcp
 	secret    []byte // authenticates tls and quic
+	preset    string // the timing preset in force, which also picks the gossip preset
+	gossip    string // where the gossip member binds; "" is off
 
 	mu      sync.Mutex
 	ln      net.Listener
 	stop    context.CancelFunc
 	done    chan struct{} // closed when Serve returned
 	running bool
+	srv     *master.Server
 }
 
 // masterOf returns the master behind a C handle.
@@ -57,7 +62,7 @@ func pcclCreateMaster(addr C.ccoip_socket_address_t, out **C.pcclMasterInstance_
 	if err != nil {
 		return fail(C.pcclInvalidArgument, err)
 	}
-	m := &masterInst{addr: s}
+	m := &masterInst{addr: s, preset: "pccl"}
 	m.cfg.HeartbeatInterval, m.cfg.HeartbeatTimeout, _ = masterPreset("pccl")
 	p := (*C.pcclMasterInstance_t)(C.calloc(1, C.sizeof_struct_pcclMasterInstanceState_t))
 	p.handle = C.uintptr_t(cgo.NewHandle(m))
@@ -90,8 +95,17 @@ func pcclRunMaster(p *C.pcclMasterInstance_t) C.pcclResult_t {
 		return fail(C.pcclInvalidUsage, fmt.Errorf("pccl: master: listen on %s: %w", m.addr, err))
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	srv := master.NewServer(master.ServerConfig{Config: m.cfg})
-	m.ln, m.stop, m.done, m.running = ln, stop, make(chan struct{}), true
+	sc := master.ServerConfig{Config: m.cfg}
+	if m.gossip != "" {
+		g := master.GossipLAN()
+		if m.preset == "wan" {
+			g = master.GossipWAN()
+		}
+		g.BindAddr = m.gossip
+		sc.Gossip = &g
+	}
+	srv := master.NewServer(sc)
+	m.ln, m.stop, m.done, m.running, m.srv = ln, stop, make(chan struct{}), true, srv
 	go func(done chan struct{}) {
 		defer close(done)
 		srv.Serve(ctx, ln)
@@ -178,6 +192,7 @@ func concordMasterSetPreset(p *C.pcclMasterInstance_t, preset *C.char) C.pcclRes
 			return err
 		}
 		m.cfg.HeartbeatInterval, m.cfg.HeartbeatTimeout = interval, timeout
+		m.preset = goString(preset)
 		return nil
 	})
 }
@@ -208,4 +223,62 @@ func concordMasterGetPort(p *C.pcclMasterInstance_t, out *C.uint16_t) C.pcclResu
 	n, _ := strconv.Atoi(port)
 	*out = C.uint16_t(n)
 	return C.pcclSuccess
+}
+
+//export concordMasterSetGossip
+func concordMasterSetGossip(p *C.pcclMasterInstance_t, bind *C.char) C.pcclResult_t {
+	return configureMaster(p, func(m *masterInst) error {
+		addr := goString(bind)
+		if addr != "" {
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return fmt.Errorf("%w: gossip address %q: %v", pccl.ErrInvalid, addr, err)
+			}
+		}
+		m.gossip = addr
+		return nil
+	})
+}
+
+//export concordMasterGetGossipAddress
+func concordMasterGetGossipAddress(p *C.pcclMasterInstance_t, buf *C.char, n C.size_t) C.pcclResult_t {
+	m, err := masterOf(p)
+	if err != nil {
+		return fail(C.pcclInvalidArgument, err)
+	}
+	if buf == nil {
+		return fail(C.pcclInvalidArgument, errNull("buf"))
+	}
+	m.mu.Lock()
+	srv := m.srv
+	m.mu.Unlock()
+	if srv == nil {
+		return fail(C.pcclInvalidUsage, errors.New("pccl: the master is not running"))
+	}
+	// Serve starts the gossip member before it accepts anyone; a few seconds is plenty.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addr, err := srv.GossipAddr(ctx)
+	if err != nil || addr == "" {
+		return fail(C.pcclInvalidUsage, errors.New("pccl: the master runs no gossip detector (concordMasterSetGossip)"))
+	}
+	if int(n) < len(addr)+1 {
+		return fail(C.pcclInvalidArgument, fmt.Errorf("%w: the gossip address needs %d bytes, buf has %d", pccl.ErrInvalid, len(addr)+1, n))
+	}
+	out := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
+	out[copy(out, addr)] = 0
+	return C.pcclSuccess
+}
+
+//export concordMasterSetGuard
+func concordMasterSetGuard(p *C.pcclMasterInstance_t, nonFinite C.bool, normFactor C.double, exclude C.bool) C.pcclResult_t {
+	return configureMaster(p, func(m *masterInst) error {
+		g := master.GuardPolicy{RejectNonFinite: bool(nonFinite), NormFactor: float64(normFactor), Exclude: bool(exclude)}
+		c := m.cfg
+		c.Guard = g
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", pccl.ErrInvalid, err)
+		}
+		m.cfg.Guard = g
+		return nil
+	})
 }

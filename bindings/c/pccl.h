@@ -137,7 +137,11 @@ typedef struct pcclReduceOperandDescriptor_t {
 typedef enum pcclQuantizationAlgorithm_t {
     pcclQuantNone = 0,
     pcclQuantMinMax = 1,         /* Concord: min/step encoding, uint8 or uint16, float/double only */
-    pcclQuantZeroPointScale = 2  /* Concord: served by the same affine encoding as pcclQuantMinMax */
+    pcclQuantZeroPointScale = 2, /* Concord: served by the same affine encoding as pcclQuantMinMax */
+    /* Concord's own: the encoding of pcclQuantMinMax on every hop of the reduce-scatter as well as
+     * on the all-gather (sum, avg, min and max only), for about a quarter (uint8) or half (uint16)
+     * of the float bytes in every frame; results stay bit-identical on every peer. */
+    concordQuantMinMaxBothPhases = 16
 } pcclQuantizationAlgorithm_t;
 
 typedef struct pcclQuantizationOptions_t {
@@ -332,18 +336,21 @@ typedef enum concordErrorKind_t {
     CONCORD_ERR_INVALID = 12,
     CONCORD_ERR_SYNC = 13,
     CONCORD_ERR_TIMEOUT = 14,
+    CONCORD_ERR_REFUSED = 15, /* refused for good (wrong run token or secret, another release): also kicked */
 } concordErrorKind_t;
 
 #ifndef CONCORD_IMPLEMENTATION
 
 /*
- * Copies the message of the most recent failed call in this process (NUL-terminated, truncated to
- * len bytes) into buf and returns the message's full length; 0 when no call has failed yet. Calls
- * that succeed leave it alone, so read it right after the call that failed.
+ * Copies the message of the calling thread's most recent failed call (NUL-terminated, truncated to
+ * len bytes) into buf and returns the message's full length; 0 when no call of this thread has failed
+ * yet. Like errno, it is per thread: threads sharing the library never read each other's errors.
+ * Calls that succeed leave it alone, so read it right after the call that failed.
  */
 PCCL_EXPORT size_t concordGetLastError(char *buf, size_t len);
 
-/* Returns the kind of the most recent failed call's error (CONCORD_OK when none failed yet). */
+/* Returns the kind of the calling thread's most recent failed call's error (CONCORD_OK when none
+ * failed yet). */
 PCCL_EXPORT concordErrorKind_t concordGetLastErrorKind(void);
 
 /* Selects the transport, before pcclConnect: "tcp" (the default), "tls" (TLS 1.3 over TCP) or "quic".
@@ -404,6 +411,71 @@ PCCL_EXPORT pcclResult_t concordMasterSetTransport(pcclMasterInstance_t *master_
 
 /* Returns the port a running master listens on (useful after asking for port 0). */
 PCCL_EXPORT pcclResult_t concordMasterGetPort(const pcclMasterInstance_t *master_instance, uint16_t *port_out);
+
+/*
+ * Runs a gossip failure detector (SWIM over UDP and TCP) on bind_address (host:port; port 0 picks
+ * one, see concordMasterGetGossipAddress), before pcclRunMaster; peers join it with concordSetGossip.
+ * A peer the gossip group declares dead is removed at once, even while its connection stays open (a
+ * hung process keeps its sockets): with the "pccl" preset, which keeps a silent peer for 60 s, a
+ * stopped peer is then removed within seconds. Its timing follows the master's preset (wan: the WAN
+ * gossip preset, else LAN). NULL or "" turns it off (the default).
+ */
+PCCL_EXPORT pcclResult_t concordMasterSetGossip(pcclMasterInstance_t *master_instance, const char *bind_address);
+
+/*
+ * Copies the address peers join the running master's gossip detector at (host:port, NUL-terminated)
+ * into buf; pcclInvalidUsage when the master does not run or runs without gossip, pcclInvalidArgument
+ * when len is too small.
+ */
+PCCL_EXPORT pcclResult_t concordMasterGetGossipAddress(const pcclMasterInstance_t *master_instance, char *buf,
+                                                       size_t len);
+
+/*
+ * The contribution guard, before pcclRunMaster: before an all-reduce of float or double data starts,
+ * the master checks the contributions its peers report (concordSetContributionStats). It refuses one
+ * holding NaN or infinity (reject_non_finite) or whose norm exceeds norm_factor times the median norm
+ * of the others' (norm_factor above 1; 0 turns that check off). exclude kicks the offending peer (the
+ * others get pcclRankConnectionLost and retry without it); otherwise the all-reduce fails for everyone
+ * with an error naming the offender. All off by default.
+ */
+PCCL_EXPORT pcclResult_t concordMasterSetGuard(pcclMasterInstance_t *master_instance, bool reject_non_finite,
+                                               double norm_factor, bool exclude);
+
+/*
+ * Joins the master's gossip failure detector at join_address (concordMasterGetGossipAddress), before
+ * pcclConnect; this peer's gossip member binds bind_address (host:port; NULL or "": the host of the
+ * listen address, or of the route to the master, any port). NULL or "" for join_address: no gossip.
+ */
+PCCL_EXPORT pcclResult_t concordSetGossip(pcclComm_t *communicator, const char *join_address,
+                                          const char *bind_address);
+
+/*
+ * Makes every all-reduce of float or double data report the norm and finiteness of this peer's
+ * contribution to the master (one pass over the send buffer), for its contribution guard; before
+ * pcclConnect. Off by default.
+ */
+PCCL_EXPORT pcclResult_t concordSetContributionStats(pcclComm_t *communicator, bool enabled);
+
+/*
+ * Whether the most recent failed call's error is one a rejoin can fix: the master removed this peer
+ * (CONCORD_ERR_KICKED: it was silent, cut off or misbehaved) or was unreachable for too long
+ * (CONCORD_ERR_MASTER_LOST), and not for a reason connecting again cannot fix (CONCORD_ERR_REFUSED).
+ */
+PCCL_EXPORT bool concordRejoinable(void);
+
+/*
+ * Brings a communicator the master removed back into the run as a newcomer: it drops the old
+ * membership and connects again with the same settings, retrying with a jittered exponential backoff
+ * (100 ms doubling up to 5 s) while the master cannot be reached, until it is admitted (as
+ * pcclConnect: at the accepted peers' next pcclUpdateTopology). A newcomer holds stale state: its
+ * first call must be the shared-state sync the accepted peers make after admitting it, with
+ * PCCL_SHARED_STATE_SYNC_STRATEGY_RECEIVE_ONLY. It gives up at once on what a retry cannot fix, with
+ * pcclMasterConnectionFailed and one line in concordGetLastError naming it: a wrong run token or
+ * secret, or a master of another release (CONCORD_ERR_REFUSED); and after timeout_ms (0: no limit)
+ * with the last connection error. Every asynchronous all-reduce must be awaited first
+ * (pcclPendingAsyncOps).
+ */
+PCCL_EXPORT pcclResult_t concordRejoin(pcclComm_t *communicator, uint64_t timeout_ms);
 
 #endif /* CONCORD_IMPLEMENTATION */
 

@@ -34,7 +34,7 @@ func main() {
 }
 
 func app() *cli.App {
-	return &cli.App{
+	a := &cli.App{
 		Name:  "master",
 		Usage: "coordinate a Concord run: membership, ring topology, shared-state sync and failure detection",
 		Description: "Peers connect to the master's --listen address. It accepts newcomers when the running\n" +
@@ -45,7 +45,9 @@ func app() *cli.App {
 			"after every collective it keeps a delay matrix per group and diagnoses slow links, senders,\n" +
 			"receivers and peers slow outside communication; slow links cost more in the next ring solve,\n" +
 			"the ring is re-ordered around a clearly slow link on its own (--reorder), and chronic\n" +
-			"stragglers can be evicted (--evict-stragglers-after). A status page,\n" +
+			"stragglers can be evicted (--evict-stragglers-after). --gossip adds a gossip\n" +
+			"failure detector that peers join (--gossip-join), and --guard-* check the contributions peers\n" +
+			"report (--contribution-stats) before an AllReduce commences. A status page,\n" +
 			"/status.json and Prometheus /metrics are served on --http. Stop it with SIGINT or SIGTERM.\n" +
 			"Every flag can also be set through the environment variable shown next to it.",
 		Flags: append(append(runflag.Transport(),
@@ -81,6 +83,45 @@ func app() *cli.App {
 		), reorderFlags()...),
 		Action: run,
 	}
+	a.Flags = append(a.Flags, switchFlags()...)
+	return a
+}
+
+// switchFlags are the master's optional detectors and checks: gossip and the contribution guard.
+func switchFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "gossip", EnvVars: []string{"CONCORD_GOSSIP"},
+			Usage: "run a gossip failure detector (SWIM, over UDP and TCP) on this address (host:port; port 0 picks one, logged) " +
+				"that peers join with --gossip-join: a peer the gossip group declares dead is kicked at once, even while its " +
+				"connection to the master stays open; its timing follows --preset. Off by default: under the default lan preset " +
+				"the heartbeat rule removes a hung peer as fast (1.5 s), and gossip nearly doubles an idle peer's CPU and bytes (docs/results/gossip.md)",
+			DefaultText: "off"},
+		&cli.BoolFlag{Name: "guard-non-finite", EnvVars: []string{"CONCORD_GUARD_NON_FINITE"},
+			Usage: "contribution guard: refuse an AllReduce in which a peer's contribution holds NaN or infinity " +
+				"(peers report their contributions with --contribution-stats)"},
+		&cli.Float64Flag{Name: "guard-norm-factor", EnvVars: []string{"CONCORD_GUARD_NORM_FACTOR"},
+			Usage:       "contribution guard: refuse an AllReduce in which a peer's contribution has a norm above this many times the median norm of the others' (above 1; 0: off)",
+			DefaultText: "0 (off)"},
+		&cli.BoolFlag{Name: "guard-exclude", EnvVars: []string{"CONCORD_GUARD_EXCLUDE"},
+			Usage: "contribution guard: kick the peer whose contribution was refused, and the others retry without it; " +
+				"without this flag the AllReduce fails for everyone with a local failure naming the offender"},
+	}
+}
+
+// switches applies the flags of switchFlags to cfg, and returns the gossip configuration (nil: off).
+func switches(cc *cli.Context, cfg *master.Config) *master.GossipConfig {
+	cfg.Guard = master.GuardPolicy{RejectNonFinite: cc.Bool("guard-non-finite"), NormFactor: cc.Float64("guard-norm-factor"),
+		Exclude: cc.Bool("guard-exclude")}
+	addr := cc.String("gossip")
+	if addr == "" {
+		return nil
+	}
+	g := master.GossipLAN()
+	if cc.String("preset") == "wan" {
+		g = master.GossipWAN()
+	}
+	g.BindAddr = addr
+	return &g
 }
 
 func run(cc *cli.Context) error {
@@ -111,8 +152,14 @@ func run(cc *cli.Context) error {
 	cfg.Diagnosis.PenaltyHold = cc.Duration("slow-link-hold")
 	cfg.Diagnosis.EvictAfter = cc.Int("evict-stragglers-after")
 	applyReorder(cc, &cfg)
+	gossip := switches(cc, &cfg)
 	if err := cfg.Validate(); err != nil {
 		return cli.Exit(err.Error(), 2)
+	}
+	if gossip != nil {
+		if err := gossip.Validate(); err != nil {
+			return cli.Exit("--gossip: "+err.Error(), 2)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -125,7 +172,14 @@ func run(cc *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("listen: %v", err), 1)
 	}
-	srv := master.NewServer(master.ServerConfig{Config: cfg, Logger: log})
+	srv := master.NewServer(master.ServerConfig{Config: cfg, Logger: log, Gossip: gossip})
+	if gossip != nil {
+		go func() {
+			if addr, err := srv.GossipAddr(ctx); err == nil && addr != "" {
+				log.Info("gossip listening: peers join with --gossip-join", "gossip", addr)
+			}
+		}()
+	}
 	if addr := cc.String("http"); addr != "" {
 		hln, err := net.Listen("tcp", addr)
 		if err != nil {

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"net"
+	"net/netip"
 	"os"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/concord-ccl/concord/diloco"
 	"github.com/concord-ccl/concord/internal/logx"
 	"github.com/concord-ccl/concord/pccl"
+	"github.com/concord-ccl/concord/rings"
 )
 
 func runCommand() *cli.Command {
@@ -26,11 +30,19 @@ func runCommand() *cli.Command {
 		Flags: append(commonFlags(),
 			&cli.IntFlag{Name: "size", Value: 16 << 20, EnvVars: []string{"CONCORD_SIZE"}, Usage: "bytes per AllReduce"},
 			&cli.Uint64Flag{Name: "steps", Value: 1000, EnvVars: []string{"CONCORD_STEPS"}, Usage: "steps to run"},
+			&cli.StringFlag{Name: "quant", Value: "none", EnvVars: []string{"CONCORD_QUANT"},
+				Usage: "encoding of the AllReduce on the wire, the same on every peer: none, minmax-u8 or minmax-u16 (the all-gather), " +
+					"minmax-u8-both or minmax-u16-both (every hop of both phases); results are then checked within the encoding's error bound"},
 		),
 		Action: func(cc *cli.Context) error {
+			q, err := rings.ParseQuant(cc.String("quant"))
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("--quant: %v", err), 2)
+			}
 			return standalone(cc, func(ctx context.Context, comm *pccl.Communicator, leaving func() bool, emit func(event)) error {
 				steps := cc.Uint64("steps")
-				return allreduceLoop(ctx, comm, cc.Int("size"), func() uint64 { return steps }, leaving, emit, comm.Logger())
+				lc := loopConfig{size: cc.Int("size"), quant: q, stopAt: func() uint64 { return steps }, leaving: leaving}
+				return allreduceLoop(ctx, comm, lc, emit, comm.Logger())
 			})
 		},
 	}
@@ -136,6 +148,9 @@ func standalone(cc *cli.Context, body func(ctx context.Context, comm *pccl.Commu
 		return cli.Exit(err.Error(), 2)
 	}
 	cfg.NICs = cc.StringSlice("nics")
+	if err := peerSwitches(cc, &cfg); err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
 	if err := cfg.Validate(); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
@@ -188,4 +203,55 @@ func standalone(cc *cli.Context, body func(ctx context.Context, comm *pccl.Commu
 		return cli.Exit("stopped: "+leave.why(), 1)
 	}
 	return cli.Exit(err.Error(), 1)
+}
+
+// peerSwitches applies the flags that switch optional parts on: the peer group, gossip and the
+// contribution statistics.
+func peerSwitches(cc *cli.Context, cfg *pccl.Config) error {
+	g := cc.Uint64("group")
+	if g > math.MaxUint32 {
+		return fmt.Errorf("--group %d: a peer group is a 32-bit id", g)
+	}
+	cfg.Group = uint32(g)
+	cfg.ContributionStats = cc.Bool("contribution-stats")
+	cfg.GossipJoin = cc.String("gossip-join")
+	if cfg.GossipJoin == "" {
+		if cc.String("gossip-listen") != "" {
+			return errors.New("--gossip-listen needs --gossip-join")
+		}
+		return nil
+	}
+	cfg.Gossip = pccl.GossipLAN()
+	if cc.String("preset") == "wan" {
+		cfg.Gossip = pccl.GossipWAN()
+	}
+	cfg.Gossip.BindAddr = cc.String("gossip-listen")
+	if cfg.Gossip.BindAddr == "" {
+		cfg.Gossip.BindAddr = net.JoinHostPort(localHost(cfg.ListenAddr, cfg.Master), "0")
+	}
+	return nil
+}
+
+// localHost returns the host this peer's gossip member binds by default: the host of listen when it
+// names one address, else the local address of the route to master (loopback for a master on this
+// host).
+func localHost(listen, master string) string {
+	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {
+		if ip, err := netip.ParseAddr(h); err != nil || !ip.IsUnspecified() {
+			return h
+		}
+	}
+	host, port, err := net.SplitHostPort(master)
+	if err != nil {
+		return "127.0.0.1"
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return host
+	}
+	u, err := net.Dial("udp", net.JoinHostPort(host, port))
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer u.Close()
+	return u.LocalAddr().(*net.UDPAddr).IP.String()
 }

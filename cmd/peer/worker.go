@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sync/atomic"
 	"time"
@@ -102,7 +103,7 @@ func workerMain() int {
 	defer comm.Close()
 	emit(event{Event: "connected", Rank: comm.Rank(), World: comm.WorldSize()})
 	if cfg.Trainer == "allreduce" {
-		err = allreduceLoop(ctx, comm, cfg.Size, stopAt.Load, nil, emit, cluster.Logger())
+		err = allreduceLoop(ctx, comm, loopConfig{size: cfg.Size, stopAt: stopAt.Load}, emit, cluster.Logger())
 	} else {
 		err = trainLoop(ctx, comm, cfg, stopAt.Load, emit)
 	}
@@ -162,13 +163,57 @@ func trainLoop(ctx context.Context, comm *pccl.Communicator, cfg workerConfig, s
 // errLeft is what allreduceLoop returns after the peer left gracefully.
 var errLeft = errors.New("left the group gracefully")
 
+// loopConfig says what allreduceLoop runs.
+type loopConfig struct {
+	size   int           // bytes per AllReduce
+	quant  pccl.Quant    // encoding of every AllReduce's frames on the wire
+	stopAt func() uint64 // the group's step to stop at
+	// leaving, if set, is asked at every membership step whether the peer is to leave the group.
+	leaving func() bool
+	// contribution is what peer id adds to element i at step s; nil is checkedContribution.
+	contribution func(id, s uint64, i int) float32
+}
+
+// checkedContribution is what every peer of allreduceLoop contributes: small integers, so that a
+// sum over any ring is exact in float32.
+func checkedContribution(id, s uint64, i int) float32 {
+	return float32((id*31 + s*7 + uint64(i)) % 1024)
+}
+
+// quantSlack returns how far an element of a quantized sum of the contributions of world peers may be
+// from the exact sum: half a quantization step per encoding the element went through (every hop with
+// a both-phase encoding, the all-gather only otherwise), each step at most the range of a partial sum
+// over the ladder of levels, plus the floating-point rounding bound that the rings package states.
+func quantSlack(q pccl.Quant, world int) float64 {
+	if q == pccl.NoQuant {
+		return 0
+	}
+	levels := 255.0
+	if q == pccl.MinMaxU16 || q == pccl.MinMaxU16Both {
+		levels = 65535
+	}
+	hops := 1
+	if q.BothPhases() {
+		hops = world
+	}
+	w := float64(world)
+	span := 1023 * w // contributions lie in [0, 1023]: every partial sum in [0, 1023*world]
+	const u = 1.0 / (1 << 24)
+	rounding := 6 * u * (float64(hops)*2*span + w*span)
+	return float64(hops)*span/levels/2 + rounding
+}
+
 // allreduceLoop runs AllReduces with the retry pattern until the group's step counter (shared state)
-// reaches stopAt. Each op's result is checked element by element against the sum of the contributions
-// of the ring it ran on. leaving, if set, is asked at every membership step: when it says so, the peer
-// leaves the group there (Communicator.Leave), so that the others go on without an abort, and the
-// loop returns errLeft.
-func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopAt func() uint64, leaving func() bool, emit func(event), log *slog.Logger) error {
-	count := size / 4
+// reaches lc.stopAt. Each op's result is checked element by element against the sum of the
+// contributions of the ring it ran on: exactly, or within the quantization's bound with lc.quant. When
+// lc.leaving says so at a membership step, the peer leaves the group there (Communicator.Leave), so
+// that the others go on without an abort, and the loop returns errLeft.
+func allreduceLoop(ctx context.Context, comm *pccl.Communicator, lc loopConfig, emit func(event), log *slog.Logger) error {
+	count := lc.size / 4
+	stopAt, leaving, contribution := lc.stopAt, lc.leaving, lc.contribution
+	if contribution == nil {
+		contribution = checkedContribution
+	}
 	step := make([]uint64, 1)
 	st := sharedstate.NewState()
 	st.Add(&sharedstate.Entry{Name: "step", DType: pccl.U64, Data: pccl.Bytes(step)})
@@ -179,7 +224,6 @@ func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopA
 	// A newcomer enters the loop at the sync, where the peers that admitted it are headed; so does
 	// every peer right after an UpdateTopology (it may have admitted someone).
 	atSync := fresh
-	contribution := func(id, s uint64, i int) float32 { return float32((id*31 + s*7 + uint64(i)) % 1024) }
 	// rewire is the retry pattern after a failure the group recovers from: UpdateTopology, then the
 	// step again from its sync, where newcomers enter.
 	rewire := func(err error) error {
@@ -245,20 +289,21 @@ func allreduceLoop(ctx context.Context, comm *pccl.Communicator, size int, stopA
 		for i := range buf {
 			buf[i] = contribution(comm.ID(), step[0], i)
 		}
-		if err := comm.AllReduce(ctx, pccl.Bytes(buf), pccl.Bytes(buf), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum}); err != nil {
+		if err := comm.AllReduce(ctx, pccl.Bytes(buf), pccl.Bytes(buf), pccl.Desc{Tag: 1, Count: count, DType: pccl.F32, Op: pccl.Sum, Quant: lc.quant}); err != nil {
 			if err := rewire(err); err != nil {
 				return err
 			}
 			continue
 		}
 		ring := comm.Ring()
+		slack := quantSlack(lc.quant, len(ring))
 		for i, v := range buf {
 			var want float32
 			for _, id := range ring {
 				want += contribution(id, step[0], i)
 			}
-			if v != want {
-				return fmt.Errorf("step %d element %d: %v, want %v (ring %v)", step[0], i, v, want, ring)
+			if d := math.Abs(float64(v) - float64(want)); v != want && !(d <= slack) {
+				return fmt.Errorf("step %d element %d: %v, want %v (ring %v, quantization %v: at most %.3g off)", step[0], i, v, want, ring, lc.quant, slack)
 			}
 		}
 		ops++

@@ -30,13 +30,13 @@ from . import _lib
 from ._buffers import Buffer, buffer
 from .errors import (AbortedError, BusyError, ClosedError, ConcordError, DescriptorMismatchError, InvalidError,
                      KickedError, LocalFailureError, MasterLostError, NonFiniteError, NotConnectedError,
-                     PeerLeftError, SyncError, TooFewPeersError, check)
+                     PeerLeftError, RefusedError, SyncError, TooFewPeersError, check)
 
 __all__ = [
     "Master", "Communicator", "SharedState", "AsyncReduce", "ReduceOp", "Quant", "Strategy", "ReduceInfo",
     "SyncInfo", "ConcordError", "PeerLeftError", "AbortedError", "TooFewPeersError", "LocalFailureError",
     "NonFiniteError", "KickedError", "ClosedError", "DescriptorMismatchError", "MasterLostError", "BusyError",
-    "InvalidError", "SyncError", "NotConnectedError", "library_path",
+    "InvalidError", "SyncError", "NotConnectedError", "RefusedError", "library_path",
 ]
 
 
@@ -51,11 +51,16 @@ class ReduceOp(enum.IntEnum):
 
 
 class Quant(enum.Enum):
-    """Quantization of an all-reduce's wire traffic (float32/float64 buffers only)."""
+    """Quantization of an all-reduce's wire traffic (float32/float64 buffers only). The MINMAX kinds
+    encode the all-gather phase; the _BOTH kinds encode the reduce-scatter's hops as well (SUM, AVG,
+    MIN and MAX only), for about a quarter (uint8) or half (uint16) of the float bytes on every hop.
+    Results stay bit-identical on every peer. Each value is (quantized type, algorithm) of pcclQuant*."""
 
     NONE = None
-    MINMAX_U8 = 0  # pcclUint8
-    MINMAX_U16 = 3  # pcclUint16
+    MINMAX_U8 = (0, 1)  # pcclUint8, pcclQuantMinMax
+    MINMAX_U16 = (3, 1)  # pcclUint16, pcclQuantMinMax
+    MINMAX_U8_BOTH = (0, 16)  # pcclUint8, concordQuantMinMaxBothPhases
+    MINMAX_U16_BOTH = (3, 16)  # pcclUint16, concordQuantMinMaxBothPhases
 
 
 class Strategy(enum.IntEnum):
@@ -114,10 +119,18 @@ class Master:
     or call run() and close(). ``port=0`` picks a free port; read it from ``port`` or ``address``.
     ``preset`` is "pccl" (the default: a silent peer is kept for 60 s, as PCCL's TCP keepalive
     does, while a closed connection removes it at once), "lan" (removed after 1.5 s of silence) or
-    "wan" (6 s). ``transport`` is "tcp" (default), "tls" or "quic"; the last two need ``secret``."""
+    "wan" (6 s). ``transport`` is "tcp" (default), "tls" or "quic"; the last two need ``secret``.
+
+    ``gossip`` ("host:port", port 0 picks one) runs a gossip failure detector there that peers join
+    (Communicator's ``gossip_join``, the address in ``gossip_address``): a peer it declares dead is
+    removed even while its connection stays open, as a hung process's does. ``guard`` is the
+    contribution guard, a dict of ``reject_non_finite`` (bool), ``norm_factor`` (above 1; 0 is off) and
+    ``exclude`` (kick the offender, else fail the all-reduce for everyone): it checks what peers with
+    ``contribution_stats`` report before an all-reduce of float data starts. Both are off by default."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, preset: str | None = None,
-                 secret: str | None = None, transport: str | None = None):
+                 secret: str | None = None, transport: str | None = None, gossip: str | None = None,
+                 guard: dict[str, Any] | None = None):
         self._lib = _lib.lib()
         self._h = ctypes.c_void_p()
         check(self._lib.pcclCreateMaster(_socket_address(host, port), ctypes.byref(self._h)), "create master")
@@ -129,6 +142,15 @@ class Master:
             check(self._lib.concordMasterSetSecret(self._h, secret.encode()), "master secret")
         if transport is not None:
             check(self._lib.concordMasterSetTransport(self._h, transport.encode()), "master transport")
+        if gossip is not None:
+            check(self._lib.concordMasterSetGossip(self._h, gossip.encode()), "master gossip")
+        if guard is not None:
+            unknown = set(guard) - {"reject_non_finite", "norm_factor", "exclude"}
+            if unknown:
+                raise InvalidError(f"guard: unknown settings {sorted(unknown)}")
+            check(self._lib.concordMasterSetGuard(self._h, bool(guard.get("reject_non_finite", False)),
+                                                  float(guard.get("norm_factor", 0)),
+                                                  bool(guard.get("exclude", False))), "master guard")
 
     def run(self) -> "Master":
         """Starts serving in the background."""
@@ -146,6 +168,13 @@ class Master:
     def address(self) -> str:
         host = f"[{self._host}]" if ":" in self._host else self._host
         return f"{host}:{self.port}"
+
+    @property
+    def gossip_address(self) -> str:
+        """The address peers join the running master's gossip detector at (``gossip_join``)."""
+        buf = ctypes.create_string_buffer(256)
+        check(self._lib.concordMasterGetGossipAddress(self._h, buf, len(buf)), "master gossip address")
+        return buf.value.decode()
 
     def close(self) -> None:
         """Stops the master, waits for it and frees it. Idempotent."""
@@ -224,12 +253,20 @@ class Communicator:
     transport), ``site`` the datacenter name, ``nics`` the network interfaces (names or addresses, in
     rail order) the intra-site tier runs on when ``site`` is set, ``preset`` "pccl" (the default: as
     patient with silence as PCCL), "lan" or "wan", ``listen``/``advertise`` the address this peer
-    accepts ring links on and the one neighbours dial."""
+    accepts ring links on and the one neighbours dial. ``gossip_join`` is the master's gossip address
+    (Master.gossip_address) to join its failure detector at, ``gossip_bind`` where this peer's gossip
+    member binds (default: the host of ``listen`` or of the route to the master, any port);
+    ``contribution_stats`` reports each float all-reduce's contribution norm to the master's guard.
+
+    A peer the master removed (KickedError, or MasterLostError, with ``err.rejoinable``) comes back
+    with rejoin(); it is then a newcomer and must fetch the group's state first."""
 
     def __init__(self, master: str, *, group: int = 0, pool_size: int = 0, secret: str | None = None,
                  transport: str | None = None, site: str | None = None, nics: list[str] | None = None,
                  preset: str | None = None, listen: str | None = None,
-                 advertise: str | None = None, master_timeout: float | None = None):
+                 advertise: str | None = None, master_timeout: float | None = None,
+                 gossip_join: str | None = None, gossip_bind: str | None = None,
+                 contribution_stats: bool = False):
         self._lib = _lib.lib()
         host, port = _split(master)
         params = _lib.CommCreateParams()
@@ -252,6 +289,11 @@ class Communicator:
             check(self._lib.concordSetListenAddress(self._h, listen.encode(), (advertise or "").encode()), "listen")
         if master_timeout is not None:
             check(self._lib.concordSetMasterTimeout(self._h, int(master_timeout * 1000)), "master timeout")
+        if gossip_join is not None or gossip_bind is not None:
+            check(self._lib.concordSetGossip(self._h, (gossip_join or "").encode(), (gossip_bind or "").encode()),
+                  "gossip")
+        if contribution_stats:
+            check(self._lib.concordSetContributionStats(self._h, True), "contribution stats")
         self._connected = False
 
     # -- membership --
@@ -259,6 +301,18 @@ class Communicator:
     def connect(self) -> "Communicator":
         """Joins the run; blocks until the accepted peers admit this peer."""
         check(self._lib.pcclConnect(self._h), "connect")
+        self._connected = True
+        return self
+
+    def rejoin(self, timeout: float | None = None) -> "Communicator":
+        """Comes back into the run after the master removed this peer: drops the old membership and
+        connects again with the same settings, retrying with a jittered backoff (100 ms doubling to 5 s)
+        while the master cannot be reached, until the accepted peers admit it (their next
+        update_topology). It raises at once, with RefusedError, on what a retry cannot fix (a wrong
+        secret, another release), and MasterLostError after ``timeout`` seconds (None: no limit). The
+        peer is then a newcomer: its first call is the group's state sync with Strategy.RECEIVE_ONLY."""
+        ms = 0 if timeout is None else max(1, int(timeout * 1000))
+        check(self._lib.concordRejoin(self._h, ms), "rejoin")
         self._connected = True
         return self
 
@@ -316,8 +370,7 @@ class Communicator:
             d.quantization_options.quantized_datatype = b.dtype
             d.quantization_options.algorithm = 0
         else:
-            d.quantization_options.quantized_datatype = quant.value
-            d.quantization_options.algorithm = 1
+            d.quantization_options.quantized_datatype, d.quantization_options.algorithm = quant.value
         return d
 
     @staticmethod

@@ -141,6 +141,12 @@ _SIGNATURES = {
     "concordMasterSetSecret": [_P, ctypes.c_char_p],
     "concordMasterSetTransport": [_P, ctypes.c_char_p],
     "concordMasterGetPort": [_P, ctypes.POINTER(ctypes.c_uint16)],
+    "concordMasterSetGossip": [_P, ctypes.c_char_p],
+    "concordMasterGetGossipAddress": [_P, ctypes.c_char_p, ctypes.c_size_t],
+    "concordMasterSetGuard": [_P, ctypes.c_bool, ctypes.c_double, ctypes.c_bool],
+    "concordSetGossip": [_P, ctypes.c_char_p, ctypes.c_char_p],
+    "concordSetContributionStats": [_P, ctypes.c_bool],
+    "concordRejoin": [_P, ctypes.c_uint64],
 }
 
 _lock = threading.Lock()
@@ -195,15 +201,17 @@ def lib() -> ctypes.CDLL:
                 fn.restype = _R
             handle.concordGetLastError.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             handle.concordGetLastError.restype = ctypes.c_size_t
+            handle.concordRejoinable.argtypes = []
+            handle.concordRejoinable.restype = ctypes.c_bool
             if handle.pcclInit() != SUCCESS:
                 raise OSError("pcclInit failed")
             _lib = handle
         return _lib
 
 
-def last_error() -> tuple[int, str]:
-    """Returns the kind and message of the most recent failed call."""
+def last_error() -> tuple[int, str, bool]:
+    """Returns the kind and message of the most recent failed call, and whether a rejoin can fix it."""
     h = lib()
     buf = ctypes.create_string_buffer(1024)
     h.concordGetLastError(buf, len(buf))
-    return h.concordGetLastErrorKind(), buf.value.decode(errors="replace")
+    return h.concordGetLastErrorKind(), buf.value.decode(errors="replace"), bool(h.concordRejoinable())

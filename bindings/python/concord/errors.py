@@ -7,13 +7,16 @@ from . import _lib
 
 class ConcordError(Exception):
     """A failed Concord call. ``code`` is PCCL's result code, ``retryable`` tells whether the group
-    recovers by retrying the operation (the library has already re-wired the ring)."""
+    recovers by retrying the operation (the library has already re-wired the ring), ``rejoinable``
+    whether this peer gets back into the run by Communicator.rejoin (the master removed it, or was
+    out of reach too long, and not for a reason a new connection cannot fix)."""
 
     retryable = False
 
-    def __init__(self, message: str, code: int = _lib.INTERNAL_ERROR):
+    def __init__(self, message: str, code: int = _lib.INTERNAL_ERROR, rejoinable: bool = False):
         super().__init__(message)
         self.code = code
+        self.rejoinable = rejoinable
 
 
 class PeerLeftError(ConcordError):
@@ -44,6 +47,11 @@ class NonFiniteError(LocalFailureError):
 
 class KickedError(ConcordError):
     """The master removed this peer; the communicator is unusable."""
+
+
+class RefusedError(KickedError):
+    """The master refused this peer for good: a wrong run token or secret, or another release. A
+    rejoin cannot fix it."""
 
 
 class ClosedError(ConcordError):
@@ -88,6 +96,7 @@ _BY_KIND = {
     11: BusyError,
     12: InvalidError,
     13: SyncError,
+    15: RefusedError,
 }
 
 # pcclResult_t -> exception class, for errors that wrap none of the sentinels
@@ -105,6 +114,6 @@ def check(code: int, what: str) -> None:
     """Raises the exception for a failed call's result code."""
     if code == _lib.SUCCESS:
         return
-    kind, msg = _lib.last_error()
+    kind, msg, rejoinable = _lib.last_error()
     cls = _BY_KIND.get(kind) or _BY_CODE.get(code, ConcordError)
-    raise cls(f"{what}: {msg or 'result code %d' % code}", code)
+    raise cls(f"{what}: {msg or 'result code %d' % code}", code, rejoinable)
