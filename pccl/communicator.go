@@ -14,6 +14,7 @@ import (
 	"github.com/concord-ccl/concord/internal/gossip"
 	"github.com/concord-ccl/concord/internal/simhook"
 	"github.com/concord-ccl/concord/internal/wire"
+	"github.com/concord-ccl/concord/pccl/internal/links"
 )
 
 // Communicator is one peer's membership in a run. Create it with Connect; Close it when done.
@@ -24,12 +25,12 @@ import (
 //   - run: owns the machine and calls; writes every message to the master (wbuf); on death sets
 //     fatal, then closes done.
 //   - readMaster: reads the master connection and posts each message to run.
-//   - wiring: opens the links of the master's Connect rounds (the links struct owns them) and posts
-//     the result to run.
-//   - the link acceptor and one reader per incoming link (see links), and one goroutine per bandwidth
-//     test of an OptimizeTopology (posts its result to run).
+//   - wiring: opens the links of the master's Connect rounds and posts the result to run.
+//   - the links' own goroutines (pccl/internal/links: an acceptor, a reader per incoming link, a
+//     writer per outgoing one), and one goroutine per bandwidth test of an OptimizeTopology (posts
+//     its result to run).
 //   - callers: a collective's data path runs on its caller's goroutine, which reads view and owns its
-//     opHandle's stream.
+//     streams.
 //
 // view is published by run after every step (atomic). serveMu guards the donor side of a sync.
 type Communicator struct {
@@ -45,9 +46,10 @@ type Communicator struct {
 	ctl      ctlSession
 	held     atomic.Pointer[heldState]
 
-	links *links
-	rv    rendezvous // reaching peers behind NAT (rendezvous.go)
-	site  *siteTier  // the intra-site tier, nil without Site and NICs (sitetier.go)
+	ln    net.Listener // where links and other peers' connections arrive; owned by links
+	links *links.Links // the data plane
+	rv    rendezvous   // reaching peers behind NAT (rendezvous.go)
+	site  *siteTier    // the intra-site tier, nil without Site and NICs (sitetier.go)
 
 	reqs     chan request       // callers and I/O goroutines -> run
 	connects chan *wire.Connect // run -> wiring, latest wins
@@ -99,10 +101,9 @@ type callEntry struct {
 	abort func(error)
 }
 
-// unixNano is t's Unix time in nanoseconds as this peer's wall clock reads it. It may be called on
-// a nil Communicator (the links of unit tests have none): that clock is exact.
+// unixNano is t's Unix time in nanoseconds as this peer's wall clock reads it.
 func (c *Communicator) unixNano(t time.Time) int64 {
-	if c == nil || c.wallOffset == nil {
+	if c.wallOffset == nil {
 		return t.UnixNano()
 	}
 	return t.UnixNano() + int64(c.wallOffset())
@@ -177,17 +178,21 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		c.site.close()
 		return nil, err
 	}
-	c.links = newLinks(c, ln)
 	c.log = c.log.With("peer", c.id)
+	c.ln = ln
+	c.links = links.New(links.Config{Self: c.id, Token: cfg.Token, PoolSize: cfg.PoolSize, EvenStriping: cfg.EvenStriping,
+		DialTimeout: cfg.DialTimeout, ProgressTimeout: cfg.ProgressTimeout, Logger: c.log, Dial: c.dialLink,
+		Serve:     map[uint8]func(net.Conn){wire.KindState: c.serveState, wire.KindBench: c.serveBench, wire.KindCall: c.takeCall},
+		WallNanos: c.unixNano, OnWire: c.fabricWired, Dying: c.done}, ln)
 	c.life, c.endLife = context.WithCancel(context.Background())
 	m := newMachine(c.id, time.Duration(welcome.HeartbeatInterval), cfg.MasterTimeout, time.Now())
 	m.incarnation = welcome.Incarnation
 
-	c.wg.Add(4)
+	c.wg.Add(3)
 	go c.run(m)
 	go c.readMaster(mc, 0)
-	go c.links.accept()
 	go c.wiring()
+	c.links.Start()
 
 	call, ch := c.newCall()
 	if err := c.submit(request{in: connectCall{call}, reply: ch}); err != nil {
@@ -353,7 +358,7 @@ type Stats struct {
 
 // Stats returns the communicator's counters. It may be called from any goroutine.
 func (c *Communicator) Stats() Stats {
-	s := Stats{LinksOpened: c.links.opened.Load(), LinksAccepted: c.links.accepted.Load(),
+	s := Stats{LinksOpened: c.links.Opened(), LinksAccepted: c.links.Accepted(),
 		LinksSameNAT: c.rv.direct.Load(), LinksReversed: c.rv.counts[wire.RendezvousReverse].Load(),
 		LinksPunched: c.rv.counts[wire.RendezvousPunch].Load(), LinksRelayed: c.rv.counts[wire.RendezvousRelay].Load()}
 	if t := c.site; t != nil {
@@ -508,13 +513,13 @@ func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
 		case wireAct:
 			replace(c.connects, a.m)
 		case retireAct:
-			c.links.retire(a.ring)
+			c.links.Retire(a.ring)
 		case abortAct:
 			if e := c.calls[a.call]; e != nil && e.abort != nil {
 				e.abort(a.err)
 			}
 		case tombstoneAct:
-			c.links.tombstone(a.seq)
+			c.links.Tombstone(a.seq)
 		case measureAct:
 			c.wg.Add(1)
 			go func() {
@@ -630,7 +635,7 @@ func (c *Communicator) redial(resume *wire.Resume) {
 	ctx, cancel := context.WithTimeout(c.life, c.cfg.DialTimeout)
 	defer cancel()
 	var res redialedIn
-	conn, err := c.dialMaster(ctx, c.links.ln)
+	conn, err := c.dialMaster(ctx, c.ln)
 	if err == nil {
 		err = c.handshake(ctx, conn)
 	}
@@ -691,7 +696,7 @@ func (c *Communicator) wiring() {
 		case <-c.stop:
 			return
 		case m := <-c.connects:
-			failed, err := c.links.wire(m)
+			failed, err := c.links.Wire(m)
 			if err != nil {
 				c.log.Warn("wiring failed", "epoch", m.Epoch, "err", err)
 			}
@@ -706,7 +711,7 @@ func (c *Communicator) wiring() {
 // (else ErrBusy). If ctx ends first, the vote stays cast and the next call waits for its answer.
 func (c *Communicator) UpdateTopology(ctx context.Context) error {
 	call, ch := c.newCall()
-	_, err := c.ask(ctx, "update topology", call, ch, topologyCall{call: call, rewire: c.links.dirty()})
+	_, err := c.ask(ctx, "update topology", call, ch, topologyCall{call: call, rewire: c.links.Dirty()})
 	return cleanError(err)
 }
 
@@ -717,7 +722,7 @@ func (c *Communicator) UpdateTopology(ctx context.Context) error {
 // collective of this peer in flight (else ErrBusy).
 func (c *Communicator) Rewire(ctx context.Context) error {
 	call, ch := c.newCall()
-	_, err := c.ask(ctx, "rewire", call, ch, topologyCall{call: call, rewire: c.links.dirty(), noAdmit: true})
+	_, err := c.ask(ctx, "rewire", call, ch, topologyCall{call: call, rewire: c.links.Dirty(), noAdmit: true})
 	return cleanError(err)
 }
 
@@ -752,7 +757,7 @@ func (c *Communicator) Close() error {
 		}
 		close(c.stop)
 		c.masterConn().Close()
-		c.links.close()
+		c.links.Close()
 		c.wg.Wait()
 		c.site.close()
 		c.stopGossip()

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/concord-ccl/concord/pccl/internal/links"
 	"github.com/concord-ccl/concord/rings"
 )
 
@@ -153,8 +154,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Config.Master is empty", ErrInvalid)
 	case c.PoolSize < 0 || c.PoolSize > 64:
 		return fmt.Errorf("%w: Config.PoolSize is %d, must be in [0, 64]", ErrInvalid, c.PoolSize)
-	case c.PartBytes < 0 || c.PartBytes > maxPayload:
-		return fmt.Errorf("%w: Config.PartBytes is %d, must be between 0 and %d", ErrInvalid, c.PartBytes, maxPayload)
+	case c.PartBytes < 0 || c.PartBytes > links.MaxPayload:
+		return fmt.Errorf("%w: Config.PartBytes is %d, must be between 0 and %d", ErrInvalid, c.PartBytes, links.MaxPayload)
 	case c.DialTimeout < 0:
 		return fmt.Errorf("%w: Config.DialTimeout is %v, must be >= 0", ErrInvalid, c.DialTimeout)
 	case c.ProgressTimeout < 0:
