@@ -19,15 +19,16 @@ import (
 // Communicator is one peer's membership in a run. Create it with Connect; Close it when done.
 //
 // Ownership. The protocol state (epoch, ring, votes, collectives by tag, master liveness, fatal
-// error) lives in a machine owned by the run goroutine; API calls and I/O goroutines talk to it only
-// through the reqs channel, and it answers each call on the call's own reply channel. Goroutines:
-//   - run: owns the machine and calls; writes every message to the master (wbuf); on death sets
-//     fatal, then closes done.
-//   - readMaster: reads the master connection and posts each message to run.
+// error) lives in a machine owned by the run goroutine (runtime.go); API calls and I/O goroutines talk
+// to it only through the reqs channel, and it answers each call on the call's own reply channel.
+// Goroutines:
+//   - run: owns the machine, the calls and the table of dialled connections; writes every message to
+//     the master (wbuf); on death sets fatal, then closes done.
+//   - readMaster: reads the master connection and posts each message to run (control.go).
 //   - wiring: opens the links of the master's Connect rounds and posts the result to run.
 //   - the links' own goroutines (pccl/internal/links: an acceptor, a reader per incoming link, a
-//     writer per outgoing one), and one goroutine per bandwidth test of an OptimizeTopology (posts
-//     its result to run).
+//     writer per outgoing one); one goroutine per bandwidth test of an OptimizeTopology and per
+//     redial of the master (each posts its result to run), and one per rendezvous answered.
 //   - callers: a collective's data path runs on its caller's goroutine, which reads view and owns its
 //     streams.
 //
@@ -60,6 +61,8 @@ type Communicator struct {
 	nextCall atomic.Uint64
 	view     atomic.Pointer[view]
 	calls    map[uint64]*callEntry // owned by run
+	conns    map[connID]net.Conn   // owned by run: connections the machine's inputs name (redialedIn)
+	nextConn atomic.Uint64         // the last connID drawn
 
 	serveMu       sync.Mutex
 	serving       *State              // state donors read during a sync, nil otherwise
@@ -115,6 +118,7 @@ func connect(ctx context.Context, cfg Config) (*Communicator, error) {
 		done:     make(chan struct{}),
 		stop:     make(chan struct{}),
 		calls:    map[uint64]*callEntry{},
+		conns:    map[connID]net.Conn{},
 
 		wallOffset: simhook.WallOffset(ctx),
 	}

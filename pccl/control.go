@@ -10,6 +10,9 @@ import (
 	"github.com/concord-ccl/concord/internal/wire"
 )
 
+// The control connection to the master: the handshake, the Hello and its Welcome, session
+// resumption, the writer and the reader, and redials (reconnect.go has the protocol).
+
 // hello runs the handshake on conn and introduces this peer (introduce).
 func (c *Communicator) hello(ctx context.Context, conn net.Conn, resume *wire.Resume) (*wire.Welcome, wire.SessionID, error) {
 	if err := c.handshake(ctx, conn); err != nil {
@@ -114,13 +117,6 @@ func (c *Communicator) masterConn() net.Conn {
 	return c.master
 }
 
-// fromConn is an input from the reader of master connection generation gen; run drops it once that
-// connection has been replaced.
-type fromConn struct {
-	gen uint64
-	in  any
-}
-
 // readMaster posts the messages of master connection mc (generation gen) to run until it ends.
 func (c *Communicator) readMaster(mc net.Conn, gen uint64) {
 	defer c.wg.Done()
@@ -129,14 +125,14 @@ func (c *Communicator) readMaster(mc net.Conn, gen uint64) {
 		msg, b, err := wire.ReadFrame(mc, 0, buf)
 		buf = b
 		if err != nil {
-			c.post(fromConn{gen, masterLost{err}})
+			c.postFrom(gen, masterLost{err})
 			return
 		}
 		if a, ok := msg.(*wire.SessionAck); ok {
 			c.ctl.ack(a.Recv)
 			continue
 		}
-		c.post(fromConn{gen, masterIn{msg}})
+		c.postFrom(gen, masterIn{msg})
 	}
 }
 
@@ -162,7 +158,6 @@ func (c *Communicator) redial(resume *wire.Resume) {
 		err = c.handshake(ctx, conn)
 	}
 	if err == nil {
-		res.conn = conn
 		if id, ok := c.ctl.ident(); ok {
 			// The answer may take longer than a dial: a master that is paused answers when it runs
 			// again, and once it has read the request it has moved the session here.
@@ -183,14 +178,17 @@ func (c *Communicator) redial(resume *wire.Resume) {
 		if conn != nil {
 			conn.Close()
 		}
-		res.conn = nil
+		conn = nil
+	}
+	if conn != nil {
+		res.conn = connID(c.nextConn.Add(1))
 	}
 	res.err, res.kicked = err, errors.Is(err, ErrKicked)
 	select {
-	case c.reqs <- request{in: res}:
+	case c.reqs <- request{in: res, conn: conn}:
 	case <-c.stop:
-		if res.conn != nil {
-			res.conn.Close()
+		if conn != nil {
+			conn.Close()
 		}
 	}
 }

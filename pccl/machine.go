@@ -12,8 +12,23 @@ import (
 // machine is the peer's protocol state: what it voted for, which collectives it runs, the ring in
 // force, how long the master has been silent, and whether the communicator is dead. It does no I/O and
 // reads no clock: step takes an input and the current time and returns the actions the runtime must
-// carry out, in order (send to the master, reply to an API call, wire links, start or abort a data
-// operation, die). Only the run goroutine of a Communicator calls step.
+// carry out, in order. Only the run goroutine of a Communicator calls step.
+//
+// Inputs (machine_input.go):
+//   - from the runtime: tickIn (time passes), masterIn (a message from the master), masterLost and
+//     writeFailed (the master connection failed), wiredIn (the links of a Connect round are open),
+//     rendezvousOut (a rendezvous request for the master), measuredIn (a bandwidth test ended),
+//     redialedIn (a dial of the master ended, reconnect.go);
+//   - from API calls: connectCall, topologyCall, pendingCall, optimizeCall, initiateCall,
+//     reportCall, syncCall, syncDoneCall, stepCall, cancelCall, closeCall.
+//
+// Actions (machine_action.go): sendAct (write to the master), replyAct (answer a call), wireAct (open
+// the links of a ring), retireAct (drop links of peers that left), abortAct (stop a collective's data
+// path), tombstoneAct (drop the frames of an operation nobody here runs), measureAct (run a bandwidth
+// test), dieAct (the communicator is dead), noticeAct (log the master's warning), callAct (answer a
+// rendezvous), redialAct (dial the master again), adoptAct (take a dialled connection as the master
+// connection), dropConnAct (close a dialled connection). Connections travel as connIDs: the runtime
+// keeps the table.
 //
 // API calls reach it as inputs carrying a call id; every call that waits gets exactly one final reply
 // (an op's call may first get a start reply). A call whose caller gave up is cancelled with
@@ -112,20 +127,20 @@ func newMachine(id uint64, hbEvery, timeout time.Duration, now time.Time) *machi
 }
 
 // step applies one input at time now and returns the actions to carry out, in order.
-func (m *machine) step(now time.Time, in any) []any {
-	var acts []any
-	emit := func(a any) { acts = append(acts, a) }
+func (m *machine) step(now time.Time, in input) []action {
+	var acts []action
+	emit := func(a action) { acts = append(acts, a) }
 	m.stepInto(now, in, emit)
 	return acts
 }
 
-func (m *machine) stepInto(now time.Time, in any, emit func(any)) {
+func (m *machine) stepInto(now time.Time, in input, emit func(action)) {
 	if m.fatal != nil {
 		// A dead communicator answers calls with why it died and ignores everything else.
 		if c := callOf(in); c != 0 {
 			emit(replyAct{reply{call: c, err: m.fatal}})
 		}
-		if r, ok := in.(redialedIn); ok && r.conn != nil {
+		if r, ok := in.(redialedIn); ok && r.conn != 0 {
 			emit(dropConnAct{r.conn})
 		}
 		return

@@ -2,7 +2,11 @@ package pccl
 
 import "github.com/concord-ccl/concord/internal/wire"
 
-// Actions of the machine.
+// action is an action of the peer machine for the runtime to carry out, in order (the list is in
+// machine's doc). The marker method seals the set.
+type action interface{ isAction() }
+
+// The actions.
 type (
 	// sendAct: write msg to the master.
 	sendAct struct{ msg wire.Message }
@@ -27,7 +31,37 @@ type (
 	noticeAct struct{ text string }
 	// callAct: another peer asks to reach this one by rendezvous; open the connection it asks for.
 	callAct struct{ call *wire.RendezvousCall }
+	// redialAct: dial the master and resume the session; if the master does not know it, send a Hello
+	// with this report (the runtime adds the shared-state revision and digest). Then input redialedIn.
+	redialAct struct{ resume *wire.Resume }
+	// adoptAct: connection conn (of a redialedIn) is the master connection from now on; start reading
+	// it. With resumed, the session moved to it: send again this peer's frames after masterRecv, and
+	// drop those of the master's frames, sent again from masterNext, that this peer had already
+	// received.
+	adoptAct struct {
+		conn       connID
+		session    wire.SessionID // the session a Welcome opened, when not resumed
+		resumed    bool
+		masterRecv uint64
+		masterNext uint64
+	}
+	// dropConnAct: close connection conn (of a redialedIn), which nobody needs any more.
+	dropConnAct struct{ conn connID }
 )
+
+func (sendAct) isAction()      {}
+func (replyAct) isAction()     {}
+func (wireAct) isAction()      {}
+func (retireAct) isAction()    {}
+func (abortAct) isAction()     {}
+func (tombstoneAct) isAction() {}
+func (measureAct) isAction()   {}
+func (dieAct) isAction()       {}
+func (noticeAct) isAction()    {}
+func (callAct) isAction()      {}
+func (redialAct) isAction()    {}
+func (adoptAct) isAction()     {}
+func (dropConnAct) isAction()  {}
 
 // reply is the answer to an API call. start is set on the first reply to a collective that commenced;
 // every other reply is final.

@@ -6,9 +6,17 @@ import (
 	"github.com/concord-ccl/concord/internal/wire"
 )
 
-// Inputs of the machine.
+// input is an input of the peer machine (the list is in machine's doc). The marker method seals the
+// set: only the types of this package are inputs.
+type input interface{ isInput() }
+
+// connID names a connection the runtime holds for the machine: the machine's inputs and actions carry
+// it where they would carry the connection, and the runtime keeps the table from id to connection.
+type connID uint64
+
+// Inputs from the runtime and its I/O goroutines.
 type (
-	// tickIn lets time pass: heartbeats, master silence, verdict deadlines.
+	// tickIn lets time pass: heartbeats, master silence, verdict deadlines, redials.
 	tickIn struct{}
 	// masterIn is a message from the master.
 	masterIn struct{ msg wire.Message }
@@ -31,7 +39,26 @@ type (
 		rate    float64
 		latency time.Duration
 	}
+	// redialedIn: a dial of the master ended. Resumed: the master took the session over (masterRecv
+	// of this peer's session frames had arrived; it sends its own again from number masterNext).
+	// Otherwise, on success, conn is a new connection after its Welcome; kicked says the master
+	// refused the Hello with a Kick (err holds its reason). A conn other than 0 is adopted
+	// (adoptAct) or dropped (dropConnAct) by the step that takes the input.
+	redialedIn struct {
+		conn       connID
+		welcome    *wire.Welcome
+		session    wire.SessionID // the new session of a Welcome
+		err        error
+		kicked     bool
+		resumed    bool
+		masterRecv uint64
+		masterNext uint64
+	}
+)
 
+// Inputs from API calls. Each carries the call id its replies go to (callOf), except stepCall and
+// closeCall, which wait for none.
+type (
 	// connectCall waits for this peer's admission (the first Topology).
 	connectCall struct{ call uint64 }
 	// topologyCall is UpdateTopology; rewire asks for new links because one broke, and noAdmit keeps
@@ -84,8 +111,28 @@ type (
 	closeCall struct{}
 )
 
+func (tickIn) isInput()        {}
+func (masterIn) isInput()      {}
+func (masterLost) isInput()    {}
+func (writeFailed) isInput()   {}
+func (wiredIn) isInput()       {}
+func (rendezvousOut) isInput() {}
+func (measuredIn) isInput()    {}
+func (redialedIn) isInput()    {}
+func (connectCall) isInput()   {}
+func (topologyCall) isInput()  {}
+func (pendingCall) isInput()   {}
+func (optimizeCall) isInput()  {}
+func (initiateCall) isInput()  {}
+func (reportCall) isInput()    {}
+func (syncCall) isInput()      {}
+func (syncDoneCall) isInput()  {}
+func (stepCall) isInput()      {}
+func (cancelCall) isInput()    {}
+func (closeCall) isInput()     {}
+
 // callOf returns the call id an input carries, 0 if none.
-func callOf(in any) uint64 {
+func callOf(in input) uint64 {
 	switch in := in.(type) {
 	case connectCall:
 		return in.call

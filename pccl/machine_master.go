@@ -9,7 +9,9 @@ import (
 	"github.com/concord-ccl/concord/internal/wire"
 )
 
-func (m *machine) tick(now time.Time, emit func(any)) {
+// tick checks the master's silence and the verdicts awaited, sends the heartbeat when due, and
+// drives the session's probe and redials (reconnect.go).
+func (m *machine) tick(now time.Time, emit func(action)) {
 	if silent := now.Sub(m.lastHeard); silent > m.timeout {
 		m.die(fmt.Errorf("%w: no answer for %v (Config.MasterTimeout %v); check that the master runs, then connect again", ErrMasterLost, silent.Round(time.Millisecond), m.timeout), emit)
 		return
@@ -30,7 +32,8 @@ func (m *machine) tick(now time.Time, emit func(any)) {
 	m.redialTick(now, emit)
 }
 
-func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
+// fromMaster takes a message of the master.
+func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(action)) {
 	send := func(msg wire.Message) { emit(sendAct{msg}) }
 	switch msg := msg.(type) {
 	case *wire.HeartbeatAck:
@@ -147,7 +150,7 @@ func (m *machine) fromMaster(now time.Time, msg wire.Message, emit func(any)) {
 // commence handles the master's go for a collective. A Commence that crossed this peer's withdrawal
 // is dropped (the master counts the withdrawal as this peer's Done); one on a ring this peer has not
 // seen is answered with a failure.
-func (m *machine) commence(now time.Time, msg *wire.Commence, emit func(any)) {
+func (m *machine) commence(now time.Time, msg *wire.Commence, emit func(action)) {
 	o := m.ops[msg.Tag]
 	if o == nil || o.phase != opVoted {
 		emit(tombstoneAct{msg.Seq})

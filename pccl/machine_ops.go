@@ -11,7 +11,7 @@ import (
 )
 
 // cancel handles a caller that gave up.
-func (m *machine) cancel(now time.Time, in cancelCall, emit func(any)) {
+func (m *machine) cancel(now time.Time, in cancelCall, emit func(action)) {
 	c := in.call
 	switch {
 	case m.topo.call == c:
@@ -64,7 +64,7 @@ func (m *machine) cancel(now time.Time, in cancelCall, emit func(any)) {
 }
 
 // finishOp gives the caller of o the verdict and forgets o.
-func (m *machine) finishOp(o *opState, emit func(any)) {
+func (m *machine) finishOp(o *opState, emit func(action)) {
 	what := fmt.Sprintf("pccl: allreduce tag %d", o.tag)
 	if o.seq != 0 {
 		what = fmt.Sprintf("pccl: allreduce tag %d seq %d", o.tag, o.seq)
@@ -79,7 +79,7 @@ func (m *machine) finishOp(o *opState, emit func(any)) {
 
 // die records why the communicator cannot go on, answers every waiting call and aborts every data
 // operation.
-func (m *machine) die(err error, emit func(any)) {
+func (m *machine) die(err error, emit func(action)) {
 	if m.fatal != nil {
 		return
 	}

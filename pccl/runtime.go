@@ -4,16 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"time"
 )
 
+// The run goroutine and the ways into it: it owns the machine, feeds it every input in order and
+// carries out its actions.
+
 // request is one input for the run goroutine. reply, when set, is registered for the input's call
-// before the machine sees it; abort, for a collective, stops its data path.
+// before the machine sees it; abort, for a collective, stops its data path. An input read from a
+// master connection carries the connection's generation (fromMaster, gen): run drops it once that
+// connection has been replaced. conn is the connection a redialedIn names, which run keeps in its
+// table under the input's connID until the machine adopts or drops it.
 type request struct {
-	in    any
-	reply chan reply
-	abort func(error)
+	in         input
+	reply      chan reply
+	abort      func(error)
+	fromMaster bool
+	gen        uint64
+	conn       net.Conn
 }
 
 type callEntry struct {
@@ -38,9 +48,17 @@ func (c *Communicator) submit(r request) error {
 
 // post hands an input without a reply to the run goroutine; it is dropped once the communicator is
 // closed.
-func (c *Communicator) post(in any) {
+func (c *Communicator) post(in input) {
 	select {
 	case c.reqs <- request{in: in}:
+	case <-c.stop:
+	}
+}
+
+// postFrom posts an input read from master connection generation gen.
+func (c *Communicator) postFrom(gen uint64, in input) {
+	select {
+	case c.reqs <- request{in: in, fromMaster: true, gen: gen}:
 	case <-c.stop:
 	}
 }
@@ -72,7 +90,7 @@ func (c *Communicator) await(ctx context.Context, call uint64, ch chan reply) (r
 }
 
 // ask submits in, registered for call, and waits for its final reply; the reply's error if any.
-func (c *Communicator) ask(ctx context.Context, what string, call uint64, ch chan reply, in any) (reply, error) {
+func (c *Communicator) ask(ctx context.Context, what string, call uint64, ch chan reply, in input) (reply, error) {
 	if err := c.submit(request{in: in, reply: ch}); err != nil {
 		return reply{}, err
 	}
@@ -96,7 +114,7 @@ func (c *Communicator) run(m *machine) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
-		var in any
+		var in input
 		select {
 		case r := <-c.reqs:
 			if r.reply != nil {
@@ -104,19 +122,25 @@ func (c *Communicator) run(m *machine) {
 					c.calls[call] = &callEntry{ch: r.reply, abort: r.abort}
 				}
 			}
-			in = r.in
-			if f, ok := in.(fromConn); ok {
-				if f.gen != c.gen {
+			if r.fromMaster {
+				if r.gen != c.gen {
 					continue // from a master connection that was replaced
 				}
-				if _, ok := f.in.(masterIn); ok && !c.ctl.received() {
+				if _, ok := r.in.(masterIn); ok && !c.ctl.received() {
 					continue // arrived on the connection before, then again on this one
 				}
-				in = f.in
 			}
+			if rd, ok := r.in.(redialedIn); ok && r.conn != nil {
+				c.conns[rd.conn] = r.conn
+			}
+			in = r.in
 		case <-tick.C:
 			in = tickIn{}
 		case <-c.stop:
+			for id, conn := range c.conns {
+				conn.Close() // the machine never answered for it: it died first
+				delete(c.conns, id)
+			}
 			return
 		}
 		now := time.Now()
@@ -138,7 +162,7 @@ func (c *Communicator) publish(m *machine) {
 }
 
 // apply carries out the machine's actions in order.
-func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
+func (c *Communicator) apply(m *machine, now time.Time, acts []action) {
 	for len(acts) > 0 {
 		a := acts[0]
 		acts = acts[1:]
@@ -189,9 +213,10 @@ func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
 			c.wg.Add(1)
 			go c.redial(a.resume)
 		case adoptAct:
+			conn := c.takeConn(a.conn)
 			var err error
 			if a.resumed {
-				err = c.ctl.resume(a.conn, a.masterRecv, a.masterNext)
+				err = c.ctl.resume(conn, a.masterRecv, a.masterNext)
 				c.log.Info("resumed the session with the master on a new connection")
 			} else {
 				c.ctl.start(a.session)
@@ -199,7 +224,7 @@ func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
 			}
 			c.masterMu.Lock()
 			old := c.master
-			c.master = a.conn
+			c.master = conn
 			c.masterMu.Unlock()
 			old.Close()
 			c.gen++
@@ -207,18 +232,25 @@ func (c *Communicator) apply(m *machine, now time.Time, acts []any) {
 				acts = append(acts, m.step(now, writeFailed{err})...)
 			}
 			c.wg.Add(1)
-			go c.readMaster(a.conn, c.gen)
+			go c.readMaster(conn, c.gen)
 		case callAct:
 			c.wg.Add(1)
 			go c.answer(a.call)
 		case noticeAct:
 			c.log.Warn("the master says: " + a.text)
 		case dropConnAct:
-			if a.conn != nil {
-				a.conn.Close()
+			if conn := c.takeConn(a.conn); conn != nil {
+				conn.Close()
 			}
 		}
 	}
+}
+
+// takeConn removes connection id from run's table and returns it, nil if it is not there.
+func (c *Communicator) takeConn(id connID) net.Conn {
+	conn := c.conns[id]
+	delete(c.conns, id)
+	return conn
 }
 
 // replace puts v in a one-slot channel, dropping a stale value.
