@@ -105,9 +105,8 @@ type Config struct {
 // LAN returns the preset for peers on one network (fill in Master).
 func LAN() Config { return Config{PoolSize: 1, PartBytes: lanPartBytes} }
 
-// lanPartBytes is the LAN preset's PartBytes. Over TCP's local path on a 2-core machine (bench/
-// allreduce, 64 MiB, five alternating runs at 4 peers), 4 MiB parts took 0.073–0.097 s per
-// AllReduce against 0.098–0.113 s with 1 MiB.
+// lanPartBytes is the LAN preset's PartBytes: parts large enough that a frame's fixed costs vanish
+// on a local network, small enough to pipeline a ring step (docs/results/allreduce.md compares sizes).
 const lanPartBytes = 4 << 20
 
 // WAN returns the preset for peers across the internet (fill in Master): four connections per

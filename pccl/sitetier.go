@@ -45,9 +45,9 @@ import (
 )
 
 // siteRepair are the hot-repair deadlines of the intra-site tier. A peer shares its cores with the
-// training and with the WAN tier, so a late acknowledgement or probe answer must not look like a
-// failure (two busy cores under the race detector delay one by a few hundred milliseconds): a NIC that
-// goes down is seen at once through its link state, and a silent one within about two seconds.
+// training and with the WAN tier, so a late acknowledgement or probe answer (a busy machine delays
+// one by hundreds of milliseconds) must not look like a failure: a NIC that goes down is seen at once
+// through its link state, and a silent one within about two seconds.
 var siteRepair = rdma.RepairConfig{
 	MinAckTimeout: 500 * time.Millisecond,
 	MaxAckTimeout: 2 * time.Second,
