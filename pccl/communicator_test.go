@@ -148,6 +148,31 @@ func sumOfRanks(ctx context.Context, comms []*pccl.Communicator) []error {
 	})
 }
 
+// bubbled runs f in a synctest bubble: time is the bubble's clock, and part runs the parts of f in
+// place, since t.Run may not be called there.
+func bubbled(t *testing.T, f func(t *testing.T)) {
+	synctest.Test(t, func(t *testing.T) {
+		inBubble.Store(t, true)
+		defer inBubble.Delete(t)
+		f(t)
+	})
+}
+
+// inBubble holds the *testing.T of every test that bubbled runs now.
+var inBubble sync.Map
+
+// part runs f as the part of t called name: a subtest, or in a bubble, in place after a line that
+// names it in the test's log.
+func part(t *testing.T, name string, f func(t *testing.T)) {
+	t.Helper()
+	if _, ok := inBubble.Load(t); ok {
+		t.Logf("%s:", name)
+		f(t)
+		return
+	}
+	t.Run(name, f)
+}
+
 func closeAll(comms []*pccl.Communicator) {
 	for _, c := range comms {
 		if c != nil {
