@@ -2,7 +2,6 @@ package pccl_test
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,115 +23,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// group is a master and peers on one in-memory network.
-type group struct {
-	t      *testing.T
-	net    *pccl.Network
-	addr   string
-	srv    *master.Server
-	cancel context.CancelFunc
-	done   chan error
-	n      int
-	parts  map[string]int // Config.PartBytes by host, where not 4096
-}
-
-func newGroup(t *testing.T, cfg master.Config) *group {
-	t.Helper()
-	g := &group{t: t, net: pccl.NewNetwork(), addr: "master:7000", done: make(chan error, 1)}
-	ln, err := g.net.Host("master").Listen(g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.srv = master.NewServer(master.ServerConfig{Config: cfg})
-	ctx, cancel := context.WithCancel(context.Background())
-	g.cancel = cancel
-	go func() { g.done <- g.srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-g.done; err != nil {
-			t.Errorf("master: %v", err)
-		}
-	})
-	return g
-}
-
-// host returns the name of the next peer host.
-func (g *group) host() string {
-	g.n++
-	return fmt.Sprintf("peer%d", g.n)
-}
-
-func (g *group) connect(ctx context.Context, host string) (*pccl.Communicator, error) {
-	return pccl.Connect(ctx, pccl.Config{
-		Master:     g.addr,
-		ListenAddr: host + ":9000",
-		Transport:  g.net.Host(host),
-		PartBytes:  cmp.Or(g.parts[host], 4096),
-	})
-}
-
-// start connects n peers: the first is accepted alone, the rest through one UpdateTopology.
-func (g *group) start(ctx context.Context, n int) ([]*pccl.Communicator, []string) {
-	g.t.Helper()
-	hosts := make([]string, n)
-	comms := make([]*pccl.Communicator, n)
-	var err error
-	hosts[0] = g.host()
-	if comms[0], err = g.connect(ctx, hosts[0]); err != nil {
-		g.t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := 1; i < n; i++ {
-		hosts[i] = g.host()
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			comms[i], errs[i] = g.connect(ctx, hosts[i])
-		}(i)
-	}
-	// Wait until every newcomer registered, then admit them all in one UpdateTopology.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if s := g.srv.Snapshot(); len(s.Peers) == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			g.t.Fatal("peers did not register")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	if err := comms[0].UpdateTopology(ctx); err != nil {
-		g.t.Fatal(err)
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			g.t.Fatalf("peer %d: %v", i, err)
-		}
-	}
-	for _, c := range comms {
-		if c.WorldSize() != n {
-			g.t.Fatalf("world size %d, want %d", c.WorldSize(), n)
-		}
-	}
-	return comms, hosts
-}
-
-// each runs f for every communicator at once and returns the errors by index.
-func each(comms []*pccl.Communicator, f func(i int, c *pccl.Communicator) error) []error {
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for i, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(i, c)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
 // sumOfRanks has every communicator AllReduce its index+1 and checks the sum on each.
 func sumOfRanks(ctx context.Context, comms []*pccl.Communicator) []error {
 	want := int64(len(comms) * (len(comms) + 1) / 2)
@@ -146,39 +36,6 @@ func sumOfRanks(ctx context.Context, comms []*pccl.Communicator) []error {
 		}
 		return nil
 	})
-}
-
-// bubbled runs f in a synctest bubble: time is the bubble's clock, and part runs the parts of f in
-// place, since t.Run may not be called there.
-func bubbled(t *testing.T, f func(t *testing.T)) {
-	synctest.Test(t, func(t *testing.T) {
-		inBubble.Store(t, true)
-		defer inBubble.Delete(t)
-		f(t)
-	})
-}
-
-// inBubble holds the *testing.T of every test that bubbled runs now.
-var inBubble sync.Map
-
-// part runs f as the part of t called name: a subtest, or in a bubble, in place after a line that
-// names it in the test's log.
-func part(t *testing.T, name string, f func(t *testing.T)) {
-	t.Helper()
-	if _, ok := inBubble.Load(t); ok {
-		t.Logf("%s:", name)
-		f(t)
-		return
-	}
-	t.Run(name, f)
-}
-
-func closeAll(comms []*pccl.Communicator) {
-	for _, c := range comms {
-		if c != nil {
-			c.Close()
-		}
-	}
 }
 
 // fill returns count float32 values that depend on (seed, i); small integers so sums are exact.

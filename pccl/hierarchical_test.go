@@ -24,54 +24,16 @@ func (g *group) startSites(ctx context.Context, sites, per int) ([]*pccl.Communi
 // startSitesWith is startSites with peer i's Config passed through edit (if not nil) first.
 func (g *group) startSitesWith(ctx context.Context, sites, per int, edit func(i int, cfg *pccl.Config)) ([]*pccl.Communicator, []string) {
 	g.t.Helper()
-	n := sites * per
-	hosts := make([]string, n)
-	comms := make([]*pccl.Communicator, n)
-	errs := make([]error, n)
-	connect := func(i int) {
-		cfg := pccl.Config{
-			Master:     g.addr,
-			ListenAddr: hosts[i] + ":9000",
-			Transport:  g.net.Host(hosts[i]),
-			PartBytes:  4096,
-			Site:       fmt.Sprintf("site%d", i%sites),
-		}
-		if edit != nil {
-			edit(i, &cfg)
-		}
-		comms[i], errs[i] = pccl.Connect(ctx, cfg)
-	}
+	hosts := make([]string, sites*per)
 	for i := range hosts {
 		hosts[i] = g.host()
 	}
-	connect(0)
-	if errs[0] != nil {
-		g.t.Fatal(errs[0])
-	}
-	var wg sync.WaitGroup
-	for i := 1; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			connect(i)
-		}()
-	}
-	for deadline := time.Now().Add(10 * time.Second); len(g.srv.Snapshot().Peers) != n; {
-		if time.Now().After(deadline) {
-			g.t.Fatal("peers did not register")
+	comms := g.admit(ctx, hosts, func(i int, cfg *pccl.Config) {
+		cfg.Site = fmt.Sprintf("site%d", i%sites)
+		if edit != nil {
+			edit(i, cfg)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	if err := comms[0].UpdateTopology(ctx); err != nil {
-		g.t.Fatal(err)
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			closeAll(comms)
-			g.t.Fatalf("peer %d: %v", i, err)
-		}
-	}
+	})
 	return comms, hosts
 }
 
