@@ -118,13 +118,14 @@ func (c *Communicator) runHierarchical(ctx context.Context, op *collective, hv l
 	}
 	stop := context.AfterFunc(ctx, func() { h.Abort(ctx.Err()) })
 	defer stop()
-	// The fabric's phases stop when the collective is aborted, by the caller or by the master.
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The fabric's phases stop when the collective is aborted, by the caller, by the master or by a
+	// failed stream of another phase; the abort's error is the context's cause.
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	go func() {
 		select {
 		case <-h.Done():
-			cancel()
+			cancel(h.Err())
 		case <-rctx.Done():
 		}
 	}()

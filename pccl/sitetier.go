@@ -391,7 +391,9 @@ func (p *sitePhase) Run(ctx context.Context, in, out []byte) error {
 			what = "all-gather"
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("intra-site %s on the rdma fabric: %w", what, err)
+			// Stopped from outside: the cause says why (the caller, the master's verdict, or the
+			// failure of another phase, such as a WAN ring that lost a peer).
+			return fmt.Errorf("intra-site %s on the rdma fabric: %w", what, context.Cause(ctx))
 		}
 		return fmt.Errorf("%w: intra-site %s on the rdma fabric: %w", ErrPeerLeft, what, err)
 	}
