@@ -6,30 +6,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 
 	"github.com/concord-ccl/concord/internal/wire"
+	"github.com/concord-ccl/concord/pccl/internal/links"
 	"github.com/concord-ccl/concord/rings"
 )
-
-// opHandle is the abort switch of one collective's data path. The run goroutine flips it on the
-// master's failure verdict or on death; the caller's watcher flips it when ctx ends. The stream of the
-// collective reads it.
-type opHandle struct {
-	once    sync.Once
-	aborted chan struct{}
-	cause   error // written once before aborted is closed
-}
-
-func newOpHandle() *opHandle { return &opHandle{aborted: make(chan struct{})} }
-
-// abort stops the data path with err; later calls do nothing. Safe from any goroutine.
-func (h *opHandle) abort(err error) {
-	h.once.Do(func() {
-		h.cause = err
-		close(h.aborted)
-	})
-}
 
 // Request is a collective started by AllReduceAsync.
 type Request struct {
@@ -79,13 +60,13 @@ func (c *Communicator) allReduce(ctx context.Context, send, recv []byte, d Desc)
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	call, ch := c.newCall()
-	h := newOpHandle()
+	h := links.NewHandle()
 	desc := wire.Desc{Count: uint64(d.Count), DType: uint8(d.DType), Op: uint8(d.Op), Quant: uint8(d.Quant), Part: uint32(c.cfg.PartBytes)}
 	var stats *wire.Contribution
 	if c.cfg.ContributionStats {
 		stats = contribution(send, d.DType)
 	}
-	if err := c.submit(request{in: initiateCall{call: call, tag: d.Tag, desc: desc, stats: stats}, reply: ch, abort: h.abort}); err != nil {
+	if err := c.submit(request{in: initiateCall{call: call, tag: d.Tag, desc: desc, stats: stats}, reply: ch, abort: h.Abort}); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	select {
@@ -93,7 +74,9 @@ func (c *Communicator) allReduce(ctx context.Context, send, recv []byte, d Desc)
 		if r.start == nil {
 			return r.err
 		}
-		return c.runOp(ctx, call, ch, h, r.start, send, recv, d)
+		op := &collective{call: call, ch: ch, h: h, st: r.start, send: send, recv: recv, d: d,
+			what: fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, r.start.seq)}
+		return c.runOp(ctx, op)
 	case <-c.done:
 		return c.verdict(call, ch, what)
 	case <-ctx.Done():
@@ -125,39 +108,50 @@ func (c *Communicator) verdict(call uint64, ch chan reply, what string) error {
 	}
 }
 
-// report tells the machine how the data path of collective call ended and returns the verdict.
-func (c *Communicator) report(call uint64, ch chan reply, tag uint64, done *wire.Done, what string) error {
-	if err := c.submit(request{in: reportCall{call: call, tag: tag, done: done}}); err != nil {
-		// Dead: the machine has already answered the call.
-		return c.verdict(call, ch, what)
-	}
-	return c.verdict(call, ch, what)
+// collective is one commenced collective of this peer: its call and the channel its replies come on,
+// its abort switch, the master's start, the caller's buffers and descriptor, and the prefix of its
+// errors.
+type collective struct {
+	call       uint64
+	ch         chan reply
+	h          *links.Handle
+	st         *opStart
+	send, recv []byte
+	d          Desc
+	what       string
 }
 
-// runOp moves the data of a commenced collective and reports it to the master.
-func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h *opHandle, st *opStart, send, recv []byte, d Desc) error {
-	what := fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, st.seq)
-	if hv, ok := c.links.hierarchyFor(st.ring); ok {
+// report tells the machine how the data path of op ended and returns the verdict.
+func (c *Communicator) report(op *collective, done *wire.Done) error {
+	// If the communicator is dead, the machine has already answered the call.
+	c.submit(request{in: reportCall{call: op.call, tag: op.d.Tag, done: done}})
+	return c.verdict(op.call, op.ch, op.what)
+}
+
+// runOp moves the data of commenced collective op and reports it to the master.
+func (c *Communicator) runOp(ctx context.Context, op *collective) error {
+	st, d, h := op.st, op.d, op.h
+	if hv, ok := c.links.HierarchyFor(st.ring); ok {
 		// A buffer too small for the WAN rings the links were wired for runs on the flat ring.
-		if segs, ok := hv.mySegments(d.Count, d.DType.Size(), fabricWanted(st, hv)); ok {
-			return c.runHierarchical(ctx, call, ch, h, st, hv, segs, send, recv, d)
+		if segs, ok := hv.Segments(d.Count, d.DType.Size(), pipeMinBytes, fabricWanted(st, hv)); ok {
+			return c.runHierarchical(ctx, op, hv, segs)
 		}
 	}
 	rank, world := slices.Index(st.ring, c.id), len(st.ring)
 	var s rings.Stream = nopStream{}
-	var ls *stream
+	var ls *links.Stream
 	if world > 1 {
 		prev := st.ring[(rank+world-1)%world]
 		var err error
-		ls, err = c.links.stream(d.Tag, st.seq, st.epoch, prev, h)
+		ls, err = c.links.Stream(links.Op{Tag: d.Tag, Seq: st.seq, Epoch: st.epoch, Handle: h}, prev)
 		if err != nil {
-			return c.report(call, ch, d.Tag, &wire.Done{Code: wire.CodePeerLeft, Detail: err.Error()}, what)
+			return c.report(op, &wire.Done{Code: wire.CodePeerLeft, Detail: err.Error()})
 		}
-		defer c.links.release(ls)
+		defer c.links.Release(ls)
 		s = ls
 	}
 	// The caller giving up aborts the ring (and, through our Done, every peer's).
-	stop := context.AfterFunc(ctx, func() { h.abort(ctx.Err()) })
+	stop := context.AfterFunc(ctx, func() { h.Abort(ctx.Err()) })
 	defer stop()
 
 	reported := false
@@ -166,14 +160,14 @@ func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h 
 		reported = true
 		done := &wire.Done{Code: wire.CodeOK}
 		if ls != nil {
-			done.LinkBytes, done.LinkNanos = ls.out.bytes, ls.out.wait
-			done.Links = ls.timings(st.ring[(rank+1)%world], st.ring[(rank+world-1)%world])
+			done.LinkBytes, done.LinkNanos = ls.Sent()
+			done.Links = ls.Timings(st.ring[(rank+1)%world], st.ring[(rank+world-1)%world])
 		}
-		verdict = c.report(call, ch, d.Tag, done, what)
+		verdict = c.report(op, done)
 		return verdict
 	}
 	opt := rings.Options{PartBytes: c.cfg.PartBytes, Quant: d.Quant}
-	err := rings.AllReduce(ctx, s, rank, world, send, recv, d.DType, d.Op, opt, commit)
+	err := rings.AllReduce(ctx, s, rank, world, op.send, op.recv, d.DType, d.Op, opt, commit)
 	if err == nil {
 		return nil
 	}
@@ -181,7 +175,7 @@ func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h 
 		if verdict != nil {
 			return verdict
 		}
-		return fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("%s: %w", op.what, err)
 	}
 	code := codeOf(err)
 	if ctx.Err() != nil {
@@ -189,15 +183,15 @@ func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h 
 	}
 	done := &wire.Done{Code: code, Detail: err.Error()}
 	if ls != nil {
-		done.Silent = ls.silentLink(st.ring[(rank+world-1)%world], st.ring[(rank+1)%world])
+		done.Silent = ls.SilentLink(st.ring[(rank+world-1)%world], st.ring[(rank+1)%world])
 	}
-	if verr := c.report(call, ch, d.Tag, done, what); verr != nil {
+	if verr := c.report(op, done); verr != nil {
 		if ctx.Err() != nil {
 			return errors.Join(verr, ctx.Err()) // the caller gave up: say so
 		}
 		return verr
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return fmt.Errorf("%s: %w", op.what, err)
 }
 
 // nopStream serves a ring of one peer, which sends and receives nothing.

@@ -13,85 +13,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/pccl"
-	"github.com/concord-ccl/concord/pccl/master"
 )
-
-// bubble is a master and peers on one in-memory network inside a synctest bubble: time is the
-// bubble's fake clock, so link latency and bandwidth are exact and nothing depends on the machine's
-// load.
-type bubble struct {
-	t     *testing.T
-	net   *pccl.Network
-	srv   *master.Server
-	stop  context.CancelFunc
-	done  chan error
-	hosts []string
-}
-
-const bubbleMaster = "master:7000"
-
-func newBubble(t *testing.T) *bubble {
-	b := &bubble{t: t, net: pccl.NewNetwork(), done: make(chan error, 1)}
-	ln, err := b.net.Host("master").Listen(bubbleMaster)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.srv = master.NewServer(master.ServerConfig{Config: master.Config{}})
-	ctx, cancel := context.WithCancel(context.Background())
-	b.stop = cancel
-	go func() { b.done <- b.srv.Serve(ctx, ln) }()
-	return b
-}
-
-// close stops the master; every communicator must be closed before.
-func (b *bubble) close() {
-	b.stop()
-	if err := <-b.done; err != nil {
-		b.t.Errorf("master: %v", err)
-	}
-}
-
-// start connects n peers whose links all have the given latency and bandwidth, and admits them.
-func (b *bubble) start(ctx context.Context, n int, link pccl.LinkConfig) []*pccl.Communicator {
-	b.t.Helper()
-	for i := range n {
-		b.hosts = append(b.hosts, fmt.Sprintf("peer%d", i+1))
-	}
-	for _, from := range b.hosts {
-		for _, to := range b.hosts {
-			if from != to {
-				b.net.SetLink(from, to, link)
-			}
-		}
-	}
-	comms := make([]*pccl.Communicator, n)
-	errs := make([]error, n)
-	connect := func(i int) {
-		comms[i], errs[i] = pccl.Connect(ctx, pccl.Config{Master: bubbleMaster, ListenAddr: b.hosts[i] + ":9000",
-			Transport: b.net.Host(b.hosts[i]), PartBytes: 16 << 10})
-	}
-	connect(0)
-	if errs[0] != nil {
-		b.t.Fatal(errs[0])
-	}
-	var wg sync.WaitGroup
-	for i := 1; i < n; i++ {
-		wg.Go(func() { connect(i) })
-	}
-	for len(b.srv.Snapshot().Peers) < n {
-		time.Sleep(time.Millisecond) // the bubble's clock: other goroutines run meanwhile
-	}
-	if err := comms[0].UpdateTopology(ctx); err != nil {
-		b.t.Fatal(err)
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			b.t.Fatalf("peer %d: %v", i, err)
-		}
-	}
-	return comms
-}
 
 // inputs returns each peer's buffer for a sum: peer i, element j holds i*1000+j+seed (exact in
 // float32 for the sizes used), and the expected sum.
@@ -126,7 +48,7 @@ func TestBubbleCrashAndRetry(t *testing.T) {
 		ctx := context.Background()
 		b := newBubble(t)
 		defer b.close()
-		comms := b.start(ctx, 4, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6})
+		comms := b.startLinked(ctx, 4, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6})
 		defer closeAll(comms)
 		const count = 1 << 16
 		desc := pccl.Desc{Tag: 3, Count: count, DType: pccl.F32, Op: pccl.Sum}
@@ -200,7 +122,7 @@ func TestBubbleCancelOneOfThreeTags(t *testing.T) {
 		ctx := context.Background()
 		b := newBubble(t)
 		defer b.close()
-		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		comms := b.startLinked(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
 		defer closeAll(comms)
 		const count = 1 << 16
 		opened := make([]uint64, 3)
@@ -284,7 +206,7 @@ func TestBubbleSilentLinkIsReported(t *testing.T) {
 		ctx := context.Background()
 		b := newBubble(t)
 		defer b.close()
-		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		comms := b.startLinked(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
 		defer closeAll(comms)
 		// The default progress floor (10s) decides, well before the master timeout would.
 		if took := partitionMidOp(t, b, comms, b.hosts[0], b.hosts[1]); took < 10*time.Second || took > 20*time.Second {
@@ -314,7 +236,7 @@ func sumEverywhere(t *testing.T, comms []*pccl.Communicator, count, seed int, wh
 // partitionMidOp starts an AllReduce on every peer, cuts hosts x and y apart 3 ms in, and checks
 // that every caller fails with a retryable ErrPeerLeft and its buffer untouched. It returns how long
 // the callers took, in bubble time.
-func partitionMidOp(t *testing.T, b *bubble, comms []*pccl.Communicator, x, y string) time.Duration {
+func partitionMidOp(t *testing.T, b *group, comms []*pccl.Communicator, x, y string) time.Duration {
 	t.Helper()
 	const count = 1 << 16
 	n := len(comms)
@@ -350,7 +272,7 @@ func TestBubbleBlackHoledLinkIsAvoided(t *testing.T) {
 		ctx := context.Background()
 		b := newBubble(t)
 		defer b.close()
-		comms := b.start(ctx, 4, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		comms := b.startLinked(ctx, 4, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
 		defer closeAll(comms)
 		host := map[uint64]string{}
 		for i, c := range comms {
@@ -393,7 +315,7 @@ func TestBubbleNonFiniteQuantizedResultIsNotRetryable(t *testing.T) {
 		ctx := context.Background()
 		b := newBubble(t)
 		defer b.close()
-		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		comms := b.startLinked(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
 		defer closeAll(comms)
 		const count = 4096
 		bufs, _ := inputs(3, count, 3)
@@ -424,7 +346,7 @@ func TestBubbleTelemetryFillsTheDelayMatrix(t *testing.T) {
 		ctx := context.Background()
 		b := newBubble(t)
 		defer b.close()
-		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
+		comms := b.startLinked(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 20e6})
 		defer closeAll(comms)
 		for range 3 {
 			sumEverywhere(t, comms, 1<<14, 1, "")

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/concord-ccl/concord/pccl/internal/links"
 	"github.com/concord-ccl/concord/rings"
 )
 
@@ -104,9 +105,8 @@ type Config struct {
 // LAN returns the preset for peers on one network (fill in Master).
 func LAN() Config { return Config{PoolSize: 1, PartBytes: lanPartBytes} }
 
-// lanPartBytes is the LAN preset's PartBytes. Over TCP's local path on a 2-core machine (bench/
-// allreduce, 64 MiB, five alternating runs at 4 peers), 4 MiB parts took 0.073–0.097 s per
-// AllReduce against 0.098–0.113 s with 1 MiB.
+// lanPartBytes is the LAN preset's PartBytes: parts large enough that a frame's fixed costs vanish
+// on a local network, small enough to pipeline a ring step (docs/results/allreduce.md compares sizes).
 const lanPartBytes = 4 << 20
 
 // WAN returns the preset for peers across the internet (fill in Master): four connections per
@@ -153,8 +153,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Config.Master is empty", ErrInvalid)
 	case c.PoolSize < 0 || c.PoolSize > 64:
 		return fmt.Errorf("%w: Config.PoolSize is %d, must be in [0, 64]", ErrInvalid, c.PoolSize)
-	case c.PartBytes < 0 || c.PartBytes > maxPayload:
-		return fmt.Errorf("%w: Config.PartBytes is %d, must be between 0 and %d", ErrInvalid, c.PartBytes, maxPayload)
+	case c.PartBytes < 0 || c.PartBytes > links.MaxPayload:
+		return fmt.Errorf("%w: Config.PartBytes is %d, must be between 0 and %d", ErrInvalid, c.PartBytes, links.MaxPayload)
 	case c.DialTimeout < 0:
 		return fmt.Errorf("%w: Config.DialTimeout is %v, must be >= 0", ErrInvalid, c.DialTimeout)
 	case c.ProgressTimeout < 0:

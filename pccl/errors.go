@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/concord-ccl/concord/internal/wire"
+	"github.com/concord-ccl/concord/pccl/internal/links"
 	"github.com/concord-ccl/concord/rings"
 )
 
@@ -13,8 +14,9 @@ import (
 // context such as the tag, the sequence number and the master's explanation. Retryable tells which
 // ones a group recovers from with UpdateTopology.
 var (
-	// ErrPeerLeft: a peer taking part left, died, hung or was kicked. Retry after UpdateTopology.
-	ErrPeerLeft = errors.New("pccl: a peer left")
+	// ErrPeerLeft: a peer taking part left, died, hung or was kicked, or a link to it broke. Retry
+	// after UpdateTopology.
+	ErrPeerLeft = links.ErrPeerLeft
 	// ErrAborted: the operation was aborted (a peer cancelled it, or a link failed during the ring).
 	// Retry after UpdateTopology. It is the same value as rings.ErrAborted.
 	ErrAborted = rings.ErrAborted
@@ -35,7 +37,7 @@ var (
 	// wrapped together with ErrKicked.
 	ErrRefused = errors.New("pccl: refused by the master")
 	// ErrClosed: the Communicator was closed.
-	ErrClosed = errors.New("pccl: communicator closed")
+	ErrClosed = links.ErrClosed
 	// ErrDescriptorMismatch: peers passed different descriptors for the same tag.
 	ErrDescriptorMismatch = errors.New("pccl: collective descriptors differ between peers")
 	// ErrMasterLost: the master stopped answering.

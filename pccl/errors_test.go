@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/concord-ccl/concord/internal/wire"
+	"github.com/concord-ccl/concord/pccl/internal/links"
 	"github.com/concord-ccl/concord/rings"
 )
 
@@ -18,6 +19,8 @@ func TestSentinelsAreShared(t *testing.T) {
 		{ErrAborted, rings.ErrAborted},
 		{ErrInvalid, rings.ErrInvalid},
 		{ErrNonFinite, rings.ErrNonFinite},
+		{ErrPeerLeft, links.ErrPeerLeft},
+		{ErrClosed, links.ErrClosed},
 	} {
 		if c.pccl != c.rings {
 			t.Errorf("%v is not the same value as %v", c.pccl, c.rings)

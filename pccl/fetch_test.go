@@ -25,7 +25,7 @@ func TestFetchFromEveryDonorAtOnce(t *testing.T) {
 			bw     = 20e6
 			size   = 16 << 20 // per entry, two entries
 		)
-		comms := b.start(ctx, donors+1, pccl.LinkConfig{Latency: 25 * time.Millisecond, Bandwidth: 200e6})
+		comms := b.startLinked(ctx, donors+1, pccl.LinkConfig{Latency: 25 * time.Millisecond, Bandwidth: 200e6})
 		defer closeAll(comms)
 		outlier := b.hosts[donors]
 		for _, h := range b.hosts[:donors] {

@@ -12,46 +12,12 @@ import (
 	"github.com/concord-ccl/concord/pccl"
 )
 
-// startGroup connects peers on the given hosts into peer group id of b's master, and admits them.
-// Every host is linked to every other host of the bubble.
-func (b *bubble) startGroup(ctx context.Context, id uint32, hosts []string) []*pccl.Communicator {
-	b.t.Helper()
-	b.hosts = append(b.hosts, hosts...)
-	for _, from := range b.hosts {
-		for _, to := range b.hosts {
-			if from != to {
-				b.net.SetLink(from, to, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6})
-			}
-		}
-	}
-	before := len(b.srv.Snapshot().Peers)
-	comms := make([]*pccl.Communicator, len(hosts))
-	errs := make([]error, len(hosts))
-	connect := func(i int) {
-		comms[i], errs[i] = pccl.Connect(ctx, pccl.Config{Master: bubbleMaster, ListenAddr: hosts[i] + ":9000",
-			Transport: b.net.Host(hosts[i]), PartBytes: 16 << 10, Group: id})
-	}
-	connect(0)
-	if errs[0] != nil {
-		b.t.Fatal(errs[0])
-	}
-	var wg sync.WaitGroup
-	for i := 1; i < len(hosts); i++ {
-		wg.Go(func() { connect(i) })
-	}
-	for len(b.srv.Snapshot().Peers) < before+len(hosts) {
-		time.Sleep(time.Millisecond) // the bubble's clock: other goroutines run meanwhile
-	}
-	if err := comms[0].UpdateTopology(ctx); err != nil {
-		b.t.Fatal(err)
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			b.t.Fatalf("group %d peer %d: %v", id, i, err)
-		}
-	}
-	return comms
+// startGroup connects peers on the given hosts into peer group id of g's master, and admits them.
+// Every host is linked to every other host of the group.
+func (g *group) startGroup(ctx context.Context, id uint32, hosts []string) []*pccl.Communicator {
+	g.t.Helper()
+	g.link(hosts, func(int, int) pccl.LinkConfig { return pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6} })
+	return g.admit(ctx, hosts, func(i int, cfg *pccl.Config) { cfg.Group = id })
 }
 
 // checkGroupInfo checks what every communicator of a group reports about its group and the run.

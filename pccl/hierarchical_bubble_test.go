@@ -12,53 +12,21 @@ import (
 	"github.com/concord-ccl/concord/pccl"
 )
 
-// startSites connects sites*per peers in the bubble, peer i in site i%sites, with fast links inside
-// a site and slow ones between sites, and admits them.
-func (b *bubble) startSites(ctx context.Context, sites, per int) []*pccl.Communicator {
-	b.t.Helper()
-	n := sites * per
-	for i := range n {
-		b.hosts = append(b.hosts, fmt.Sprintf("peer%d", i+1))
+// startSitesLinked connects sites*per peers, peer i in site i%sites, with fast links inside a site
+// and slow ones between sites, and admits them.
+func (g *group) startSitesLinked(ctx context.Context, sites, per int) []*pccl.Communicator {
+	g.t.Helper()
+	hosts := make([]string, sites*per)
+	for i := range hosts {
+		hosts[i] = g.host()
 	}
-	for i, from := range b.hosts {
-		for j, to := range b.hosts {
-			switch {
-			case i == j:
-			case i%sites == j%sites:
-				b.net.SetLink(from, to, pccl.LinkConfig{Latency: 100 * time.Microsecond, Bandwidth: 200e6})
-			default:
-				b.net.SetLink(from, to, pccl.LinkConfig{Latency: 10 * time.Millisecond, Bandwidth: 20e6})
-			}
+	g.link(hosts, func(i, j int) pccl.LinkConfig {
+		if i%sites == j%sites {
+			return pccl.LinkConfig{Latency: 100 * time.Microsecond, Bandwidth: 200e6}
 		}
-	}
-	comms := make([]*pccl.Communicator, n)
-	errs := make([]error, n)
-	connect := func(i int) {
-		comms[i], errs[i] = pccl.Connect(ctx, pccl.Config{Master: bubbleMaster, ListenAddr: b.hosts[i] + ":9000",
-			Transport: b.net.Host(b.hosts[i]), PartBytes: 16 << 10, Site: fmt.Sprintf("site%d", i%sites)})
-	}
-	connect(0)
-	if errs[0] != nil {
-		b.t.Fatal(errs[0])
-	}
-	var wg sync.WaitGroup
-	for i := 1; i < n; i++ {
-		wg.Go(func() { connect(i) })
-	}
-	for len(b.srv.Snapshot().Peers) < n {
-		time.Sleep(time.Millisecond) // the bubble's clock: other goroutines run meanwhile
-	}
-	if err := comms[0].UpdateTopology(ctx); err != nil {
-		b.t.Fatal(err)
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			closeAll(comms)
-			b.t.Fatalf("peer %d: %v", i, err)
-		}
-	}
-	return comms
+		return pccl.LinkConfig{Latency: 10 * time.Millisecond, Bandwidth: 20e6}
+	})
+	return g.admit(ctx, hosts, func(i int, cfg *pccl.Config) { cfg.Site = fmt.Sprintf("site%d", i%sites) })
 }
 
 // TestBubbleHierarchicalCancel cancels one caller's context in the middle of a hierarchical AllReduce
@@ -69,7 +37,7 @@ func TestBubbleHierarchicalCancel(t *testing.T) {
 		ctx := context.Background()
 		b := newBubble(t)
 		defer b.close()
-		comms := b.startSites(ctx, 2, 2)
+		comms := b.startSitesLinked(ctx, 2, 2)
 		defer closeAll(comms)
 		requireHierarchical(t, comms, 2, 2)
 		opened := make([]uint64, len(comms))

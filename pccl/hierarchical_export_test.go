@@ -4,8 +4,8 @@ package pccl
 // ring in force, and whether that AllReduce is hierarchical.
 func HierarchyForTest(c *Communicator) (site, wan []uint64, ok bool) {
 	ring := c.Ring()
-	h, ok := c.links.hierarchyFor(ring)
-	return h.site, h.wan, ok
+	h, ok := c.links.HierarchyFor(ring)
+	return h.Site, h.WAN, ok
 }
 
 // SiteFabricForTest describes c's intra-site fabric: whether one is open, its generation (epoch and

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/concord-ccl/concord/internal/wire"
+	"github.com/concord-ccl/concord/pccl/internal/links"
 )
 
 // Link telemetry of a hierarchical AllReduce. Its data moves on sub-rings, not on the flat ring's
@@ -17,46 +18,59 @@ import (
 // collective's first stream. Every peer of a site runs the same phases, so the stall per byte of a
 // link compares with the group's as it does on the flat ring.
 
-// hierTimings returns the Done telemetry of a hierarchical collective from its streams; ends(i)
-// names stream i's successor and predecessor. Links that carried nothing are left out; beyond
-// wire.MaxLinkTimings links (sites of different sizes, many WAN partners), those that carried the
-// most bytes are kept.
-func hierTimings(streams []*stream, ends func(i int) (next, prev uint64)) []wire.LinkTiming {
-	if len(streams) == 0 {
+// phaseTiming is one stream's telemetry: the time it opened and its two links' timings, as offsets
+// from then (links.Stream's Start and Timings).
+type phaseTiming struct {
+	t0    time.Time
+	links []wire.LinkTiming
+}
+
+// streamTimings returns the telemetry of streams; ends(i) names stream i's successor and predecessor.
+func streamTimings(streams []*links.Stream, ends func(i int) (next, prev uint64)) []phaseTiming {
+	out := make([]phaseTiming, len(streams))
+	for i, s := range streams {
+		out[i] = phaseTiming{t0: s.Start(), links: s.Timings(ends(i))}
+	}
+	return out
+}
+
+// hierTimings returns the Done telemetry of a hierarchical collective from its streams' telemetry.
+// Links that carried nothing are left out; beyond wire.MaxLinkTimings links (sites of different
+// sizes, many WAN partners), those that carried the most bytes are kept.
+func hierTimings(phases []phaseTiming) []wire.LinkTiming {
+	if len(phases) == 0 {
 		return nil
 	}
 	type key struct {
 		peer uint64
 		dir  wire.LinkDir
 	}
-	base := streams[0].t0
-	for _, s := range streams[1:] {
-		if s.t0.Before(base) {
-			base = s.t0
+	base := phases[0].t0
+	for _, p := range phases[1:] {
+		if p.t0.Before(base) {
+			base = p.t0
 		}
 	}
 	var order []key
 	merged := map[key]*wire.LinkTiming{}
-	add := func(k key, sp linkSpan, shift time.Duration) {
-		if sp.bytes == 0 || k.peer == 0 {
-			return
+	for _, p := range phases {
+		shift := uint64(p.t0.Sub(base))
+		for _, lt := range p.links {
+			k := key{lt.Peer, lt.Dir}
+			if lt.Bytes == 0 || k.peer == 0 {
+				continue
+			}
+			start, end := lt.Start+shift, lt.End+shift
+			m := merged[k]
+			if m == nil {
+				merged[k] = &wire.LinkTiming{Peer: k.peer, Dir: k.dir, Bytes: lt.Bytes, Start: start, End: end, Wait: lt.Wait}
+				order = append(order, k)
+				continue
+			}
+			m.Bytes += lt.Bytes
+			m.Start, m.End = min(m.Start, start), max(m.End, end)
+			m.Wait += lt.Wait
 		}
-		start, end := sp.start+uint64(shift), sp.end+uint64(shift)
-		lt := merged[k]
-		if lt == nil {
-			merged[k] = &wire.LinkTiming{Peer: k.peer, Dir: k.dir, Bytes: sp.bytes, Start: start, End: end, Wait: sp.wait}
-			order = append(order, k)
-			return
-		}
-		lt.Bytes += sp.bytes
-		lt.Start, lt.End = min(lt.Start, start), max(lt.End, end)
-		lt.Wait += sp.wait
-	}
-	for i, s := range streams {
-		next, prev := ends(i)
-		shift := s.t0.Sub(base)
-		add(key{next, wire.LinkOut}, s.out, shift)
-		add(key{prev, wire.LinkIn}, s.in, shift)
 	}
 	out := make([]wire.LinkTiming, len(order))
 	for i, k := range order {

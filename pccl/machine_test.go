@@ -34,16 +34,19 @@ import (
 //	recv ack | recv kick | recv illegal
 //	lost | writefail                                            the master connection failed
 //	redialed [fail | kick] [inc=I]                              a dial of the master ended: a
-//	                                                            Welcome of incarnation I, an error,
-//	                                                            or a Kick
-//	redialed resumed recv=R next=N                              the master resumed the session; it
-//	                                                            had R of ours, resends from its N
+//	                                                            Welcome of incarnation I on a new
+//	                                                            connection, an error, or a Kick
+//	redialed resumed recv=R next=N                              the master resumed the session on a
+//	                                                            new connection; it had R of ours,
+//	                                                            resends from its N
 //	wired epoch=E [fail=P]                                      the links of a Connect round
 //	measured round=R to=P bw=B                                  a bandwidth test ended
 //	advance DURATION                                            move the clock (no input)
 //	tick                                                        a tick
 //
 // Errors print as the sentinels they wrap, so the scripts pin the classification, not the wording.
+// A dial that succeeded names its connection by a number, 1 for the script's first; the step that
+// takes it must adopt it or drop it (checkConns).
 // Run `go test ./pccl -run PeerScenarios -update` to accept new output.
 func TestPeerScenarios(t *testing.T) {
 	golden.Run(t, "testdata/*.txt", runPeerScenario)
@@ -58,6 +61,7 @@ func runPeerScenario(t *testing.T, file string) string {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := newMachine(2, 250*time.Millisecond, 2*time.Second, now)
 	var out strings.Builder
+	var conns connID
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -103,7 +107,7 @@ func runPeerScenario(t *testing.T, file string) string {
 			}
 			return fields[i]
 		}
-		var in any
+		var in input
 		switch fields[0] {
 		case "call":
 			call, err := strconv.ParseUint(arg(1), 10, 64)
@@ -200,12 +204,15 @@ func runPeerScenario(t *testing.T, file string) string {
 			var r redialedIn
 			switch {
 			case strings.Contains(line, "resumed"):
-				r.resumed, r.masterRecv, r.masterNext = true, num("recv", 0), num("next", 1)
+				conns++
+				r.conn, r.resumed, r.masterRecv, r.masterNext = conns, true, num("recv", 0), num("next", 1)
 			case strings.Contains(line, "kick"):
 				r.err, r.kicked = fmt.Errorf("%w: run token mismatch", ErrKicked), true
 			case strings.Contains(line, "fail"):
 				r.err = errors.New("connection refused")
 			default:
+				conns++
+				r.conn = conns
 				r.welcome = &wire.Welcome{Peer: 2, HeartbeatInterval: uint64(250 * time.Millisecond), Incarnation: num("inc", 0)}
 			}
 			in = r
@@ -236,10 +243,12 @@ func runPeerScenario(t *testing.T, file string) string {
 			fail("unknown input %q", fields[0])
 		}
 		out.WriteString("> " + line + "\n")
-		for _, a := range m.step(now, in) {
+		acts := m.step(now, in)
+		for _, a := range acts {
 			out.WriteString("  " + formatPeerAction(a) + "\n")
 		}
 		checkMachine(t, m, file, n)
+		checkConns(t, in, acts, file, n)
 	}
 	fatal := "none"
 	if m.fatal != nil {
@@ -298,7 +307,7 @@ func formatMsg(msg wire.Message) string {
 	return fmt.Sprintf("%s%+v", v.Type().Name(), v.Interface())
 }
 
-func formatPeerAction(a any) string {
+func formatPeerAction(a action) string {
 	switch a := a.(type) {
 	case sendAct:
 		return "send " + formatMsg(a.msg)
@@ -342,11 +351,11 @@ func formatPeerAction(a any) string {
 		return fmt.Sprintf("redial Resume%+v", *a.resume)
 	case adoptAct:
 		if a.resumed {
-			return fmt.Sprintf("adopt the new connection: session resumed, resend from frame %d, the master's from %d", a.masterRecv+1, a.masterNext)
+			return fmt.Sprintf("adopt connection %d: session resumed, resend from frame %d, the master's from %d", a.conn, a.masterRecv+1, a.masterNext)
 		}
-		return "adopt the new master connection"
+		return fmt.Sprintf("adopt connection %d as the new master connection", a.conn)
 	case dropConnAct:
-		return "drop a dialled connection"
+		return fmt.Sprintf("drop dialled connection %d", a.conn)
 	case noticeAct:
 		return "notice: " + a.text
 	}
@@ -382,10 +391,36 @@ func checkMachine(t *testing.T, m *machine, file string, line int) {
 	}
 }
 
+// checkConns asserts that the step that took in adopted or dropped the connection in names, once,
+// and touched no other: the runtime holds it only until then.
+func checkConns(t *testing.T, in input, acts []action, file string, line int) {
+	t.Helper()
+	var want connID
+	if r, ok := in.(redialedIn); ok {
+		want = r.conn
+	}
+	var named []connID
+	for _, a := range acts {
+		switch a := a.(type) {
+		case adoptAct:
+			named = append(named, a.conn)
+		case dropConnAct:
+			named = append(named, a.conn)
+		}
+	}
+	switch {
+	case want == 0 && len(named) > 0:
+		t.Fatalf("%s:%d: connections %v adopted or dropped, none was dialled", file, line, named)
+	case want != 0 && (len(named) != 1 || named[0] != want):
+		t.Fatalf("%s:%d: connection %d dialled, %v adopted or dropped", file, line, want, named)
+	}
+}
+
 // FuzzPeerMachine drives the machine with arbitrary interleavings of calls, cancellations, master
 // messages, link events and time, and checks what must always hold: no panic, at most one start and
 // exactly one final reply per call that waits (start before final), every waiting call answered when
-// the machine dies, and nothing but error replies after death.
+// the machine dies, nothing but error replies (and the drop of a connection dialled meanwhile) after
+// death, and every dialled connection adopted or dropped by the step that takes it.
 func FuzzPeerMachine(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 	f.Add([]byte{4, 1, 9, 1, 7, 1, 12, 0, 3, 2, 9, 2, 8, 1, 14, 200})
@@ -412,10 +447,11 @@ func FuzzPeerMachine(f *testing.F) {
 			return ids[int(b)%len(ids)]
 		}
 		dead := false
+		var conns connID
 		for i := 0; i+1 < len(script); i += 2 {
 			op, arg := script[i]%19, script[i+1]
 			tag, seq, epoch := uint64(arg%3+1), uint64(arg%5+1), uint64(arg/5%3+1)
-			var in any
+			var in input
 			switch op {
 			case 0:
 				in = connectCall{newCall(false)}
@@ -481,20 +517,25 @@ func FuzzPeerMachine(f *testing.F) {
 			case 17:
 				switch arg % 5 {
 				case 0:
-					in = redialedIn{welcome: &wire.Welcome{Incarnation: uint64(arg)}}
+					conns++
+					in = redialedIn{conn: conns, welcome: &wire.Welcome{Incarnation: uint64(arg)}}
 				case 1:
 					in = redialedIn{err: errors.New("refused")}
 				case 2:
-					in = redialedIn{resumed: true, masterRecv: uint64(arg % 7), masterNext: uint64(arg % 5)}
+					conns++
+					in = redialedIn{conn: conns, resumed: true, masterRecv: uint64(arg % 7), masterNext: uint64(arg % 5)}
 				default:
 					in = masterIn{&wire.HeartbeatAck{}}
 				}
 			case 18:
 				in = wiredIn{epoch: epoch}
 			}
-			for _, a := range m.step(now, in) {
+			acts := m.step(now, in)
+			checkConns(t, in, acts, "fuzz", i/2)
+			for _, a := range acts {
 				if dead {
-					if r, ok := a.(replyAct); !ok || r.r.err == nil {
+					_, drop := a.(dropConnAct)
+					if r, ok := a.(replyAct); !drop && (!ok || r.r.err == nil) {
 						t.Fatalf("step %d: %s after death", i/2, formatPeerAction(a))
 					}
 				}

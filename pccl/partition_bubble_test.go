@@ -150,7 +150,7 @@ func TestBubbleMasterCutLosesNothing(t *testing.T) {
 		ctx := context.Background()
 		b := newBubble(t)
 		defer b.close()
-		comms := b.start(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6})
+		comms := b.startLinked(ctx, 3, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6})
 		defer closeAll(comms)
 		var revs revisions
 		const steps = 40
@@ -211,7 +211,7 @@ func TestBubblePeerCutRejoins(t *testing.T) {
 		var wg sync.WaitGroup
 		for i, h := range hosts {
 			wg.Go(func() {
-				cfg := pccl.Config{Master: bubbleMaster, ListenAddr: h + ":9000", Transport: b.net.Host(h), PartBytes: 16 << 10}
+				cfg := pccl.Config{Master: masterAddr, ListenAddr: h + ":9000", Transport: b.net.Host(h), PartBytes: 16 << 10}
 				errs[i] = pccl.Rejoin(ctx, cfg, pccl.RejoinConfig{}, func(ctx context.Context, c *pccl.Communicator, n int) error {
 					rejoins[i] = n
 					return checked(ctx, c, c.WorldSize() > 1, steps, 100*time.Millisecond, revs.record)
@@ -273,7 +273,7 @@ func TestBubbleMasterFlaps(t *testing.T) {
 		var wg sync.WaitGroup
 		for i, h := range hosts {
 			wg.Go(func() {
-				cfg := pccl.Config{Master: bubbleMaster, ListenAddr: h + ":9000", Transport: b.net.Host(h), PartBytes: 16 << 10}
+				cfg := pccl.Config{Master: masterAddr, ListenAddr: h + ":9000", Transport: b.net.Host(h), PartBytes: 16 << 10}
 				errs[i] = pccl.Rejoin(ctx, cfg, pccl.RejoinConfig{}, func(ctx context.Context, c *pccl.Communicator, n int) error {
 					return checked(ctx, c, c.WorldSize() > 1, steps, 100*time.Millisecond, revs.record)
 				})
@@ -320,7 +320,7 @@ func TestBubbleLeaveAtSafePoint(t *testing.T) {
 		ctx := context.Background()
 		b := newBubble(t)
 		defer b.close()
-		comms := b.start(ctx, 4, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6})
+		comms := b.startLinked(ctx, 4, pccl.LinkConfig{Latency: time.Millisecond, Bandwidth: 50e6})
 		var revs revisions
 		aborts := make([]int, 4)
 		var steps [4]uint64

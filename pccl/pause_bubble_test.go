@@ -22,7 +22,7 @@ import (
 func TestBubbleMasterPauseKicksNobody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		net := pccl.NewNetwork()
-		ln, err := net.Host("master").Listen(bubbleMaster)
+		ln, err := net.Host("master").Listen(masterAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func TestBubbleMasterPauseKicksNobody(t *testing.T) {
 		for i := range n {
 			hosts[i] = fmt.Sprintf("peer%d", i+1)
 			wg.Go(func() {
-				comms[i], errs[i] = pccl.Connect(context.Background(), pccl.Config{Master: bubbleMaster, ListenAddr: hosts[i] + ":9000",
+				comms[i], errs[i] = pccl.Connect(context.Background(), pccl.Config{Master: masterAddr, ListenAddr: hosts[i] + ":9000",
 					Transport: net.Host(hosts[i])})
 			})
 			if i == 0 {

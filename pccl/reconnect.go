@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"time"
 
@@ -70,40 +69,6 @@ const (
 	redialMax   = 400 * time.Millisecond
 )
 
-// redialedIn: a dial of the master ended. Resumed: the master took the session over (masterRecv of
-// this peer's session frames had arrived; it sends its own again from number masterNext).
-// Otherwise, on success, conn is a new connection after its Welcome; kicked says the master refused
-// the Hello with a Kick (err holds its reason).
-type redialedIn struct {
-	conn       net.Conn
-	welcome    *wire.Welcome
-	session    wire.SessionID // the new session of a Welcome
-	err        error
-	kicked     bool
-	resumed    bool
-	masterRecv uint64
-	masterNext uint64
-}
-
-// Actions of reconnection.
-type (
-	// redialAct: dial the master and resume the session; if the master does not know it, send a Hello
-	// with this report (the runtime adds the shared-state revision and digest). Then input redialedIn.
-	redialAct struct{ resume *wire.Resume }
-	// adoptAct: conn is the master connection from now on; start reading it. With resumed, the
-	// session moved to it: send again this peer's frames after masterRecv, and drop those of the
-	// master's frames, sent again from masterNext, that this peer had already received.
-	adoptAct struct {
-		conn       net.Conn
-		session    wire.SessionID // the session a Welcome opened, when not resumed
-		resumed    bool
-		masterRecv uint64
-		masterNext uint64
-	}
-	// dropConnAct: close conn, a dialled connection nobody needs any more.
-	dropConnAct struct{ conn net.Conn }
-)
-
 // jitter draws a delay in [d/2, d).
 func (r *reconnect) jitter(d time.Duration) time.Duration {
 	return d/2 + time.Duration(r.rng.Int64N(int64(d/2)+1))
@@ -111,7 +76,7 @@ func (r *reconnect) jitter(d time.Duration) time.Duration {
 
 // suspect handles a failed master connection (a read or write error) or a master silent for
 // probeAfter: a peer not accepted yet dies with ErrMasterLost; an accepted one resumes its session.
-func (m *machine) suspect(now time.Time, cause error, emit func(any)) {
+func (m *machine) suspect(now time.Time, cause error, emit func(action)) {
 	if !m.joined {
 		m.die(fmt.Errorf("pccl: connection to the master broke before this peer was accepted (%w: %w); check that the master runs, then connect again", ErrMasterLost, cause), emit)
 		return
@@ -126,7 +91,7 @@ func (m *machine) suspect(now time.Time, cause error, emit func(any)) {
 
 // restarted handles a master of another incarnation: what was in flight fails retryably, and the
 // peer waits for the new master to wire it in (rejoining).
-func (m *machine) restarted(now time.Time, inc uint64, emit func(any)) {
+func (m *machine) restarted(now time.Time, inc uint64, emit func(action)) {
 	m.rc.rejoining, m.rc.rewired = true, false
 	lost := fmt.Errorf("%w: the master restarted (incarnation %d after %d; %v); call UpdateTopology, then retry",
 		ErrAborted, inc, m.incarnation, m.rc.cause)
@@ -159,7 +124,7 @@ func (m *machine) restarted(now time.Time, inc uint64, emit func(any)) {
 
 // reconnecting handles in while the session is resumed or the restarted master has not wired this
 // peer in yet; it reports whether it did.
-func (m *machine) reconnecting(now time.Time, in any, emit func(any)) bool {
+func (m *machine) reconnecting(now time.Time, in input, emit func(action)) bool {
 	if r, ok := in.(redialedIn); ok {
 		m.redialed(now, r, emit)
 		return true
@@ -195,7 +160,7 @@ func (m *machine) reconnecting(now time.Time, in any, emit func(any)) bool {
 }
 
 // redialTick gives up after the master timeout, or starts the next dial when it is due.
-func (m *machine) redialTick(now time.Time, emit func(any)) {
+func (m *machine) redialTick(now time.Time, emit func(action)) {
 	if !m.rc.resuming {
 		return
 	}
@@ -212,7 +177,7 @@ func (m *machine) redialTick(now time.Time, emit func(any)) {
 }
 
 // redialed takes the result of a dial.
-func (m *machine) redialed(now time.Time, in redialedIn, emit func(any)) {
+func (m *machine) redialed(now time.Time, in redialedIn, emit func(action)) {
 	m.rc.dialing = false
 	switch {
 	case in.resumed:
@@ -221,7 +186,7 @@ func (m *machine) redialed(now time.Time, in redialedIn, emit func(any)) {
 		m.lastHeard = now
 		emit(adoptAct{conn: in.conn, resumed: true, masterRecv: in.masterRecv, masterNext: in.masterNext})
 	case !m.rc.resuming:
-		if in.conn != nil {
+		if in.conn != 0 {
 			emit(dropConnAct{in.conn}) // the connection recovered before a restarted master answered
 		}
 	case in.kicked:
@@ -267,7 +232,7 @@ func (m *machine) probeAfter() time.Duration { return max(4*m.hbEvery, time.Seco
 
 // probeTick starts resuming the session when the master has been silent for probeAfter on an open
 // connection, and stops when it is heard again before a new connection was taken.
-func (m *machine) probeTick(now time.Time, emit func(any)) {
+func (m *machine) probeTick(now time.Time, emit func(action)) {
 	silent := now.Sub(m.lastHeard)
 	if !m.joined || m.rc.rejoining {
 		return

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/concord-ccl/concord/pccl"
@@ -200,178 +201,180 @@ func bytesFrom(net *pccl.Network, host string, others []string) int64 {
 // the weights and the step counter from the shared-state sync, resumes at the same step as everyone
 // else, and training goes on with bit-identical state on every peer after every step.
 func TestRecoveryWithoutCheckpoint(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	g := newGroup(t, master.Config{})
-	comms, hosts := g.start(ctx, recPeers)
-	trs := make([]*trainer, recPeers)
-	for i, c := range comms {
-		tr, err := newTrainer(hosts[i], c, false)
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		g := newGroup(t, master.Config{})
+		comms, hosts := g.start(ctx, recPeers)
+		trs := make([]*trainer, recPeers)
+		for i, c := range comms {
+			tr, err := newTrainer(hosts[i], c, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			trs[i] = tr
 		}
-		trs[i] = tr
-	}
-	var newcomer *trainer
-	defer func() {
-		closeAll(comms)
-		if newcomer != nil {
-			newcomer.c.Close()
-		}
-	}()
+		var newcomer *trainer
+		defer func() {
+			closeAll(comms)
+			if newcomer != nil {
+				newcomer.c.Close()
+			}
+		}()
 
-	for s := range recSteps {
+		for s := range recSteps {
+			reps, errs := runRound(ctx, trs)
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("step %d: %v", s, err)
+			}
+			requireSameState(t, fmt.Sprintf("step %d", s), reps, recPeers)
+			if reps[0].resume != uint64(s) {
+				t.Fatalf("step %d: resume step %d", s, reps[0].resume)
+			}
+		}
+
+		// The crash: as soon as every peer has sent part of its gradient, so that each of them runs the
+		// commenced all-reduce, the victim's host goes down.
+		const victim = 1
+		base := make([]int64, len(hosts))
+		for i, h := range hosts {
+			base[i] = bytesFrom(g.net, h, hosts)
+		}
+		crashed := make(chan struct{})
+		go func() {
+			defer close(crashed)
+			for ctx.Err() == nil {
+				moving := 0
+				for i, h := range hosts {
+					if bytesFrom(g.net, h, hosts) > base[i] {
+						moving++
+					}
+				}
+				if moving == len(hosts) {
+					break
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
+			g.net.Crash(hosts[victim])
+		}()
 		reps, errs := runRound(ctx, trs)
-		if err := errors.Join(errs...); err != nil {
-			t.Fatalf("step %d: %v", s, err)
+		<-crashed
+		comms[victim].Close()
+		if errs[victim] == nil {
+			t.Logf("the victim finished its step before the crash took effect")
 		}
-		requireSameState(t, fmt.Sprintf("step %d", s), reps, recPeers)
-		if reps[0].resume != uint64(s) {
-			t.Fatalf("step %d: resume step %d", s, reps[0].resume)
+		var survivors []*trainer
+		var sreps []stepReport
+		for i, tr := range trs {
+			if i == victim {
+				continue
+			}
+			if errs[i] != nil {
+				t.Fatalf("survivor %d: %v", i, errs[i])
+			}
+			survivors = append(survivors, tr)
+			sreps = append(sreps, reps[i])
 		}
-	}
+		// The survivors either re-wired and redid the step among themselves or, if the crash came after the
+		// reduction had committed, completed it with the victim; either way all of them alike.
+		if w := sreps[0].world; w != recPeers-1 && w != recPeers {
+			t.Fatalf("crash step reduced in a ring of %d", w)
+		}
+		t.Logf("crash step: survivors reduced in a ring of %d; victim: %v", sreps[0].world, errs[victim])
+		requireSameState(t, "crash step", sreps, sreps[0].world)
+		crashStep := uint64(recSteps)
+		for i, tr := range survivors {
+			if tr.step != crashStep+1 {
+				t.Fatalf("survivor %d at step %d after the crash step, want %d", i, tr.step, crashStep+1)
+			}
+		}
 
-	// The crash: as soon as every peer has sent part of its gradient, so that each of them runs the
-	// commenced all-reduce, the victim's host goes down.
-	const victim = 1
-	base := make([]int64, len(hosts))
-	for i, h := range hosts {
-		base[i] = bytesFrom(g.net, h, hosts)
-	}
-	crashed := make(chan struct{})
-	go func() {
-		defer close(crashed)
-		for ctx.Err() == nil {
-			moving := 0
-			for i, h := range hosts {
-				if bytesFrom(g.net, h, hosts) > base[i] {
-					moving++
+		// The replacement registers; the survivors admit it at the start of their next step, and it
+		// syncs with revision 0 and zeroed memory.
+		host := g.host()
+		type joined struct {
+			tr  *trainer
+			err error
+		}
+		joinc := make(chan joined, 1)
+		go func() {
+			c, err := g.connect(ctx, host)
+			if err != nil {
+				joinc <- joined{err: err}
+				return
+			}
+			tr, err := newTrainer(host, c, true)
+			if err != nil {
+				c.Close()
+			}
+			joinc <- joined{tr: tr, err: err}
+		}()
+		for {
+			registered := 0
+			for _, p := range g.srv.Snapshot().Peers {
+				if p.State == master.Registered {
+					registered++
 				}
 			}
-			if moving == len(hosts) {
+			if registered == 1 {
 				break
 			}
-			time.Sleep(50 * time.Microsecond)
+			if ctx.Err() != nil {
+				t.Fatal("the replacement did not register")
+			}
+			time.Sleep(time.Millisecond)
 		}
-		g.net.Crash(hosts[victim])
-	}()
-	reps, errs := runRound(ctx, trs)
-	<-crashed
-	comms[victim].Close()
-	if errs[victim] == nil {
-		t.Logf("the victim finished its step before the crash took effect")
-	}
-	var survivors []*trainer
-	var sreps []stepReport
-	for i, tr := range trs {
-		if i == victim {
-			continue
+		var newRep stepReport
+		var newErr error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			j := <-joinc
+			if j.err != nil {
+				newErr = j.err
+				return
+			}
+			newcomer = j.tr
+			if got := newcomer.counter[0]; got != 0 {
+				newErr = fmt.Errorf("replacement starts with step counter %d", got)
+				return
+			}
+			// A fresh peer knows no step: it reports none before its first sync.
+			newRep, newErr = newcomer.train(ctx, false)
+		})
+		reps, errs = runRound(ctx, survivors)
+		wg.Wait()
+		if err := errors.Join(append(errs, newErr)...); err != nil {
+			t.Fatalf("join step: %v", err)
 		}
-		if errs[i] != nil {
-			t.Fatalf("survivor %d: %v", i, errs[i])
+		all := append(append([]stepReport(nil), reps...), newRep)
+		requireSameState(t, "join step", all, recPeers)
+		if newRep.fetched != int64(recWeights*4+8) {
+			t.Fatalf("replacement fetched %d bytes, want the whole state of %d", newRep.fetched, recWeights*4+8)
 		}
-		survivors = append(survivors, tr)
-		sreps = append(sreps, reps[i])
-	}
-	// The survivors either re-wired and redid the step among themselves or, if the crash came after the
-	// reduction had committed, completed it with the victim; either way all of them alike.
-	if w := sreps[0].world; w != recPeers-1 && w != recPeers {
-		t.Fatalf("crash step reduced in a ring of %d", w)
-	}
-	t.Logf("crash step: survivors reduced in a ring of %d; victim: %v", sreps[0].world, errs[victim])
-	requireSameState(t, "crash step", sreps, sreps[0].world)
-	crashStep := uint64(recSteps)
-	for i, tr := range survivors {
-		if tr.step != crashStep+1 {
-			t.Fatalf("survivor %d at step %d after the crash step, want %d", i, tr.step, crashStep+1)
-		}
-	}
-
-	// The replacement registers; the survivors admit it at the start of their next step, and it
-	// syncs with revision 0 and zeroed memory.
-	host := g.host()
-	type joined struct {
-		tr  *trainer
-		err error
-	}
-	joinc := make(chan joined, 1)
-	go func() {
-		c, err := g.connect(ctx, host)
-		if err != nil {
-			joinc <- joined{err: err}
-			return
-		}
-		tr, err := newTrainer(host, c, true)
-		if err != nil {
-			c.Close()
-		}
-		joinc <- joined{tr: tr, err: err}
-	}()
-	for {
-		registered := 0
-		for _, p := range g.srv.Snapshot().Peers {
-			if p.State == master.Registered {
-				registered++
+		for i, r := range reps {
+			if r.fetched != 0 {
+				t.Fatalf("survivor %d fetched %d bytes", i, r.fetched)
 			}
 		}
-		if registered == 1 {
-			break
+		if newRep.resume != crashStep+1 {
+			t.Fatalf("resume step %d, want %d", newRep.resume, crashStep+1)
 		}
-		if ctx.Err() != nil {
-			t.Fatal("the replacement did not register")
+
+		// Training goes on with every peer at the same step and the same state after every step.
+		trs = append(survivors, newcomer)
+		for s := range recSteps {
+			reps, errs := runRound(ctx, trs)
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("step %d after the join: %v", s, err)
+			}
+			requireSameState(t, fmt.Sprintf("step %d after the join", s), reps, recPeers)
+			want := crashStep + 2 + uint64(s)
+			for i, tr := range trs {
+				if reps[i].resume != want || tr.step != want+1 {
+					t.Fatalf("step %d after the join: peer %d resumed at %d, now at %d; want %d, %d",
+						s, i, reps[i].resume, tr.step, want, want+1)
+				}
+			}
 		}
-		time.Sleep(time.Millisecond)
-	}
-	var newRep stepReport
-	var newErr error
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		j := <-joinc
-		if j.err != nil {
-			newErr = j.err
-			return
-		}
-		newcomer = j.tr
-		if got := newcomer.counter[0]; got != 0 {
-			newErr = fmt.Errorf("replacement starts with step counter %d", got)
-			return
-		}
-		// A fresh peer knows no step: it reports none before its first sync.
-		newRep, newErr = newcomer.train(ctx, false)
 	})
-	reps, errs = runRound(ctx, survivors)
-	wg.Wait()
-	if err := errors.Join(append(errs, newErr)...); err != nil {
-		t.Fatalf("join step: %v", err)
-	}
-	all := append(append([]stepReport(nil), reps...), newRep)
-	requireSameState(t, "join step", all, recPeers)
-	if newRep.fetched != int64(recWeights*4+8) {
-		t.Fatalf("replacement fetched %d bytes, want the whole state of %d", newRep.fetched, recWeights*4+8)
-	}
-	for i, r := range reps {
-		if r.fetched != 0 {
-			t.Fatalf("survivor %d fetched %d bytes", i, r.fetched)
-		}
-	}
-	if newRep.resume != crashStep+1 {
-		t.Fatalf("resume step %d, want %d", newRep.resume, crashStep+1)
-	}
-
-	// Training goes on with every peer at the same step and the same state after every step.
-	trs = append(survivors, newcomer)
-	for s := range recSteps {
-		reps, errs := runRound(ctx, trs)
-		if err := errors.Join(errs...); err != nil {
-			t.Fatalf("step %d after the join: %v", s, err)
-		}
-		requireSameState(t, fmt.Sprintf("step %d after the join", s), reps, recPeers)
-		want := crashStep + 2 + uint64(s)
-		for i, tr := range trs {
-			if reps[i].resume != want || tr.step != want+1 {
-				t.Fatalf("step %d after the join: peer %d resumed at %d, now at %d; want %d, %d",
-					s, i, reps[i].resume, tr.step, want, want+1)
-			}
-		}
-	}
 }

@@ -115,6 +115,13 @@ func (c *Communicator) reachTimeout(to wire.PeerInfo) time.Duration {
 	return 3 * c.cfg.DialTimeout
 }
 
+// dialLink is how the links dial (links.Config.Dial): dialPeer within reachTimeout.
+func (c *Communicator) dialLink(to wire.PeerInfo) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.reachTimeout(to))
+	defer cancel()
+	return c.dialPeer(ctx, to)
+}
+
 // dialPeer opens a connection to peer to, within ctx, by the first way that reaches it (see above);
 // each way but the last may take Config.DialTimeout.
 func (c *Communicator) dialPeer(ctx context.Context, to wire.PeerInfo) (net.Conn, error) {
@@ -134,7 +141,7 @@ func (c *Communicator) dialPeer(ctx context.Context, to wire.PeerInfo) (net.Conn
 		c.log.Info("no call back from a peer behind NAT; trying the next way", "to", to.ID, "err", err)
 		errs = append(errs, err)
 	}
-	if p, ok := c.links.ln.(transport.Puncher); ok && to.Public != "" && ctx.Err() == nil {
+	if p, ok := c.ln.(transport.Puncher); ok && to.Public != "" && ctx.Err() == nil {
 		conn, err := c.punch(ctx, p, to)
 		if err == nil {
 			return conn, nil
@@ -275,7 +282,7 @@ func (c *Communicator) answer(call *wire.RendezvousCall) {
 			}
 		}
 	case wire.RendezvousPunch:
-		if p, ok := c.links.ln.(transport.Puncher); ok && call.Public != "" {
+		if p, ok := c.ln.(transport.Puncher); ok && call.Public != "" {
 			punchFor(p, call.Public, punchRounds, punchEvery)
 		}
 		return // the asker dials
@@ -286,8 +293,7 @@ func (c *Communicator) answer(call *wire.RendezvousCall) {
 		c.log.Warn("rendezvous failed", "peer", call.Peer, "mode", call.Mode, "err", err)
 		return
 	}
-	c.links.wg.Add(1)
-	c.links.admit(conn)
+	c.links.Admit(conn)
 }
 
 // takeCall serves a call back that arrived at the listener (KindCall): its CallHello names the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/concord-ccl/concord/pccl"
@@ -32,44 +33,46 @@ func onSimSite(t *testing.T, sites, per, nics int, mbit float64) (context.Contex
 // data on the simulated fabric: hot repair moves the paths to the other NIC, and every collective
 // completes with the right result on every peer, without an error and on the same generation.
 func TestSiteSimLinkFaults(t *testing.T) {
-	const sites, per, nics = 2, 3, 2
-	ctx, s, _, comms, _ := onSimSite(t, sites, per, nics, 1000)
-	for k, count := range []int{1, 5, 33331} {
-		sumOnEvery(ctx, t, comms, 1, count, k)
-	}
-	_, gen0 := requireFabric(t, comms)
-	avgAndIntegerOps(ctx, t, comms)
+	bubbled(t, func(t *testing.T) {
+		const sites, per, nics = 2, 3, 2
+		ctx, s, _, comms, _ := onSimSite(t, sites, per, nics, 1000)
+		for k, count := range []int{1, 5, 33331} {
+			sumOnEvery(ctx, t, comms, 1, count, k)
+		}
+		_, gen0 := requireFabric(t, comms)
+		avgAndIntegerOps(ctx, t, comms)
 
-	const count = 1 << 20
-	for k, fault := range []struct {
-		name   string
-		strike func() error
-	}{
-		// Peer i is in site i%sites: the cut is in the other site, so that each site keeps a NIC pair
-		// between every two neighbours.
-		{"NIC down", func() error { return s.FailNIC(0, 1, 2) }},
-		{"link cut", func() error { return s.CutLink(3, 0, 2) }},
-	} {
-		t.Run(fault.name, func(t *testing.T) {
-			before := failovers(comms)
-			struck := s.Struck()
-			if err := fault.strike(); err != nil {
-				t.Fatal(err)
-			}
-			sumOnEvery(ctx, t, comms, 2, count, 10+k)
-			if s.Struck() != struck+1 {
-				t.Fatal("the fault did not strike during the collective")
-			}
-			if failovers(comms) == before {
-				t.Fatal("no path failed over")
-			}
-			if _, gen := requireFabric(t, comms); gen != gen0 {
-				t.Fatalf("the fabric changed generation (%d to %d) for a fault hot repair absorbs", gen0, gen)
-			}
-			// The next collective runs with the fault still in place.
-			sumOnEvery(ctx, t, comms, 3, count+7, 20+k)
-		})
-	}
+		const count = 1 << 20
+		for k, fault := range []struct {
+			name   string
+			strike func() error
+		}{
+			// Peer i is in site i%sites: the cut is in the other site, so that each site keeps a NIC pair
+			// between every two neighbours.
+			{"NIC down", func() error { return s.FailNIC(0, 1, 2) }},
+			{"link cut", func() error { return s.CutLink(3, 0, 2) }},
+		} {
+			part(t, fault.name, func(t *testing.T) {
+				before := failovers(comms)
+				struck := s.Struck()
+				if err := fault.strike(); err != nil {
+					t.Fatal(err)
+				}
+				sumOnEvery(ctx, t, comms, 2, count, 10+k)
+				if s.Struck() != struck+1 {
+					t.Fatal("the fault did not strike during the collective")
+				}
+				if failovers(comms) == before {
+					t.Fatal("no path failed over")
+				}
+				if _, gen := requireFabric(t, comms); gen != gen0 {
+					t.Fatalf("the fabric changed generation (%d to %d) for a fault hot repair absorbs", gen0, gen)
+				}
+				// The next collective runs with the fault still in place.
+				sumOnEvery(ctx, t, comms, 3, count+7, 20+k)
+			})
+		}
+	})
 }
 
 // failovers sums the failovers of every peer's open fabric.
@@ -86,61 +89,67 @@ func failovers(comms []*pccl.Communicator) int {
 // AllReduce moves data on the fabric: every survivor gets ErrPeerLeft with its buffer untouched, and
 // the retry after UpdateTopology is correct.
 func TestSiteSimPeerDies(t *testing.T) {
-	const sites, per, nics = 2, 2, 2
-	ctx, s, g, comms, hosts := onSimSite(t, sites, per, nics, 100)
-	sumOnEvery(ctx, t, comms, 1, 1000, 1)
-	requireFabric(t, comms)
+	synctest.Test(t, func(t *testing.T) {
+		const sites, per, nics = 2, 2, 2
+		ctx, s, g, comms, hosts := onSimSite(t, sites, per, nics, 100)
+		sumOnEvery(ctx, t, comms, 1, 1000, 1)
+		requireFabric(t, comms)
 
-	killMidCollective(ctx, t, g, comms, hosts, 2, s.DownAll)
+		killMidCollective(ctx, t, g, comms, hosts, 2, s.DownAll)
+	})
 }
 
 // TestSiteSimOneSiteOnFabric runs a hierarchical AllReduce where only one site's peers have the
 // intra-site tier: the other site's peers announce no NICs. Both sites must shard the buffer alike for
 // the WAN rings, so neither runs its site phases on the fabric, and every result is right.
 func TestSiteSimOneSiteOnFabric(t *testing.T) {
-	const sites, per, nics = 2, 3, 2
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	s := pccl.NewSimSite(t, nics, 1000)
-	g := newGroup(t, master.Config{})
-	onSim := pccl.OnSimSite(s)
-	comms, _ := g.startSitesWith(ctx, sites, per, func(i int, cfg *pccl.Config) {
-		if i%sites == 0 {
-			onSim(i, cfg)
+	bubbled(t, func(t *testing.T) {
+		const sites, per, nics = 2, 3, 2
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		s := pccl.NewSimSite(t, nics, 1000)
+		g := newGroup(t, master.Config{})
+		onSim := pccl.OnSimSite(s)
+		comms, _ := g.startSitesWith(ctx, sites, per, func(i int, cfg *pccl.Config) {
+			if i%sites == 0 {
+				onSim(i, cfg)
+			}
+		})
+		defer closeAll(comms)
+		requireHierarchical(t, comms, sites, per)
+		for k, count := range []int{1, 5, 1000, 33331} {
+			sumOnEvery(ctx, t, comms, 1, count, k)
+		}
+		avgAndIntegerOps(ctx, t, comms)
+		for i, c := range comms {
+			if _, _, _, received, _ := pccl.SiteFabricForTest(c); received != 0 {
+				t.Fatalf("peer %d: %d bytes received on the fabric while the other site has none", i, received)
+			}
 		}
 	})
-	defer closeAll(comms)
-	requireHierarchical(t, comms, sites, per)
-	for k, count := range []int{1, 5, 1000, 33331} {
-		sumOnEvery(ctx, t, comms, 1, count, k)
-	}
-	avgAndIntegerOps(ctx, t, comms)
-	for i, c := range comms {
-		if _, _, _, received, _ := pccl.SiteFabricForTest(c); received != 0 {
-			t.Fatalf("peer %d: %d bytes received on the fabric while the other site has none", i, received)
-		}
-	}
 }
 
 // TestSiteSimUnequalSites runs the site phases of sites of three and two peers on the simulated
 // fabric: the WAN pieces follow the fabric's blocks, and every result is right.
 func TestSiteSimUnequalSites(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	s := pccl.NewSimSite(t, 2, 1000)
-	g := newGroup(t, master.Config{})
-	onSim := pccl.OnSimSite(s)
-	// Five peers, peer i in site i%2.
-	site := func(i int) int { return i % 2 }
-	comms, _ := g.startSitesWith(ctx, 5, 1, func(i int, cfg *pccl.Config) {
-		onSim(i, cfg)
-		cfg.Site = fmt.Sprintf("site%d", site(i))
+	bubbled(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		s := pccl.NewSimSite(t, 2, 1000)
+		g := newGroup(t, master.Config{})
+		onSim := pccl.OnSimSite(s)
+		// Five peers, peer i in site i%2.
+		site := func(i int) int { return i % 2 }
+		comms, _ := g.startSitesWith(ctx, 5, 1, func(i int, cfg *pccl.Config) {
+			onSim(i, cfg)
+			cfg.Site = fmt.Sprintf("site%d", site(i))
+		})
+		defer closeAll(comms)
+		requireSites(t, comms, site, []int{3, 2})
+		for k, count := range []int{1, 5, 1000, 33331} {
+			sumOnEvery(ctx, t, comms, 1, count, k)
+		}
+		requireFabric(t, comms)
+		avgAndIntegerOps(ctx, t, comms)
 	})
-	defer closeAll(comms)
-	requireSites(t, comms, site, []int{3, 2})
-	for k, count := range []int{1, 5, 1000, 33331} {
-		sumOnEvery(ctx, t, comms, 1, count, k)
-	}
-	requireFabric(t, comms)
-	avgAndIntegerOps(ctx, t, comms)
 }

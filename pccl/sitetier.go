@@ -38,15 +38,16 @@ import (
 
 	"github.com/zeebo/xxh3"
 
+	"github.com/concord-ccl/concord/pccl/internal/links"
 	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/tcp"
 	"github.com/concord-ccl/concord/rings"
 )
 
 // siteRepair are the hot-repair deadlines of the intra-site tier. A peer shares its cores with the
-// training and with the WAN tier, so a late acknowledgement or probe answer must not look like a
-// failure (two busy cores under the race detector delay one by a few hundred milliseconds): a NIC that
-// goes down is seen at once through its link state, and a silent one within about two seconds.
+// training and with the WAN tier, so a late acknowledgement or probe answer (a busy machine delays
+// one by hundreds of milliseconds) must not look like a failure: a NIC that goes down is seen at once
+// through its link state, and a silent one within about two seconds.
 var siteRepair = rdma.RepairConfig{
 	MinAckTimeout: 500 * time.Millisecond,
 	MaxAckTimeout: 2 * time.Second,
@@ -163,27 +164,18 @@ func openSiteTier(cfg Config, log *slog.Logger) (*siteTier, error) {
 // usable reports whether the site's peers can run on the fabric: each announced as many NICs as this
 // peer, every one an ip:port. Every peer decides alike from the same Connect.
 func (t *siteTier) usable(site []uint64, nics map[uint64][]string) bool {
-	return len(site) > 0 && len(nics[site[0]]) == t.nnics && fabricReady(site, nics)
+	return len(site) > 0 && len(nics[site[0]]) == t.nnics && links.FabricReady(site, nics)
 }
 
-// fabricReady reports whether the peers of site announced the same number of NICs, at least one, every
-// one an ip:port: what a peer of the site needs of the others to run the site's phases on the fabric.
-func fabricReady(site []uint64, nics map[uint64][]string) bool {
-	if len(site) == 0 || len(nics[site[0]]) == 0 {
-		return false
+// fabricWired is what the links do for the fabric when they wire a ring (links.Config.OnWire): a
+// fabric of an earlier epoch serves no collective of this one, so its sockets close now rather than at
+// the next hierarchical collective, which may never come; when this epoch's collectives may run their
+// site phases on the fabric (nics set), its first generation opens now.
+func (c *Communicator) fabricWired(epoch uint64, site []uint64, nics map[uint64][]string) {
+	c.site.retireBefore(epoch)
+	if nics != nil {
+		c.site.prepare(fabricGen{epoch, 0}, site, nics, c.id)
 	}
-	for _, id := range site {
-		addrs := nics[id]
-		if len(addrs) != len(nics[site[0]]) {
-			return false
-		}
-		for _, a := range addrs {
-			if _, err := netip.ParseAddrPort(a); err != nil {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // siteNodeID is the rdma node id of peer in generation gen.
@@ -350,7 +342,7 @@ func grow(b []byte, n int) []byte {
 
 // sitePhase runs the reduce-scatter (gather false) or the all-gather of a hierarchical AllReduce on
 // the fabric, as a rings.Runner over the whole buffer. Block b of the buffer, b*blk elements on, is
-// owned by the site peer at position b; the WAN phase reduces this peer's block (siteShard).
+// owned by the site peer at position b; the WAN phase reduces this peer's block (links.SiteShard).
 type sitePhase struct {
 	t      *siteTier
 	f      *siteFabric
@@ -360,20 +352,12 @@ type sitePhase struct {
 	count  int
 }
 
-// siteShard returns this peer's block of count elements on a site of world peers, in elements:
-// blocks of ceil(count/world), the last ones short or empty.
-func siteShard(count, rank, world int) rings.Span {
-	blk := (count + world - 1) / world
-	lo := min(rank*blk, count)
-	return rings.Span{Off: lo, Len: min(lo+blk, count) - lo}
-}
-
 func (p *sitePhase) Run(ctx context.Context, in, out []byte) error {
 	f, size := p.f, p.dt.Size()
 	world := len(f.site)
 	blk := (p.count + world - 1) / world
 	padded := blk * world * size
-	own := siteShard(p.count, f.rank, world)
+	own := links.SiteShard(p.count, f.rank, world)
 	lo, hi := own.Off*size, (own.Off+own.Len)*size
 	f.blk = grow(f.blk, blk*size)
 	var err error
@@ -407,7 +391,9 @@ func (p *sitePhase) Run(ctx context.Context, in, out []byte) error {
 			what = "all-gather"
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("intra-site %s on the rdma fabric: %w", what, err)
+			// Stopped from outside: the cause says why (the caller, the master's verdict, or the
+			// failure of another phase, such as a WAN ring that lost a peer).
+			return fmt.Errorf("intra-site %s on the rdma fabric: %w", what, context.Cause(ctx))
 		}
 		return fmt.Errorf("%w: intra-site %s on the rdma fabric: %w", ErrPeerLeft, what, err)
 	}

@@ -89,46 +89,17 @@ func stripedRun(t *testing.T, even bool, slow float64, concurrent int) time.Dura
 		b := newBubble(t)
 		defer b.close()
 		const n = 3
-		for i := range n {
-			b.hosts = append(b.hosts, fmt.Sprintf("peer%d", i+1))
-		}
-		for _, from := range b.hosts {
-			for _, to := range b.hosts {
-				if from != to {
-					b.net.SetLink(from, to, pccl.LinkConfig{Latency: time.Millisecond})
-				}
+		hosts := []string{b.host(), b.host(), b.host()}
+		b.link(hosts, func(int, int) pccl.LinkConfig { return pccl.LinkConfig{Latency: time.Millisecond} })
+		comms := b.admit(ctx, hosts, func(i int, cfg *pccl.Config) {
+			rate, first := 8e6, slow
+			if i > 0 {
+				first = rate
 			}
-		}
-		comms := make([]*pccl.Communicator, n)
+			cfg.Transport = &pacedTransport{Transport: b.net.Host(hosts[i]), rate: rate, slow: first, window: 256 << 10}
+			cfg.PartBytes, cfg.PoolSize, cfg.EvenStriping = 64<<10, 4, even
+		})
 		defer closeAll(comms)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				rate, first := 8e6, slow
-				if i > 0 {
-					first = rate
-				}
-				tr := &pacedTransport{Transport: b.net.Host(b.hosts[i]), rate: rate, slow: first, window: 256 << 10}
-				comms[i], errs[i] = pccl.Connect(ctx, pccl.Config{Master: bubbleMaster, ListenAddr: b.hosts[i] + ":9000",
-					Transport: tr, PartBytes: 64 << 10, PoolSize: 4, EvenStriping: even})
-			})
-			if i == 0 {
-				wg.Wait() // the first peer is admitted alone
-			}
-		}
-		for len(b.srv.Snapshot().Peers) < n {
-			time.Sleep(time.Millisecond) // the bubble's clock: other goroutines run meanwhile
-		}
-		if err := comms[0].UpdateTopology(ctx); err != nil {
-			t.Fatal(err)
-		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("peer %d: %v", i, err)
-			}
-		}
 
 		const count = 1 << 20
 		bufs := make([][][]float32, concurrent)

@@ -3,7 +3,6 @@ package pccl
 import (
 	"fmt"
 
-	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/rings"
 )
 
@@ -86,23 +85,3 @@ func (d Desc) validate(send, recv []byte) error {
 	}
 	return nil
 }
-
-// Transport opens the connections to the master and between peers: TCP by default, or a host of an
-// in-memory Network in tests.
-type Transport = transport.Transport
-
-// TCPConfig tunes the TCP transport; the zero value works.
-type TCPConfig = transport.TCPConfig
-
-// NewTCP returns the TCP transport.
-func NewTCP(cfg TCPConfig) Transport { return transport.NewTCP(cfg) }
-
-// Network is an in-memory network with per-link latency, bandwidth, loss, black holes and partitions,
-// for deterministic tests of whole groups in one process.
-type Network = transport.Network
-
-// LinkConfig configures one directed link of a Network.
-type LinkConfig = transport.LinkConfig
-
-// NewNetwork returns an empty in-memory network.
-func NewNetwork() *Network { return transport.NewNetwork() }

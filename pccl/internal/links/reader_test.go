@@ -1,4 +1,4 @@
-package pccl
+package links
 
 import (
 	"bytes"
@@ -18,10 +18,10 @@ import (
 // A frame of the same id that comes twice before its receives (a later phase sending it again) is
 // handed over in arrival order.
 func TestReaderDoesNotHoldOtherTagsBack(t *testing.T) {
-	l := &links{in: map[uint64][]*inConn{}, inboxes: map[inboxKey]*inbox{}, dead: map[uint64]bool{}, changed: make(chan struct{})}
+	l := New(Config{}, nil)
 	const epoch = 7
 	box := func(tag uint64) *inbox {
-		s := &stream{l: l, key: inboxKey{tag, 1}, epoch: epoch, aborted: make(chan struct{})}
+		s := &Stream{l: l, key: inboxKey{tag, 1}, epoch: epoch, aborted: make(chan struct{})}
 		s.box = &inbox{s: s, n: 1, posted: map[rings.ChunkID]*recvReq{}, wake: make(chan struct{})}
 		l.inboxes[s.key] = s.box
 		return s.box
