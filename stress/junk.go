@@ -91,17 +91,14 @@ func sendJunk(c net.Conn, payload []byte, wait time.Duration) {
 
 // junkPeers opens junkPeerPerFault connections to peers' own ports (the listener that takes ring
 // links, state transfers, bandwidth tests and rendezvous calls) with junkPayload's cases, as a
-// stranger, a broken client or an eavesdropper would; with replay, the replayed hello as well. None
-// may disturb the run.
-func (s *soak) junkPeers(seed uint64, dial func(string) (net.Conn, error), replay bool) {
+// stranger, a broken client or an eavesdropper replaying a live link's hello would. None may disturb
+// the run.
+func (s *soak) junkPeers(seed uint64, dial func(string) (net.Conn, error)) {
 	targets := s.junkTargets()
 	if len(targets) == 0 {
 		return
 	}
-	cases := peerJunkCases
-	if replay {
-		cases++
-	}
+	cases := peerJunkCases + 1 // and the replayed hello
 	s.junkWG.Add(1)
 	go func() {
 		defer s.junkWG.Done()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -15,8 +14,6 @@ import (
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
 )
-
-var replay = flag.Bool("replay", false, "run TestReplayedLinkHello, which fails until a peer keeps a live link on a replayed LinkHello")
 
 // pair is two peers in one ring under a master of this process, with the addresses they listen on.
 type pair struct {
@@ -125,13 +122,9 @@ func TestPeerPortJunk(t *testing.T) {
 
 // TestReplayedLinkHello replays, to a peer's port, the LinkHello its ring predecessor sent it, with
 // the run's token, as an eavesdropper on a plaintext link would. The live link between the two must
-// survive it: the next AllReduce succeeds on both peers. Today the peer admits the replayed hello and
-// closes the live connection in its place (pccl/links.go, admit), so the test runs only with -replay;
-// the soak's --junk-replay deals the same case.
+// survive it: the next AllReduce succeeds on both peers (the peer keeps the live connection as a
+// spare of the slot the replay takes, pccl/internal/links). The soak's junk faults deal the same case.
 func TestReplayedLinkHello(t *testing.T) {
-	if !*replay {
-		t.Skip("a replayed LinkHello still replaces a live link (pccl/links.go admit): run with -replay")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := newPair(t, ctx)

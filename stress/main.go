@@ -37,10 +37,9 @@
 //     bandwidth tests and rendezvous calls (bytes without a handshake, another protocol version,
 //     frames that do not decode and oversized frames on the link, state, call and bench kinds, a
 //     first message that is not a LinkHello, LinkHellos with another run token, silence). They must
-//     disturb nobody. The summary counts the connections to peers (junk_peer_conns). --junk-replay
-//     adds a replayed hello: the LinkHello a peer's ring predecessor sent it, with the run's token,
-//     as an eavesdropper on a plaintext link would send it again. A peer still admits it in place of
-//     the live link (TestReplayedLinkHello -replay shows it), so it is off by default.
+//     disturb nobody. The summary counts the connections to peers (junk_peer_conns). One case
+//     replays the LinkHello a peer's ring predecessor sent it, with the run's token, as an
+//     eavesdropper on a plaintext link would send it again: the live link must survive it.
 //   - link-blackhole: one ring link, from a peer to its successor, forwards nothing for 4 to 6 s while
 //     both peers still reach the master and everyone else (every peer's connections to other peers
 //     run through a relay in this process that knows each connection's destination). The peers give a
@@ -126,7 +125,6 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Transport, "transport", o.Transport, "what the master and the peers talk: tcp or quic (no ring-link faults over quic)")
 	fs.StringVar(&o.Break, "break", "", "make every peer misbehave the way a bug would (stale-update), to show the soak fails")
 	fs.BoolVar(&o.Hosts, "hosts", false, "run the master and every peer on a host of its own (network namespaces, root), and deal partitions")
-	fs.BoolVar(&o.JunkReplay, "junk-replay", false, "junk faults also replay a live link's LinkHello to its receiver (see the package doc)")
 	fs.BoolVar(&o.Gossip, "gossip", false, "run the master's gossip failure detector, which every peer joins (a healthy peer it kicks is a violation)")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -72,7 +72,7 @@ func (s *soak) junkQUIC(seed uint64) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		return right.Dial(ctx, a)
-	}, s.o.JunkReplay)
+	})
 	s.junkWG.Add(1)
 	go func() {
 		defer s.junkWG.Done()

@@ -75,9 +75,6 @@ type options struct {
 	// it declares dead is kicked even while its connection to the master is open. A healthy peer it
 	// kicks is a violation.
 	Gossip bool
-	// JunkReplay adds, to the junk sent to peers' ports, the LinkHello a peer's ring predecessor
-	// sends it (with the run's token), replayed as an eavesdropper on a plaintext link would.
-	JunkReplay bool
 }
 
 func defaultOptions() options {
@@ -778,7 +775,7 @@ func (s *soak) junk(seed uint64) {
 		dialTo = netOf(s.bed.stranger).dial
 	}
 	dial := func() (net.Conn, error) { return dialTo(addr) }
-	s.junkPeers(seed^0x5eed, dialTo, s.o.JunkReplay)
+	s.junkPeers(seed^0x5eed, dialTo)
 	s.junkWG.Add(1)
 	go func() {
 		defer s.junkWG.Done()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/concord-ccl/concord/internal/wire"
@@ -138,23 +139,15 @@ func (l *Links) admit(conn net.Conn) {
 		conn.Close()
 		return
 	}
-	ic := &inConn{conn: conn, from: h.From, index: int(h.Index)}
-	ic.last.Store(cfg.WallNanos(time.Now()))
+	ic := &inConn{conn: conn, from: h.From, index: int(h.Index), last: new(atomic.Int64)}
 	l.mu.Lock()
 	if l.isClosed {
 		l.mu.Unlock()
 		conn.Close()
 		return
 	}
-	pool := l.in[h.From]
-	for len(pool) <= ic.index {
-		pool = append(pool, nil)
-	}
-	if old := pool[ic.index]; old != nil {
-		old.conn.Close()
-	}
-	pool[ic.index] = ic
-	l.in[h.From] = pool
+	l.place(ic)
+	ic.seen(cfg.WallNanos(time.Now()))
 	l.mu.Unlock()
 	if _, err := conn.Write(wire.AppendFrame(nil, &wire.LinkAck{OK: true})); err != nil {
 		conn.Close()

@@ -156,7 +156,7 @@ func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
 		_, err := io.CopyN(io.Discard, ic.conn, int64(h.Len))
 		return err
 	}
-	ic.last.Store(ib.s.l.cfg.WallNanos(time.Now()))
+	ic.seen(ib.s.l.cfg.WallNanos(time.Now()))
 	if err := ib.check(h, req); err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID, wait tim
 	if _, err := transport.ReadFull(ic.conn, buf); err != nil {
 		return err
 	}
-	ic.last.Store(ib.s.l.cfg.WallNanos(time.Now()))
+	ic.seen(ib.s.l.cfg.WallNanos(time.Now()))
 	var req *recvReq
 	if wait > 0 {
 		var timeout bool

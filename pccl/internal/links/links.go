@@ -35,6 +35,7 @@ type Links struct {
 	next     uint64     // successor's id, 0 if none
 	out      []*outConn // pool to next
 	in       map[uint64][]*inConn
+	spare    map[uint64][]*inConn // connections a later hello displaced from their pool slot, still read (reader.go)
 	inboxes  map[inboxKey]*inbox
 	dead     map[uint64]bool // sequence numbers whose frames are dropped
 	maxDead  uint64
@@ -52,8 +53,8 @@ type inboxKey struct{ tag, seq uint64 }
 // New returns the links of a peer that accepts them on ln, which they own from now on. It starts
 // nothing: Start starts the acceptor.
 func New(cfg Config, ln net.Listener) *Links {
-	return &Links{cfg: cfg.withDefaults(), ln: ln, in: map[uint64][]*inConn{}, inboxes: map[inboxKey]*inbox{},
-		dead: map[uint64]bool{}, changed: make(chan struct{}), closing: make(chan struct{})}
+	return &Links{cfg: cfg.withDefaults(), ln: ln, in: map[uint64][]*inConn{}, spare: map[uint64][]*inConn{},
+		inboxes: map[inboxKey]*inbox{}, dead: map[uint64]bool{}, changed: make(chan struct{}), closing: make(chan struct{})}
 }
 
 // Start starts the acceptor, which admits links from predecessors and hands other kinds of
@@ -94,12 +95,11 @@ func (l *Links) Close() {
 		for _, oc := range l.out {
 			oc.close()
 		}
-		for _, pool := range l.in {
-			for _, ic := range pool {
-				if ic != nil {
-					ic.conn.Close()
-				}
-			}
+		for from := range l.in {
+			l.dropPool(from)
+		}
+		for from := range l.spare {
+			l.dropPool(from)
 		}
 		l.notify()
 	}
@@ -132,14 +132,9 @@ func (l *Links) Wire(m *wire.Connect) ([]uint64, error) {
 	if !keep {
 		stale, l.out, l.next = l.out, nil, 0
 	}
-	for from, pool := range l.in {
+	for _, from := range l.predecessors() {
 		if from != prev.ID && !l.hier.expects(from) {
-			for _, ic := range pool {
-				if ic != nil {
-					ic.conn.Close()
-				}
-			}
-			delete(l.in, from)
+			l.dropPool(from)
 		}
 	}
 	l.mu.Unlock()
@@ -176,14 +171,9 @@ func (l *Links) Wire(m *wire.Connect) ([]uint64, error) {
 func (l *Links) Retire(ring []uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for from, pool := range l.in {
+	for _, from := range l.predecessors() {
 		if !slices.Contains(ring, from) {
-			for _, ic := range pool {
-				if ic != nil {
-					ic.conn.Close()
-				}
-			}
-			delete(l.in, from)
+			l.dropPool(from)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package links
 import (
 	"io"
 	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -15,8 +16,9 @@ type inConn struct {
 	conn  net.Conn
 	from  uint64
 	index int
-	last  atomic.Int64 // wall-clock UnixNano of the last frame header read or payload handed over
-	stage []byte       // the buffer of a staged frame, owned by the reader; kept for the next one
+	last  *atomic.Int64 // wall-clock UnixNano of the last frame header read or payload handed over on the slot's connections
+	own   atomic.Int64  // the same, on this connection alone
+	stage []byte        // the buffer of a staged frame, owned by the reader; kept for the next one
 }
 
 // read routes the frames of one incoming connection into the inboxes of their collectives.
@@ -28,7 +30,7 @@ func (l *Links) read(ic *inConn) {
 			l.broken(ic.conn)
 			return
 		}
-		ic.last.Store(l.cfg.WallNanos(time.Now()))
+		ic.seen(l.cfg.WallNanos(time.Now()))
 		h, err := wire.DecodeDataHeader(hb[:], MaxPayload)
 		if err != nil {
 			l.cfg.Logger.Warn("bad data frame, closing link", "from", ic.from, "err", err)
@@ -50,15 +52,99 @@ func (l *Links) read(ic *inConn) {
 	}
 }
 
+// seen records activity on ic at wall-clock time now.
+func (ic *inConn) seen(now int64) {
+	ic.last.Store(now)
+	ic.own.Store(now)
+}
+
+// maxSpare bounds the displaced connections kept per predecessor.
+const maxSpare = 4
+
+// place puts ic, just admitted, into its pool slot (l.mu held). A connection already there is not
+// closed but kept as a spare and still read: a hello replayed by someone holding the run token must
+// not cut a live link, and frames are matched to their collective by tag and sequence, whichever
+// connection brings them. The slot's connections share one activity clock, so a silent newcomer does
+// not make a live link look idle. Beyond maxSpare, the spare heard from least recently is closed.
+func (l *Links) place(ic *inConn) {
+	pool := l.in[ic.from]
+	for len(pool) <= ic.index {
+		pool = append(pool, nil)
+	}
+	if old := pool[ic.index]; old != nil {
+		ic.last = old.last
+		spares := append(l.spare[ic.from], old)
+		if len(spares) > maxSpare {
+			i := 0
+			for j, sp := range spares {
+				if sp.own.Load() < spares[i].own.Load() {
+					i = j
+				}
+			}
+			spares[i].conn.Close()
+			spares = slices.Delete(spares, i, i+1)
+		}
+		l.spare[ic.from] = spares
+	}
+	pool[ic.index] = ic
+	l.in[ic.from] = pool
+}
+
 // forget closes an incoming connection whose reader stopped and takes it out of its pool, so that
-// new collectives see the gap at once instead of waiting on a connection nobody reads.
+// new collectives see the gap at once instead of waiting on a connection nobody reads. A spare of the
+// same slot, the one heard from last, takes its place.
 func (l *Links) forget(ic *inConn) {
 	ic.conn.Close()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if pool := l.in[ic.from]; ic.index < len(pool) && pool[ic.index] == ic {
-		pool[ic.index] = nil
+	spares := l.spare[ic.from]
+	if i := slices.Index(spares, ic); i >= 0 {
+		l.spare[ic.from] = slices.Delete(spares, i, i+1)
+		return
 	}
+	pool := l.in[ic.from]
+	if ic.index >= len(pool) || pool[ic.index] != ic {
+		return
+	}
+	pool[ic.index] = nil
+	best := -1
+	for j, sp := range spares {
+		if sp.index == ic.index && (best < 0 || sp.own.Load() > spares[best].own.Load()) {
+			best = j
+		}
+	}
+	if best >= 0 {
+		pool[ic.index] = spares[best]
+		l.spare[ic.from] = slices.Delete(spares, best, best+1)
+	}
+}
+
+// predecessors lists the peers with a pool or spares here (l.mu held).
+func (l *Links) predecessors() []uint64 {
+	var out []uint64
+	for from := range l.in {
+		out = append(out, from)
+	}
+	for from := range l.spare {
+		if _, ok := l.in[from]; !ok {
+			out = append(out, from)
+		}
+	}
+	return out
+}
+
+// dropPool closes every connection from predecessor from and forgets its pool (l.mu held).
+func (l *Links) dropPool(from uint64) {
+	for _, ic := range l.in[from] {
+		if ic != nil {
+			ic.conn.Close()
+		}
+	}
+	for _, ic := range l.spare[from] {
+		ic.conn.Close()
+	}
+	delete(l.in, from)
+	delete(l.spare, from)
 }
 
 // waitInbox returns the inbox of key once its collective has commenced here, or false if the frames

@@ -3,6 +3,7 @@ package links
 import (
 	"bytes"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestReaderDoesNotHoldOtherTagsBack(t *testing.T) {
 	near, far := net.Pipe()
 	defer near.Close()
 	defer far.Close()
-	ic := &inConn{conn: near, from: 2}
+	ic := &inConn{conn: near, from: 2, last: new(atomic.Int64)}
 	read := make(chan struct{})
 	go func() {
 		l.read(ic)
@@ -88,4 +89,60 @@ func TestReaderDoesNotHoldOtherTagsBack(t *testing.T) {
 	}
 	far.Close()
 	<-read
+}
+
+// TestReplayedHelloKeepsLiveLink: a second hello for a pool slot (a replay by someone holding the run
+// token, or the predecessor dialling again) must not close the connection in the slot: it becomes a
+// spare that is still read and takes the slot back when the newcomer's reader ends. The slot's
+// activity clock is shared; beyond maxSpare the spare heard from least recently is closed.
+func TestReplayedHelloKeepsLiveLink(t *testing.T) {
+	l := New(Config{}, nil)
+	conn := func() (*inConn, net.Conn) {
+		near, far := net.Pipe()
+		t.Cleanup(func() { near.Close(); far.Close() })
+		return &inConn{conn: near, from: 7, index: 0, last: new(atomic.Int64)}, far
+	}
+	live, liveFar := conn()
+	l.mu.Lock()
+	l.place(live)
+	live.seen(100)
+	replay, _ := conn()
+	l.place(replay)
+	l.mu.Unlock()
+	if l.in[7][0] != replay || len(l.spare[7]) != 1 || l.spare[7][0] != live {
+		t.Fatalf("slot %p, spares %v: want the replay in the slot and the live connection spare", l.in[7][0], l.spare[7])
+	}
+	if replay.last != live.last || replay.last.Load() != 100 {
+		t.Fatalf("the slot's activity clock is not shared: %d", replay.last.Load())
+	}
+	// The live connection is still open.
+	go liveFar.Write([]byte{1})
+	var b [1]byte
+	if _, err := live.conn.Read(b[:]); err != nil {
+		t.Fatalf("the live connection was closed by the replay: %v", err)
+	}
+	// The replay's reader ends: the live connection takes the slot back.
+	l.forget(replay)
+	if l.in[7][0] != live || len(l.spare[7]) != 0 {
+		t.Fatalf("after the replay ended: slot %p, spares %v; want the live connection back alone", l.in[7][0], l.spare[7])
+	}
+	// maxSpare+1 more hellos: the spare heard from least recently is closed, the live one (heard at
+	// 100, the others never) is kept.
+	var extra []*inConn
+	for range maxSpare + 1 {
+		c, _ := conn()
+		extra = append(extra, c)
+		l.mu.Lock()
+		l.place(c)
+		l.mu.Unlock()
+	}
+	if len(l.spare[7]) != maxSpare {
+		t.Fatalf("%d spares, want %d", len(l.spare[7]), maxSpare)
+	}
+	for _, sp := range l.spare[7] {
+		if sp == live {
+			return
+		}
+	}
+	t.Fatal("the live connection, the one heard from last, was evicted from the spares")
 }
