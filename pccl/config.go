@@ -91,7 +91,9 @@ type Config struct {
 	Transport Transport
 	// GossipJoin is the address of the master's gossip member (master.Server.GossipAddr). When set,
 	// the peer runs a gossip member (real UDP and TCP sockets, tuned by Gossip) that the master uses to
-	// declare it dead if it hangs. Default empty: no gossip.
+	// declare it dead if it hangs. Default empty: no gossip. Off by default because under the LAN
+	// timing the heartbeat rule removes a hung peer as fast at half the CPU and bytes; it pays off
+	// with long heartbeat timeouts such as the pccl preset's (docs/results/gossip.md).
 	GossipJoin string
 	// Gossip tunes this peer's gossip member when GossipJoin is set. Default: the LAN preset on a free
 	// loopback port.
