@@ -118,6 +118,19 @@ func (g *group) launch(ctx context.Context, cfg diloco.TrainerConfig, hook func(
 	return p
 }
 
+// sentBy returns the bytes peers have read from host's connections to them so far.
+func (g *group) sentBy(host string) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var n int64
+	for _, q := range g.peers {
+		if q.host != host {
+			n += g.net.Stats(host, q.host)
+		}
+	}
+	return n
+}
+
 // awaitJoined waits until the master has seen n peers register.
 func (g *group) awaitJoined(n uint64) {
 	for deadline := time.Now().Add(20 * time.Second); g.srv.Snapshot().Counters.Joined < n; {
@@ -167,7 +180,16 @@ func runChurn(t *testing.T, cfg diloco.TrainerConfig, n int, crashAt, joinAt uin
 					}
 				}
 				g.mu.Unlock()
-				g.net.Crash(victim.host)
+				// Crash the victim in the middle of the next collective, so that the survivors
+				// see it as a failed all-reduce rather than as a departure between two: once
+				// its links carried part of it.
+				go func(v *peer) {
+					sent := g.sentBy(v.host)
+					for deadline := time.Now().Add(20 * time.Second); g.sentBy(v.host) < sent+64<<10 && time.Now().Before(deadline); {
+						time.Sleep(100 * time.Microsecond)
+					}
+					g.net.Crash(v.host)
+				}(victim)
 			})
 		}
 		if pr.Step == joinAt {
