@@ -143,6 +143,12 @@ func (c *Communicator) runOp(ctx context.Context, call uint64, ch chan reply, h 
 			return c.runHierarchical(ctx, call, ch, h, st, hv, segs, send, recv, d)
 		}
 	}
+	if fab, err := c.wholeSiteFabric(st); err != nil || fab != nil {
+		if err != nil {
+			return c.report(call, ch, d.Tag, &wire.Done{Code: codeOf(err), Detail: err.Error()}, what)
+		}
+		return c.runOnSiteFabric(ctx, call, ch, h, st, fab, send, recv, d)
+	}
 	rank, world := slices.Index(st.ring, c.id), len(st.ring)
 	var s rings.Stream = nopStream{}
 	var ls *stream
