@@ -42,6 +42,15 @@ type sitePlans struct {
 	last          atomic.Int64 // the strategy of the last planned call, plus one; 0 if none
 }
 
+// stats returns the number of planned calls and the strategy of the last one ("" if none).
+func (p *sitePlans) stats() (uint64, string) {
+	n, last := p.planned.Load(), ""
+	if s := p.last.Load(); s > 0 {
+		last = plan.Strategy(s - 1).String()
+	}
+	return n, last
+}
+
 // sitePlanner is one fabric generation's planners, made at its first call that checks the health.
 type sitePlanner struct {
 	phases *rdma.Replanner // PhaseStrategies only

@@ -2,7 +2,6 @@ package pccl_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -53,7 +52,7 @@ func sumAndHash(ctx context.Context, t *testing.T, comms []*pccl.Communicator, t
 func requirePlanned(t *testing.T, comms []*pccl.Communicator, want func(i int) bool) {
 	t.Helper()
 	for i, c := range comms {
-		st, n := pccl.SitePlanForTest(c)
+		st, n := c.Stats().SitePlan, c.Stats().SitePlanned
 		switch {
 		case want(i) && (n == 0 || st == "" || st == "hot_repair" || st == "ring"):
 			t.Fatalf("peer %d: %d planned calls, the last %q: want a schedule other than hot repair", i, n, st)
@@ -121,13 +120,13 @@ func TestSiteSimDegradedOneSite(t *testing.T) {
 	}
 	requirePlanned(t, comms, func(int) bool { return true })
 	for i, c := range comms {
-		if st, _ := pccl.SitePlanForTest(c); i > 0 {
-			if st0, _ := pccl.SitePlanForTest(comms[0]); st != st0 {
+		if st := c.Stats().SitePlan; i > 0 {
+			if st0 := comms[0].Stats().SitePlan; st != st0 {
 				t.Fatalf("peer %d planned %s, peer 0 %s", i, st, st0)
 			}
 		}
 	}
-	t.Log(fmt.Sprint(pccl.SitePlanForTest(comms[0])))
+	t.Logf("planned %s", comms[0].Stats().SitePlan)
 
 	killMidCollective(ctx, t, g, comms, hosts, 3, s.DownAll)
 }
