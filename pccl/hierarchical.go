@@ -726,13 +726,14 @@ func (c *Communicator) runHierarchical(ctx context.Context, call uint64, ch chan
 	}
 	stop := context.AfterFunc(ctx, func() { h.abort(ctx.Err()) })
 	defer stop()
-	// The fabric's phases stop when the collective is aborted, by the caller or by the master.
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The fabric's phases stop when the collective is aborted, by the caller, by the master or by a
+	// broken link of another phase, and say why (sitePhase.Run).
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	go func() {
 		select {
 		case <-h.aborted:
-			cancel()
+			cancel(h.cause)
 		case <-rctx.Done():
 		}
 	}()

@@ -16,10 +16,11 @@ package pccl
 //     among every schedule (rdma.Replanner).
 //
 // Every node of the site must run the same plan. Each node's view of the fabric's health is its own
-// until hot repair's verdicts have gone around, so before each planned call the nodes agree on it: a
-// Max all-reduce of every node's view of every NIC (one byte each) on the fabric, with the standard
-// ring and hot repair, after which every node feeds its planner the same health, and plans alike. A
-// healthy agreed view runs the standard ring as before. The planner's topology is the site's NICs at
+// until hot repair's verdicts have gone around, so at the first call of each collective on the fabric
+// the nodes agree on it: a Max all-reduce of every node's view of every NIC (one byte each) on the
+// fabric, with the standard ring and hot repair, after which every node feeds its planner the same
+// health, and plans alike; the collective's later calls keep that view. A healthy agreed view runs
+// the standard ring as before. The planner's topology is the site's NICs at
 // their declared rate: on a site of NICs of one rate the ring schedules' ranking depends on which NICs
 // are down, not on α or β.
 
@@ -53,11 +54,23 @@ func (p *sitePlans) stats() (uint64, string) {
 
 // sitePlanner is one fabric generation's planners, made at its first call that checks the health.
 type sitePlanner struct {
-	phases *rdma.Replanner // PhaseStrategies only
-	whole  *rdma.Replanner // every strategy, for a whole AllReduce on the fabric
-	nodes  int
-	nics   int
-	view   []byte // the last agreed view: 1 for a NIC down, node by node
+	phases   *rdma.Replanner // PhaseStrategies only
+	whole    *rdma.Replanner // every strategy, for a whole AllReduce on the fabric
+	nodes    int
+	nics     int
+	view     []byte // the last agreed view: 1 for a NIC down, node by node
+	agreed   bool   // the current collective has agreed on view
+	degraded bool   // view has a NIC down
+}
+
+// startCollective marks the start of a collective on f (the tier is locked for it): its first call
+// that checks the health agrees on it anew, and its later calls (the other site phases of the same
+// hierarchical AllReduce) keep that view, so that a collective costs one agreement. A NIC that fails
+// later in the collective is hot repair's until the next one.
+func (f *siteFabric) startCollective() {
+	if f.planner != nil {
+		f.planner.agreed = false
+	}
 }
 
 // nominalAlpha and nominalBandwidth are the planner's figures for a NIC that declares no rate.
@@ -105,6 +118,9 @@ func (f *siteFabric) ensurePlanner(ctx context.Context, nics int) (*sitePlanner,
 // agree brings every node of the site to the same view of the fabric's health (see the top of this
 // file) and feeds it to the planners; it reports whether a NIC is down in it.
 func (f *siteFabric) agree(ctx context.Context, p *sitePlanner) (bool, error) {
+	if p.agreed {
+		return p.degraded, nil
+	}
 	mine := make([]byte, p.nodes*p.nics)
 	if err := f.inEvents(ctx, func() {
 		p.phases.Sync()
@@ -137,7 +153,11 @@ func (f *siteFabric) agree(ctx context.Context, p *sitePlanner) (bool, error) {
 	}); e != nil {
 		return false, e
 	}
-	return degraded, err
+	if err != nil {
+		return false, err
+	}
+	p.agreed, p.degraded = true, degraded
+	return degraded, nil
 }
 
 // phasePlan returns the plan of a site phase over bytes bytes of esz-byte elements when the fabric is
@@ -268,12 +288,12 @@ func (c *Communicator) runOnSiteFabric(ctx context.Context, call uint64, ch chan
 	stop := context.AfterFunc(ctx, func() { h.abort(ctx.Err()) })
 	defer stop()
 	// The fabric's collective stops when the collective is aborted, by the caller or by the master.
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	go func() {
 		select {
 		case <-h.aborted:
-			cancel()
+			cancel(h.cause)
 		case <-rctx.Done():
 		}
 	}()
@@ -293,6 +313,9 @@ func (c *Communicator) runOnSiteFabric(ctx context.Context, call uint64, ch chan
 	code := wire.CodePeerLeft
 	if ctx.Err() != nil {
 		code = wire.CodeAborted
+	} else if rctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", err, context.Cause(rctx)) // how the collective was stopped
+		code = codeOf(context.Cause(rctx))
 	}
 	if verr := c.report(call, ch, d.Tag, &wire.Done{Code: code, Detail: err.Error()}, what); verr != nil {
 		if ctx.Err() != nil {

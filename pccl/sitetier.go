@@ -210,6 +210,7 @@ func (t *siteTier) acquire(gen fabricGen, site []uint64, nics map[uint64][]strin
 		t.mu.Unlock()
 		return nil, err
 	}
+	t.fab.startCollective()
 	return t.fab, nil
 }
 
@@ -413,7 +414,8 @@ func (p *sitePhase) Run(ctx context.Context, in, out []byte) error {
 			what = "all-gather"
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("intra-site %s on the rdma fabric: %w", what, err)
+			// Stopped: the cause (a link of another phase that broke, the caller) says how it ended.
+			return fmt.Errorf("intra-site %s on the rdma fabric: %w", what, context.Cause(ctx))
 		}
 		return fmt.Errorf("%w: intra-site %s on the rdma fabric: %w", ErrPeerLeft, what, err)
 	}
