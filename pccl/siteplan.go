@@ -20,7 +20,8 @@ package pccl
 // the nodes agree on it: a Max all-reduce of every node's view of every NIC (one byte each) on the
 // fabric, with the standard ring and hot repair, after which every node feeds its planner the same
 // health, and plans alike; the collective's later calls keep that view. A healthy agreed view runs
-// the standard ring as before. The planner's topology is the site's NICs at
+// the standard ring as before, and so does every node when one of them keeps to hot repair
+// (Config.SiteHotRepairOnly). The planner's topology is the site's NICs at
 // their declared rate: on a site of NICs of one rate the ring schedules' ranking depends on which NICs
 // are down, not on α or β.
 
@@ -54,13 +55,12 @@ func (p *sitePlans) stats() (uint64, string) {
 
 // sitePlanner is one fabric generation's planners, made at its first call that checks the health.
 type sitePlanner struct {
-	phases   *rdma.Replanner // PhaseStrategies only
-	whole    *rdma.Replanner // every strategy, for a whole AllReduce on the fabric
-	nodes    int
-	nics     int
-	view     []byte // the last agreed view: 1 for a NIC down, node by node
-	agreed   bool   // the current collective has agreed on view
-	degraded bool   // view has a NIC down
+	phases  *rdma.Replanner // PhaseStrategies only
+	whole   *rdma.Replanner // every strategy, for a whole AllReduce on the fabric
+	nodes   int
+	nics    int
+	agreed  bool // the current collective has agreed on the fabric's health
+	planned bool // and found a NIC down, with no node on hot repair only
 }
 
 // startCollective marks the start of a collective on f (the tier is locked for it): its first call
@@ -116,12 +116,19 @@ func (f *siteFabric) ensurePlanner(ctx context.Context, nics int) (*sitePlanner,
 }
 
 // agree brings every node of the site to the same view of the fabric's health (see the top of this
-// file) and feeds it to the planners; it reports whether a NIC is down in it.
-func (f *siteFabric) agree(ctx context.Context, p *sitePlanner) (bool, error) {
+// file) and feeds it to the planners; it reports whether the collective runs by the planner: a NIC
+// is down in that view, and no node of the site keeps to hot repair (Config.SiteHotRepairOnly, which
+// every node passes in the same agreement, so that one node's setting cannot leave it running other
+// collectives than the others).
+func (f *siteFabric) agree(ctx context.Context, p *sitePlanner, hotRepairOnly bool) (bool, error) {
 	if p.agreed {
-		return p.degraded, nil
+		return p.planned, nil
 	}
-	mine := make([]byte, p.nodes*p.nics)
+	// One byte per NIC, node by node, 1 for down; then 1 for a node on hot repair only.
+	mine := make([]byte, p.nodes*p.nics+1)
+	if hotRepairOnly {
+		mine[len(mine)-1] = 1
+	}
 	if err := f.inEvents(ctx, func() {
 		p.phases.Sync()
 		for u, n := range p.phases.Planner().Topology().Nodes {
@@ -138,11 +145,10 @@ func (f *siteFabric) agree(ctx context.Context, p *sitePlanner) (bool, error) {
 	if err := f.node.AllReduce(ctx, mine, agreed, rings.U8, rings.Max); err != nil {
 		return false, fmt.Errorf("agree on the fabric's health: %w", err)
 	}
-	p.view = agreed
 	degraded := false
 	var err error
 	if e := f.inEvents(ctx, func() {
-		for i, d := range agreed {
+		for i, d := range agreed[:len(agreed)-1] {
 			degraded = degraded || d != 0
 			for _, rp := range []*rdma.Replanner{p.phases, p.whole} {
 				if err == nil {
@@ -156,22 +162,22 @@ func (f *siteFabric) agree(ctx context.Context, p *sitePlanner) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	p.agreed, p.degraded = true, degraded
-	return degraded, nil
+	p.agreed, p.planned = true, degraded && agreed[len(agreed)-1] == 0
+	return p.planned, nil
 }
 
 // phasePlan returns the plan of a site phase over bytes bytes of esz-byte elements when the fabric is
 // degraded, or ok false for the standard ring's hot-repaired reduce-scatter and all-gather.
 func (t *siteTier) phasePlan(ctx context.Context, f *siteFabric, bytes int64, esz int) (plan.Topology, plan.Plan, bool, error) {
-	if t.plans.hotRepairOnly || len(f.site) < 2 {
+	if len(f.site) < 2 {
 		return plan.Topology{}, plan.Plan{}, false, nil
 	}
 	p, err := f.ensurePlanner(ctx, t.nnics)
 	if err != nil {
 		return plan.Topology{}, plan.Plan{}, false, err
 	}
-	degraded, err := f.agree(ctx, p)
-	if err != nil || !degraded {
+	planned, err := f.agree(ctx, p, t.plans.hotRepairOnly)
+	if err != nil || !planned {
 		return plan.Topology{}, plan.Plan{}, false, err
 	}
 	var topo plan.Topology
@@ -226,18 +232,18 @@ func (t *siteTier) allGather(ctx context.Context, f *siteFabric, send, recv []by
 // allReduce runs a whole AllReduce on the fabric: by the planner's choice among every schedule when
 // the fabric is degraded, the node's hot-repaired ring otherwise.
 func (t *siteTier) allReduce(ctx context.Context, f *siteFabric, send, recv []byte, dt rings.DType, op rings.Op) error {
-	if t.plans.hotRepairOnly || len(f.site) < 2 {
+	if len(f.site) < 2 {
 		return f.node.AllReduce(ctx, send, recv, dt, op)
 	}
 	p, err := f.ensurePlanner(ctx, t.nnics)
 	if err != nil {
 		return err
 	}
-	degraded, err := f.agree(ctx, p)
+	planned, err := f.agree(ctx, p, t.plans.hotRepairOnly)
 	if err != nil {
 		return err
 	}
-	if !degraded {
+	if !planned {
 		return f.node.AllReduce(ctx, send, recv, dt, op)
 	}
 	pl, err := p.whole.AllReduce(ctx, send, recv, dt, op)

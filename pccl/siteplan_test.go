@@ -132,3 +132,32 @@ func TestSiteSimDegradedOneSite(t *testing.T) {
 
 	killMidCollective(ctx, t, g, comms, hosts, 3, s.DownAll)
 }
+
+// TestSiteSimHotRepairOnlyOnOnePeer: one peer of a one-site group keeps to hot repair
+// (Config.SiteHotRepairOnly). With a NIC down, the whole site stays on hot repair, since every peer
+// must run the same collectives, and every result is right.
+func TestSiteSimHotRepairOnlyOnOnePeer(t *testing.T) {
+	const per, nics = 3, 4
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	t.Cleanup(cancel)
+	s := pccl.NewSimSite(t, nics, 1000)
+	g := newGroup(t, master.Config{})
+	onSim := pccl.OnSimSite(s)
+	comms, _ := g.startSitesWith(ctx, 1, per, func(i int, cfg *pccl.Config) {
+		onSim(i, cfg)
+		cfg.SiteHotRepairOnly = i == 2
+	})
+	t.Cleanup(func() { closeAll(comms) })
+	sumOnEvery(ctx, t, comms, 1, 4099, 1)
+	if err := s.FailNIC(0, 3, 2); err != nil {
+		t.Fatal(err)
+	}
+	for k, count := range []int{1 << 20, 1 << 20, 33331} {
+		sumAndHash(ctx, t, comms, 2, count, 10+k)
+	}
+	if s.Struck() != 1 {
+		t.Fatal("the NIC did not go down")
+	}
+	requireFabric(t, comms)
+	requirePlanned(t, comms, func(int) bool { return false })
+}
