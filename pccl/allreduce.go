@@ -63,7 +63,8 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv []byte, d 
 // recv (which may be send itself). All peers must call it with the same d. The result is identical bit
 // for bit on every peer. On any error send and recv are unchanged. When the ring holds several sites
 // of two or more peers (Config.Site), the reduction is hierarchical: inside each site, then across
-// sites.
+// sites. When the ring is one site whose peers all listed NICs (Config.NICs), it runs whole on the
+// intra-site fabric (siteplan.go).
 //
 // Errors: ErrPeerLeft, ErrAborted (retry after UpdateTopology), ErrTooFewPeers,
 // ErrDescriptorMismatch, ErrInvalid, ErrKicked, ErrMasterLost, ErrClosed. If ctx ends before the
