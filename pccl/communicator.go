@@ -347,7 +347,8 @@ type Stats struct {
 	// sending, counted when a collective completes on the fabric.
 	SiteFailovers uint64
 	// SitePlanned is the number of calls on a degraded intra-site fabric that ran by the planner's
-	// schedule (siteplan.go), and SitePlan the strategy of the last of them ("" if none).
+	// schedule (siteplan.go), and SitePlan the strategy of the last of them ("" if none; "balance
+	// re-ranked" when bridge re-ranking reordered the ring).
 	SitePlanned uint64
 	SitePlan    string
 	// LinksSameNAT, LinksReversed, LinksPunched and LinksRelayed count the connections this peer

@@ -41,14 +41,21 @@ import (
 type sitePlans struct {
 	hotRepairOnly bool // Config.SiteHotRepairOnly: never plan, hot repair only
 	planned       atomic.Uint64
-	last          atomic.Int64 // the strategy of the last planned call, plus one; 0 if none
+	last          atomic.Int64 // the strategy of the last planned call, plus one (0 if none); +rerankedBit
 }
 
-// stats returns the number of planned calls and the strategy of the last one ("" if none).
+// rerankedBit marks, in sitePlans.last, a plan whose ring bridge re-ranking reordered.
+const rerankedBit = 1 << 32
+
+// stats returns the number of planned calls and the strategy of the last one ("" if none), with
+// " re-ranked" when bridge re-ranking reordered its ring.
 func (p *sitePlans) stats() (uint64, string) {
 	n, last := p.planned.Load(), ""
 	if s := p.last.Load(); s > 0 {
-		last = plan.Strategy(s - 1).String()
+		last = plan.Strategy(s&(rerankedBit-1) - 1).String()
+		if s&rerankedBit != 0 {
+			last += " re-ranked"
+		}
 	}
 	return n, last
 }
@@ -198,7 +205,11 @@ func (t *siteTier) phasePlan(ctx context.Context, f *siteFabric, bytes int64, es
 // note counts a planned call and logs a plan that differs from the previous one.
 func (t *siteTier) note(f *siteFabric, pl plan.Plan) {
 	t.plans.planned.Add(1)
-	if prev := t.plans.last.Swap(int64(pl.Strategy) + 1); prev != int64(pl.Strategy)+1 {
+	v := int64(pl.Strategy) + 1
+	if pl.Reranked {
+		v |= rerankedBit
+	}
+	if prev := t.plans.last.Swap(v); prev != v {
 		t.log.Info("intra-site fabric degraded: collectives run by the planner", "epoch", f.gen.epoch,
 			"strategy", pl.Strategy.String(), "reranked", pl.Reranked, "ring", pl.Parts[0].Ring)
 	}

@@ -161,3 +161,37 @@ func TestSiteSimHotRepairOnlyOnOnePeer(t *testing.T) {
 	requireFabric(t, comms)
 	requirePlanned(t, comms, func(int) bool { return false })
 }
+
+// TestSiteSimReranked: two neighbours of a site ring of four lose NICs of different rails, so that
+// the link between them has two rails of four while every node keeps three. The site phases run by
+// Balance on a bridge re-ranked ring, with every element right and the same bits on every peer.
+func TestSiteSimReranked(t *testing.T) {
+	const sites, per, nics = 2, 4, 4
+	ctx, s, _, comms, _ := onSimSite(t, sites, per, nics, 1000)
+	sumOnEvery(ctx, t, comms, 1, 4099, 1)
+	site, _, _ := pccl.HierarchyForTest(comms[0])
+	index := map[uint64]int{}
+	for i, c := range comms {
+		index[c.ID()] = i
+	}
+	a, b := index[site[0]], index[site[1]]
+	if err := s.FailNIC(a, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FailNIC(b, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	sumOnEvery(ctx, t, comms, 2, 1<<20, 2)
+	if s.Struck() != 2 {
+		t.Fatalf("%d of the 2 NIC faults struck", s.Struck())
+	}
+	for k, count := range []int{1 << 20, 33331} {
+		sumAndHash(ctx, t, comms, 3, count, 10+k)
+	}
+	for _, id := range site {
+		if st := comms[index[id]].Stats().SitePlan; st != "balance re-ranked" {
+			t.Fatalf("peer %d planned %q, want balance re-ranked", index[id], st)
+		}
+	}
+	requirePlanned(t, comms, func(i int) bool { return i%sites == a%sites })
+}
