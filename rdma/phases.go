@@ -38,9 +38,13 @@ func (n *Node) phaseRing(t plan.Topology, p plan.Plan, bytes int) ([]int, error)
 	ring := p.Parts[0].Ring
 	sorted := slices.Sorted(slices.Values(ring))
 	for i, u := range sorted {
-		if u != i || len(sorted) != len(n.ring) {
-			return nil, fmt.Errorf("%w: plan ring %v is not an order of the %d nodes", ErrInvalid, ring, len(n.ring))
+		if u != i {
+			sorted = nil
+			break
 		}
+	}
+	if len(sorted) != len(n.ring) {
+		return nil, fmt.Errorf("%w: plan ring %v is not an order of the %d nodes", ErrInvalid, ring, len(n.ring))
 	}
 	return ring, nil
 }

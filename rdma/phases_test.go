@@ -135,7 +135,8 @@ func TestPlannedPhasesBeatHotRepair(t *testing.T) {
 	t.Logf("%v %v, hot repair %v", p.Strategy, planned, repaired)
 }
 
-// TestPlannedPhasesRefuseOtherSchedules: plans without reduce-scatter halves are refused.
+// TestPlannedPhasesRefuseOtherSchedules: plans without reduce-scatter halves, and ring plans whose
+// ring is not an order of every node, are refused.
 func TestPlannedPhasesRefuseOtherSchedules(t *testing.T) {
 	c := newCluster(t, stNodes, stNICs, scConfig())
 	topo := stTopology([][2]int{{1, 2}})
@@ -151,5 +152,21 @@ func TestPlannedPhasesRefuseOtherSchedules(t *testing.T) {
 	send, recv := make([]byte, stCount*4), make([]byte, stCount)
 	if err := c.nodes[0].StartReduceScatterWithPlan(topo, p, send, recv, rings.F32, rings.Sum, func(error) {}); err == nil {
 		t.Fatal("an R²CCL plan ran as a reduce-scatter")
+	}
+	// A ring plan whose ring misses a node, or names one twice, is refused too.
+	e, err = plan.Cost(topo, plan.Balance, float64(stCount*4), plan.Model{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ring := range [][]int{{0, 1, 2}, {0, 1, 2, 2}} {
+		p, err := plan.Build(topo, e, stCount*4, 4, plan.Model{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Routes = rdma.RoutesFor(topo, p.Strategy, c.net.Node(c.ring[0]).NICs())
+		p.Parts[0].Ring = ring
+		if err := c.nodes[0].StartAllGatherWithPlan(topo, p, recv, send, rings.F32, func(error) {}); err == nil {
+			t.Fatalf("a plan on ring %v ran", ring)
+		}
 	}
 }
