@@ -44,7 +44,8 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv []byte, d 
 // recv (which may be send itself). All peers must call it with the same d. The result is identical bit
 // for bit on every peer. On any error send and recv are unchanged. When the ring holds several sites
 // of two or more peers (Config.Site), the reduction is hierarchical: inside each site, then across
-// sites.
+// sites. When the ring is one site whose peers all listed NICs (Config.NICs), it runs whole on the
+// intra-site fabric (siteplan.go).
 //
 // Errors: ErrPeerLeft, ErrAborted (retry after UpdateTopology), ErrTooFewPeers,
 // ErrDescriptorMismatch, ErrInvalid, ErrKicked, ErrMasterLost, ErrClosed. If ctx ends before the
@@ -136,6 +137,12 @@ func (c *Communicator) runOp(ctx context.Context, op *collective) error {
 		if segs, ok := hv.Segments(d.Count, d.DType.Size(), pipeMinBytes, fabricWanted(st, hv)); ok {
 			return c.runHierarchical(ctx, op, hv, segs)
 		}
+	}
+	if fab, err := c.wholeSiteFabric(st); err != nil || fab != nil {
+		if err != nil {
+			return c.report(op, &wire.Done{Code: codeOf(err), Detail: err.Error()})
+		}
+		return c.runOnSiteFabric(ctx, op, fab)
 	}
 	rank, world := slices.Index(st.ring, c.id), len(st.ring)
 	var s rings.Stream = nopStream{}

@@ -247,7 +247,8 @@ type Stats struct {
 	// LinksAccepted is the number of data connections it accepted from ring predecessors.
 	LinksAccepted uint64
 	// SiteCollectives is the number of hierarchical AllReduces whose site phases ran on the
-	// intra-site fabric (Config.NICs), completed or not.
+	// intra-site fabric (Config.NICs), and of AllReduces of a one-site group that ran whole on it,
+	// completed or not.
 	SiteCollectives uint64
 	// SiteGenerations is the number of intra-site fabrics this peer opened: one per ring change of
 	// its site and one after each collective that failed on it.
@@ -257,6 +258,11 @@ type Stats struct {
 	// SiteFailovers is the number of paths that hot repair moved to another NIC pair, with this peer
 	// sending, counted when a collective completes on the fabric.
 	SiteFailovers uint64
+	// SitePlanned is the number of calls on a degraded intra-site fabric that ran by the planner's
+	// schedule (siteplan.go), and SitePlan the strategy of the last of them ("" if none; "balance
+	// re-ranked" when bridge re-ranking reordered the ring).
+	SitePlanned uint64
+	SitePlan    string
 	// LinksSameNAT, LinksReversed, LinksPunched and LinksRelayed count the connections this peer
 	// opened to peers behind NAT (rendezvous.go): dialled directly behind the same NAT, called back,
 	// over a punched QUIC path, and through the master's relay.
@@ -271,6 +277,7 @@ func (c *Communicator) Stats() Stats {
 	if t := c.site; t != nil {
 		s.SiteCollectives, s.SiteGenerations, s.SiteFailovers = t.collectives.Load(), t.generations.Load(), t.failovers.Load()
 		s.SiteBytes = t.retiredBytes.Load()
+		s.SitePlanned, s.SitePlan = t.plans.stats()
 		if f := t.peek(); f != nil {
 			s.SiteBytes += f.ep.ReceivedBytes()
 		}

@@ -45,6 +45,10 @@ type Config struct {
 	// NICNetNS is the network namespace the NICs are in (a path such as /var/run/netns/site0-a), for
 	// test beds that run several peers in one process. Default: the process's own.
 	NICNetNS string
+	// SiteHotRepairOnly keeps the intra-site fabric on hot repair when it is degraded, instead of the
+	// planner's schedules (siteplan.go); for comparisons. One peer of a site with it keeps the whole
+	// site on hot repair. Default false.
+	SiteHotRepairOnly bool
 	// Group is the peer group this peer joins (a 32-bit id, as in PCCL): shared state and collectives
 	// span one group, and each group has its own ring and epochs under the one master. Default 0.
 	Group uint32

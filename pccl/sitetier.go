@@ -118,6 +118,7 @@ type siteTier struct {
 	// Counters for Communicator.Stats.
 	collectives, generations, failovers atomic.Uint64
 	retiredBytes                        atomic.Int64 // received by the fabrics already closed
+	plans                               sitePlans    // the planner's use of the fabric (siteplan.go)
 }
 
 // fabricGen names one generation of a site's fabric (see the comment at the top of this file).
@@ -134,13 +135,16 @@ type siteFabric struct {
 	// Scratch for counts that the site's peers do not divide: rdma blocks are equal, so the buffer is
 	// padded to a whole number of blocks. blk holds this peer's block for the all-gather.
 	padIn, padOut, blk []byte
-	failovers          int // the node's Failovers when last counted
+	failovers          int          // the node's Failovers when last counted
+	planner            *sitePlanner // made at the first call that checks the health (siteplan.go)
 }
 
 // openSiteTier resolves cfg.NICs (names or addresses, in cfg.NICNetNS) and reserves a port on each.
 func openSiteTier(cfg Config, log *slog.Logger) (*siteTier, error) {
 	if p := cfg.siteProvider; p != nil {
-		return &siteTier{prov: p, nnics: len(cfg.NICs), addrs: p.addrs(), log: log}, nil
+		t := &siteTier{prov: p, nnics: len(cfg.NICs), addrs: p.addrs(), log: log}
+		t.plans.hotRepairOnly = cfg.SiteHotRepairOnly
+		return t, nil
 	}
 	var nics []tcp.NICConfig
 	err := tcp.InNetNS(cfg.NICNetNS, func() error {
@@ -158,7 +162,9 @@ func openSiteTier(cfg Config, log *slog.Logger) (*siteTier, error) {
 		return nil, fmt.Errorf("pccl: intra-site NICs: %w", err)
 	}
 	p := &tcpSite{nics: nics, netns: cfg.NICNetNS}
-	return &siteTier{prov: p, nnics: len(nics), addrs: p.addrs(), log: log}, nil
+	t := &siteTier{prov: p, nnics: len(nics), addrs: p.addrs(), log: log}
+	t.plans.hotRepairOnly = cfg.SiteHotRepairOnly
+	return t, nil
 }
 
 // usable reports whether the site's peers can run on the fabric: each announced as many NICs as this
@@ -196,6 +202,7 @@ func (t *siteTier) acquire(gen fabricGen, site []uint64, nics map[uint64][]strin
 		t.mu.Unlock()
 		return nil, err
 	}
+	t.fab.startCollective()
 	return t.fab, nil
 }
 
@@ -369,7 +376,7 @@ func (p *sitePhase) Run(ctx context.Context, in, out []byte) error {
 			clear(f.padIn[len(in):])
 			src = f.padIn
 		}
-		if err = f.node.ReduceScatter(ctx, src, f.blk, p.dt, p.op); err == nil {
+		if err = p.t.reduceScatter(ctx, f, src, f.blk, p.dt, p.op); err == nil {
 			copy(out[lo:hi], f.blk)
 		}
 	} else {
@@ -379,7 +386,7 @@ func (p *sitePhase) Run(ctx context.Context, in, out []byte) error {
 			f.padOut = grow(f.padOut, padded)
 			dst = f.padOut
 		}
-		if err = f.node.AllGather(ctx, f.blk, dst, p.dt); err == nil && padded != len(out) {
+		if err = p.t.allGather(ctx, f, f.blk, dst, p.dt); err == nil && padded != len(out) {
 			copy(out, dst)
 		}
 	}

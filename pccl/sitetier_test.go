@@ -137,25 +137,35 @@ func TestSiteFabricNICFault(t *testing.T) {
 	_, gen0 := requireFabric(t, comms)
 
 	const count = 4 << 20 // 16 MiB: each site half takes about 0.35 s on two 100 Mbit/s NICs
-	bufs, want := inputs(len(comms), count, 9)
-	done := sumWhileMoving(ctx, t, comms, bufs, nil, 0, 512<<10)
-	if err := lab.SetNIC(0, 1, false); err != nil {
-		t.Fatal(err)
-	}
-	errs := <-done
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("peer %d: %v, want no error", i, err)
-		}
-		checkSum(t, fmt.Sprintf("peer %d", i), bufs[i], want)
-	}
 	failovers := 0
-	for _, c := range comms {
-		_, _, _, _, f := pccl.SiteFabricForTest(c)
-		failovers += f
+	// The NIC must go down inside the collective; on a loaded machine the collective can finish
+	// first, and then the attempt is made again with the NIC back up (at most three attempts).
+	for attempt := 0; attempt < 3 && failovers == 0; attempt++ {
+		if attempt > 0 {
+			t.Logf("attempt %d: the NIC went down after the collective; again", attempt)
+			if err := lab.SetNIC(0, 1, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bufs, want := inputs(len(comms), count, 9+attempt)
+		done := sumWhileMoving(ctx, t, comms, bufs, nil, 0, 512<<10)
+		if err := lab.SetNIC(0, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		errs := <-done
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("peer %d: %v, want no error", i, err)
+			}
+			checkSum(t, fmt.Sprintf("peer %d", i), bufs[i], want)
+		}
+		for _, c := range comms {
+			_, _, _, _, f := pccl.SiteFabricForTest(c)
+			failovers += f
+		}
 	}
 	if failovers == 0 {
-		t.Fatal("no path failed over: the NIC went down after the collective")
+		t.Fatal("no path failed over: the NIC went down after the collective in three attempts")
 	}
 	if _, gen := requireFabric(t, comms); gen != gen0 {
 		t.Fatalf("the fabric changed generation (%d to %d) for a NIC failure", gen0, gen)

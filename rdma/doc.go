@@ -38,6 +38,12 @@
 // planner's per-NIC α and β come from [Node.Calibrate]: every node times sends over each NIC alone and
 // the nodes share one table, which [Calibration.Apply] puts into the planner's topology.
 //
+// A plan of one ring over every node (the standard ring, hot repair, Balance, each possibly on a
+// bridge re-ranked ring: [PhaseStrategies]) also runs as a reduce-scatter or an all-gather with the
+// same routes ([Node.StartReduceScatterWithPlan], [Node.StartAllGatherWithPlan]), node r owning block
+// r whatever the ring order; [Replanner.PhasePlan] picks the cheapest of them. The other schedules
+// leave no node with a fixed block of the sum.
+//
 // # Hot repair
 //
 // At start a node opens data, control and probe connections to its ring neighbours on every NIC: the

@@ -44,6 +44,18 @@
 // site-ordered ring's divided by it (1 at the bound; headers and acknowledgements are in both);
 // targets compares them with 0.9 and 1.05.
 //
+// The degraded fabric (root, --degraded-nic-mbit > 0). The --per-site peers of one site, each with
+// four NICs at --degraded-nic-mbit in a test bed of their own, form two groups of that one site, whose
+// AllReduce runs whole on the intra-site fabric: one by the planner (the default), one with
+// Config.SiteHotRepairOnly. The fabric's NICs are calibrated first (rdma.Node.Calibrate). The
+// planner's group is timed healthy (nic_healthy_seconds), then, with the last NIC of peer 0 down and
+// after one untimed AllReduce that lets hot repair localize it, both groups: nic_degraded_seconds
+// (the planner's choice, nic_degraded_strategy) and nic_degraded_hot_repair_seconds. The model's
+// ideal for that degraded fabric, nic_degraded_ideal_seconds, is plan.Ideal on the calibrated α and
+// β with the NIC down; targets compares the planner with 1.15 × it and with hot repair only. The
+// NICs' rate is low enough that they, not the CPU, bound the fabric on a small machine.
+// --degraded-only runs this part alone (about 45 s at the defaults).
+//
 //	sudo go run ./bench/hierarchical --sites 2 --per-site 4 --wan-mbit 200
 package main
 
@@ -55,6 +67,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -82,11 +95,30 @@ func main() {
 	tier := flag.String("site-tier", "auto", "where the site phases run: rdma (netns test bed, root), tcp (in-memory links), auto (rdma as root)")
 	wanMode := flag.String("wan", "auto", "where the sites meet: netns (one namespace per site, joined by the emulated WAN link; root), mem (the in-memory network), auto (netns as root)")
 	flowMbit := flag.Float64("flow-mbit", 0, "with --wan netns, cap each flow between sites at this rate, Mbit/s, as a WAN that shares per flow does (0: no cap)")
+	degMbit := flag.Float64("degraded-nic-mbit", 100, "rate of each of the four NICs of the degraded-fabric measurement, Mbit/s (root; 0: skip it)")
+	degOnly := flag.Bool("degraded-only", false, "run the degraded-fabric measurement only")
 	flag.Parse()
-	if *sites < 2 || *perSite < 2 || *size <= 0 || *size%4 != 0 || *iters < 1 || *nics < 1 || *nics > 16 || *nicMbit <= 0 || *wanMbit <= 0 || *flowMbit < 0 {
-		log.Fatal("need --sites >= 2, --per-site >= 2, --size a positive multiple of 4, --iters >= 1, --nics in [1, 16], positive rates, --flow-mbit >= 0")
+	if *sites < 2 || *perSite < 2 || *size <= 0 || *size%4 != 0 || *iters < 1 || *nics < 1 || *nics > 16 || *nicMbit <= 0 || *wanMbit <= 0 || *flowMbit < 0 || *degMbit < 0 {
+		log.Fatal("need --sites >= 2, --per-site >= 2, --size a positive multiple of 4, --iters >= 1, --nics in [1, 16], positive rates, --flow-mbit >= 0, --degraded-nic-mbit >= 0")
 	}
-	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters, nics: *nics, mtu: *mtu, flowMbit: *flowMbit}
+	if *degOnly {
+		if *degMbit == 0 {
+			log.Fatal("--degraded-only needs --degraded-nic-mbit > 0")
+		}
+		if err := netlab.Available(); err != nil {
+			log.Fatalf("--degraded-only: %v", err)
+		}
+	}
+	b := &bench{sites: *sites, per: *perSite, size: *size, iters: *iters, nics: *nics, mtu: *mtu, flowMbit: *flowMbit, degMbit: *degMbit}
+	if *degOnly {
+		out, err := b.degradedOnly()
+		if err != nil {
+			log.Fatal(err)
+		}
+		raw, _ := json.Marshal(out)
+		fmt.Println(string(raw))
+		return
+	}
 	b.nsWAN = useNetns("--wan", *wanMode, "netns", "mem", wanemu.Available, "the WAN on the in-memory network")
 	if *flowMbit > 0 && !b.nsWAN {
 		log.Fatal("--flow-mbit needs --wan netns")
@@ -136,6 +168,7 @@ type bench struct {
 	lab                     *netlab.Lab // when fabric
 	nsWAN                   bool        // the sites meet on a wanemu testbed, not the in-memory network
 	flowMbit                float64     // the per-flow cap between sites, with nsWAN
+	degMbit                 float64     // the NIC rate of the degraded-fabric measurement (0: skip it)
 	wan                     wan
 }
 
@@ -269,7 +302,38 @@ func (b *bench) run(sh shape) (map[string]any, error) {
 	out["wan_bytes_ratio_rank_order"] = float64(hwan) / float64(max(jwan, 1))
 	out["correct"] = jok && fok && hok
 	out["peer_kill_aborted"] = killed
+	if b.fabric && b.degMbit > 0 {
+		deg, err := b.degraded(ctx, b.degMbit)
+		if err != nil {
+			return nil, fmt.Errorf("degraded fabric: %w", err)
+		}
+		maps.Copy(out, deg)
+		addDegradedTargets(out["targets"].(map[string]any), deg)
+	}
 	return out, nil
+}
+
+// degradedOnly runs the degraded-fabric measurement alone.
+func (b *bench) degradedOnly() (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	out := map[string]any{"per_site": b.per, "bytes": b.size, "iters": b.iters, "mtu": b.mtu}
+	deg, err := b.degraded(ctx, b.degMbit)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(out, deg)
+	out["targets"] = map[string]any{}
+	addDegradedTargets(out["targets"].(map[string]any), deg)
+	return out, nil
+}
+
+// addDegradedTargets adds the degraded fabric's targets: the planner within 1.15 of the model's
+// ideal, and faster than hot repair only.
+func addDegradedTargets(targets map[string]any, deg map[string]any) {
+	vsIdeal, vsHR := deg["nic_degraded_vs_ideal"].(float64), deg["nic_degraded_vs_hot_repair"].(float64)
+	targets["nic_degraded_vs_ideal"] = map[string]any{"value": vsIdeal, "limit": 1.15, "met": vsIdeal <= 1.15}
+	targets["nic_degraded_vs_hot_repair"] = map[string]any{"value": vsHR, "limit": 1.0, "met": vsHR < 1}
 }
 
 // force installs ring order on g's peers.

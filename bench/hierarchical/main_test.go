@@ -58,3 +58,28 @@ func TestBenchFabric(t *testing.T) {
 		t.Fatal("no path failed over after the NIC went down")
 	}
 }
+
+// TestBenchDegraded runs the degraded-fabric measurement on a small buffer: with a NIC of four down
+// on one peer, the one-site group runs by the planner with results right on every peer, and the
+// group on hot repair only does not plan.
+func TestBenchDegraded(t *testing.T) {
+	if err := netlab.Available(); err != nil {
+		t.Skipf("skipping: the fabric run builds network namespaces: %v", err)
+	}
+	b := &bench{sites: 2, per: 3, size: 4 << 20, iters: 1, mtu: 9000, degMbit: 200}
+	out, err := b.degradedOnly()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out["nic_degraded_correct"] != true {
+		t.Fatalf("nic_degraded_correct %v", out["nic_degraded_correct"])
+	}
+	if s := out["nic_degraded_strategy"]; s == "" || s == "hot_repair" || s == "ring" {
+		t.Fatalf("the planner ran %q on the degraded fabric", s)
+	}
+	for _, k := range []string{"nic_degraded_seconds", "nic_degraded_hot_repair_seconds", "nic_degraded_ideal_seconds"} {
+		if v, ok := out[k].(float64); !ok || v <= 0 {
+			t.Fatalf("%s = %v", k, out[k])
+		}
+	}
+}

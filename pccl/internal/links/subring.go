@@ -228,3 +228,19 @@ func (l *Links) SubStream(op Op, r SubRing, next, prev uint64) (*Stream, error) 
 	}
 	return l.openStream(op, pools[i].out, prev, r.base(), SubPoolSize(l.hier.cur, l.cfg.PoolSize, r)), nil
 }
+
+// OneSite reports whether the peers of ring all announced one site, and NICs the fabric can run on.
+func (l *Links) OneSite(ring []uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(ring) < 2 || l.hier.sites == nil {
+		return false
+	}
+	site := l.hier.sites[ring[0]]
+	for _, id := range ring {
+		if s, ok := l.hier.sites[id]; !ok || s != site {
+			return false
+		}
+	}
+	return site != "" && FabricReady(ring, l.hier.nics)
+}
