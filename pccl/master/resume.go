@@ -2,6 +2,7 @@ package master
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -21,7 +22,9 @@ import (
 // group's reporters held has reported, or when the grace runs out. Then, in each group with reports:
 //
 //   - the ring is the one the majority held (most reporters, then the highest epoch), without the
-//     peers that did not come back, followed by reporters it lacked (by id); a wiring round under the
+//     peers that did not come back, followed by reporters it lacked (by id), except those that were
+//     on an earlier ring and are missing from it: the old master had spliced them out, so they are
+//     kicked and join again as new peers (their state missed the syncs since); a wiring round under the
 //     new incarnation's first epoch connects them, and its Topology makes them accepted again;
 //   - the last accepted shared state is the (revision, hashes) the majority holds, so that peers on
 //     an older or a different revision fetch the majority's at the next sync; but when some reporters
@@ -165,7 +168,30 @@ func majorityRing(ids []PeerID, reports map[PeerID]*wire.Resume) ([]PeerID, uint
 // they show (resumedState).
 func (m *Machine) rebuild(g *group, ids []PeerID) {
 	reports := m.resume.reports
-	held, _ := majorityRing(ids, reports)
+	held, heldEpoch := majorityRing(ids, reports)
+	// A reporter that was on an earlier ring of the group and is missing from the one the majority
+	// held was spliced out by the old master (kicked, or gone while cut off) and never heard of it:
+	// it is not let back in with its old state, which missed the syncs since; it joins again as a
+	// new peer and fetches the state then.
+	var stale []PeerID
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id PeerID) bool {
+		r := reports[id]
+		if len(held) == 0 || slices.Contains(held, id) || !slices.Contains(r.Ring, id) || r.Epoch >= heldEpoch {
+			return false
+		}
+		stale = append(stale, id)
+		return true
+	})
+	// Kicked once the ring is rebuilt without them, so that their removal does not start a round.
+	defer func() {
+		for _, id := range stale {
+			r := reports[id]
+			m.kick(id, fmt.Sprintf("the previous master removed this peer from the ring (the ring of epoch %d the others held lacks it; this peer reports epoch %d, revision %d); join again as a new peer", heldEpoch, r.Epoch, r.Revision))
+		}
+	}()
+	if len(ids) == 0 {
+		return
+	}
 	var ring []PeerID
 	for _, id := range held {
 		if slices.Contains(ids, id) || slices.Contains(g.ring, id) {
