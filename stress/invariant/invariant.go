@@ -99,7 +99,7 @@ func (c *Checker) Fail(now time.Time, kind string, rev uint64, peer, format stri
 // rev holding state hash; fetched is how many entries it received, fresh whether it joined with no
 // state (a newcomer's first sync). A session that held the state may fetch at its first sync after
 // a master restart: the dead master's outcome of the step in flight may have reached some peers
-// only.
+// only, or its report came after the new master's rebuild window and it was wired in as a newcomer.
 func (c *Checker) Synced(now time.Time, sess string, rev, hash uint64, fetched int, fresh bool) {
 	if a, ok := c.revs[rev]; ok {
 		if a.hash != hash {
@@ -112,8 +112,12 @@ func (c *Checker) Synced(now time.Time, sess string, rev, hash uint64, fetched i
 	restarted := c.restarts > c.restart[sess]
 	if last, ok := c.lastRev[sess]; ok && rev != last+1 {
 		_, missedByRestart := c.revs[last+1]
-		missedByRestart = missedByRestart && rev == last+2 && c.restarts > c.restart[sess]
-		if !missedByRestart {
+		missedByRestart = missedByRestart && rev == last+2 && restarted
+		// A peer whose report reached a restarted master after its rebuild window is wired in as a
+		// newcomer and fetches the group's state at its next sync: its revisions jump forward, once,
+		// to a state the hash check holds to the others'.
+		readmitted := restarted && !fresh && fetched > 0 && rev > last
+		if !missedByRestart && !readmitted {
 			c.Fail(now, RevisionStep, rev, sess, "synced revision %d after %d", rev, last)
 		}
 	}

@@ -140,3 +140,27 @@ func TestCheckerExcusesOneFetchAfterTheMasterDied(t *testing.T) {
 		t.Fatalf("violations %v, want [%s]", got, Diverged)
 	}
 }
+
+// TestCheckerAllowsLateReporterReadmitted: a peer cut off while the others went on reports to a
+// restarted master after its rebuild window; it is wired in as a newcomer and fetches the group's
+// state, so its revisions jump forward once, to the hash the others accepted. A jump without a fetch,
+// or a second one without a restart, is still a violation.
+func TestCheckerAllowsLateReporterReadmitted(t *testing.T) {
+	c := New(10*time.Second, 2)
+	c.Synced(t0, "a/1", 5, 0xa5, 0, false)
+	for rev := uint64(5); rev <= 9; rev++ {
+		c.Synced(t0, "b/2", rev, 0xa0+rev, 0, false)
+	}
+	c.MasterRestarted()
+	c.Synced(t0, "b/2", 10, 0xb0, 0, false)
+	c.Synced(t0, "a/1", 10, 0xb0, 1, false)
+	if len(c.Violations()) != 0 || c.Excused() != 1 {
+		t.Fatalf("violations %v, excused %d: want none and one", c.Violations(), c.Excused())
+	}
+	c.Synced(t0, "b/2", 11, 0xb1, 0, false)
+	c.Synced(t0, "b/2", 12, 0xb2, 0, false)
+	c.Synced(t0, "a/1", 12, 0xb2, 1, false)
+	if got := kinds(c); !slices.Equal(got, []string{RevisionStep, Diverged}) {
+		t.Fatalf("violations %v, want [%s %s]", got, RevisionStep, Diverged)
+	}
+}
