@@ -580,7 +580,7 @@ func (s *soak) handle(l cluster.Line) {
 				// Kicked although no fault hit it (a fault clears sess): e.g. heartbeats starved.
 				s.sum.UnfaultedKicks++
 				fmt.Fprintf(s.log, "stress: %s left the group although no fault hit it: %s\n", key, ev.Detail)
-				excused := strings.Contains(ev.Detail, "unreachable from its ring neighbour") && s.linkHoled(p, now)
+				excused := invariant.LinkKick(ev.Detail) && s.linkHoled(p, now)
 				if excused {
 					s.sum.LinkHoleEvictions++
 				}

@@ -14,6 +14,7 @@ package invariant
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -195,4 +196,16 @@ func (c *Checker) Finish(now time.Time) {
 			return
 		}
 	}
+}
+
+// LinkKick reports whether detail, the error of a kicked peer, says the master removed it because a
+// ring link to or from it could not be wired: the end of a black-holed link is removed so when no ring
+// avoids the link, which the soaks excuse while the hole lasts and for a grace after it.
+func LinkKick(detail string) bool {
+	for _, s := range []string{"could not dial this peer's advertised address", "this peer could not dial peer", "unreachable from its ring neighbour"} {
+		if strings.Contains(detail, s) {
+			return true
+		}
+	}
+	return false
 }

@@ -164,3 +164,19 @@ func TestCheckerAllowsLateReporterReadmitted(t *testing.T) {
 		t.Fatalf("violations %v, want [%s %s]", got, RevisionStep, Diverged)
 	}
 }
+
+// TestLinkKick: the master's reasons for removing an end of a link that could not be wired are
+// recognised, other kicks are not.
+func TestLinkKick(t *testing.T) {
+	for detail, want := range map[string]bool{
+		"pccl: kicked by the master: peer 1 could not dial this peer's advertised address h:1: i/o timeout": true,
+		"pccl: kicked by the master: this peer could not dial peer 2 at h:2: refused":                       true,
+		"pccl: kicked by the master: unreachable from its ring neighbour":                                   true,
+		"pccl: kicked by the master: run token mismatch":                                                    false,
+		"pccl: kicked by the master: no heartbeat for 1.5s":                                                 false,
+	} {
+		if got := LinkKick(detail); got != want {
+			t.Errorf("LinkKick(%q) = %v, want %v", detail, got, want)
+		}
+	}
+}

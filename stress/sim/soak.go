@@ -498,7 +498,7 @@ func (s *soak) handle(ev event) {
 			if ev.sess == p.sess && p.sess != 0 {
 				// Left the group although no fault hit it.
 				s.sum.UnfaultedKicks++
-				excused := strings.Contains(ev.detail, "unreachable from its ring neighbour") && s.linkHoled(p, now)
+				excused := invariant.LinkKick(ev.detail) && s.linkHoled(p, now)
 				if excused {
 					s.sum.LinkHoleEvictions++
 				}
