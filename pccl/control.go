@@ -29,7 +29,7 @@ func (c *Communicator) handshake(ctx context.Context, conn net.Conn) error {
 		if errors.Is(err, wire.ErrVersion) {
 			return fmt.Errorf("pccl: master handshake: %w: %w: %w (peer and master come from different releases)", ErrKicked, ErrRefused, err)
 		}
-		return fmt.Errorf("pccl: master handshake: %w", err)
+		return fmt.Errorf("pccl: master handshake: %w: %w", ErrMasterLost, err)
 	}
 	return nil
 }
