@@ -547,22 +547,7 @@ func (s *streamer) innerSteps(end uint64) error {
 // updateTopology runs UpdateTopology and reports whether the new ring holds peers the old one did
 // not.
 func (s *streamer) updateTopology() (bool, error) {
-	if err := s.comm.UpdateTopology(s.ctx); err != nil {
-		return false, err
-	}
-	ring := s.comm.Ring()
-	joined := false
-	for _, id := range ring {
-		if !slices.Contains(s.ring, id) {
-			joined = true
-		}
-	}
-	if joined {
-		s.sum.Joins++
-		s.log.Info("peers joined", "ring", ring)
-	}
-	s.ring = ring
-	return joined, nil
+	return rewire(s.ctx, s.comm, &s.ring, &s.sum, s.log)
 }
 
 // sync runs one shared-state sync with the revision advanced by one, receive-only for a newcomer.

@@ -479,21 +479,23 @@ func (t *trainer) membership() (bool, error) {
 // updateTopology runs UpdateTopology and reports whether the new ring holds
 // peers the old one did not.
 func (t *trainer) updateTopology() (bool, error) {
-	if err := t.comm.UpdateTopology(t.ctx); err != nil {
+	return rewire(t.ctx, t.comm, &t.ring, &t.sum, t.log)
+}
+
+// rewire runs UpdateTopology on comm and reports whether the new ring holds
+// peers *ring did not; it counts such a change in sum.Joins and keeps the new
+// ring in *ring.
+func rewire(ctx context.Context, comm *pccl.Communicator, ring *[]uint64, sum *Summary, log *slog.Logger) (bool, error) {
+	if err := comm.UpdateTopology(ctx); err != nil {
 		return false, err
 	}
-	ring := t.comm.Ring()
-	joined := false
-	for _, id := range ring {
-		if !slices.Contains(t.ring, id) {
-			joined = true
-		}
-	}
+	next := comm.Ring()
+	joined := slices.ContainsFunc(next, func(id uint64) bool { return !slices.Contains(*ring, id) })
 	if joined {
-		t.sum.Joins++
-		t.log.Info("peers joined", "ring", ring)
+		sum.Joins++
+		log.Info("peers joined", "ring", next)
 	}
-	t.ring = ring
+	*ring = next
 	return joined, nil
 }
 
