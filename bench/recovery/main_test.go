@@ -6,11 +6,8 @@ import (
 	"maps"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,48 +40,15 @@ func TestHostsNeedRoot(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// A copy of this test binary that the unprivileged user may run (the build directory is root's).
-	exe, err := os.Executable()
+	code, stderr, procs, err := hostbed.RunAsNobody(ctx, roleCLI, "--hosts", "--timeout", "30s")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("run the command as user 65534: %v", err)
 	}
-	bin, err := os.ReadFile(exe)
-	if err != nil {
-		t.Fatal(err)
+	if code != 2 || !strings.Contains(stderr, "--hosts runs every process in a network namespace of its own") {
+		t.Fatalf("exit status %d, stderr %q; want 2 and why", code, stderr)
 	}
-	dir, err := os.MkdirTemp("", "hosts-need-root-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	exe = filepath.Join(dir, "cmd")
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(exe, bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	c := cluster.New(cluster.Config{Executable: exe, Stderr: &stderr})
-	defer c.Close()
-	nobody := func(cmd *exec.Cmd) error {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
-		return cmd.Start()
-	}
-	p, err := c.Spawn(cluster.Spec{Role: roleCLI, Args: []string{"--hosts", "--timeout", "30s"}, Start: nobody})
-	if err != nil {
-		t.Fatalf("start the command as user 65534: %v", err)
-	}
-	code, err := p.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Close() // the child's stderr has been copied
-	if code != 2 || !strings.Contains(stderr.String(), "--hosts runs every process in a network namespace of its own") {
-		t.Fatalf("exit status %d, stderr %q; want 2 and why", code, stderr.String())
-	}
-	if len(c.Procs()) != 1 {
-		t.Fatalf("%d processes started, want only the command", len(c.Procs()))
+	if procs != 1 {
+		t.Fatalf("%d processes started, want only the command", procs)
 	}
 }
 
