@@ -124,9 +124,14 @@ type collective struct {
 
 // report tells the machine how the data path of op ended and returns the verdict.
 func (c *Communicator) report(op *collective, done *wire.Done) error {
+	c.tell(op, done)
+	return c.verdict(op.call, op.ch, op.what)
+}
+
+// tell tells the machine how the data path of op ended, without waiting for the verdict.
+func (c *Communicator) tell(op *collective, done *wire.Done) {
 	// If the communicator is dead, the machine has already answered the call.
 	c.submit(request{in: reportCall{call: op.call, tag: op.d.Tag, done: done}})
-	return c.verdict(op.call, op.ch, op.what)
 }
 
 // runOp moves the data of commenced collective op and reports it to the master.
@@ -173,7 +178,22 @@ func (c *Communicator) runOp(ctx context.Context, op *collective) error {
 		verdict = c.report(op, done)
 		return verdict
 	}
-	opt := rings.Options{PartBytes: c.cfg.PartBytes, Quant: d.Quant}
+	// A failed ring is reported as soon as it stopped, before the buffer is put back, so that the
+	// master's verdict reaches the other peers while this one restores.
+	failed := false
+	fail := func(err error) {
+		failed = true
+		code := codeOf(err)
+		if ctx.Err() != nil {
+			code = wire.CodeAborted
+		}
+		done := &wire.Done{Code: code, Detail: err.Error()}
+		if ls != nil {
+			done.Silent = ls.SilentLink(st.ring[(rank+world-1)%world], st.ring[(rank+1)%world])
+		}
+		c.tell(op, done)
+	}
+	opt := rings.Options{PartBytes: c.cfg.PartBytes, Quant: d.Quant, OnFail: fail}
 	err := rings.AllReduce(ctx, s, rank, world, op.send, op.recv, d.DType, d.Op, opt, commit)
 	if err == nil {
 		return nil
@@ -184,15 +204,10 @@ func (c *Communicator) runOp(ctx context.Context, op *collective) error {
 		}
 		return fmt.Errorf("%s: %w", op.what, err)
 	}
-	code := codeOf(err)
-	if ctx.Err() != nil {
-		code = wire.CodeAborted
+	if !failed {
+		fail(err)
 	}
-	done := &wire.Done{Code: code, Detail: err.Error()}
-	if ls != nil {
-		done.Silent = ls.SilentLink(st.ring[(rank+world-1)%world], st.ring[(rank+1)%world])
-	}
-	if verr := c.report(op, done); verr != nil {
+	if verr := c.verdict(op.call, op.ch, op.what); verr != nil {
 		if ctx.Err() != nil {
 			return errors.Join(verr, ctx.Err()) // the caller gave up: say so
 		}

@@ -44,6 +44,9 @@ type Options struct {
 	// total peer count across sites, so that the sum is divided once. AllGather rejects a Divisor other
 	// than DivideByWorld.
 	Divisor Divisor
+	// OnFail, if not nil, is called once when the ring has failed, before the caller's buffers are
+	// put back and the call returns (see Plan.OnFail).
+	OnFail func(error)
 }
 
 // Validate reports the first field of o that holds an invalid value.
@@ -106,7 +109,7 @@ func AllReduce(ctx context.Context, s Stream, rank, world int, send, recv []byte
 		return err
 	}
 	p := Plan{
-		DType: dt, Op: op, PartBytes: opt.PartBytes, Pool: opt.Pool,
+		DType: dt, Op: op, PartBytes: opt.PartBytes, Pool: opt.Pool, OnFail: opt.OnFail,
 		Phases: []Phase{{
 			Kind: KindAllReduce, Stream: s, Rank: rank, World: world,
 			Len: len(send), Divisor: opt.Divisor, Quant: opt.Quant,

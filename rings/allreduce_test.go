@@ -216,6 +216,72 @@ func TestAllReduceAbortOnLinkFailure(t *testing.T) {
 	goleak.VerifyNone(t)
 }
 
+// TestAllReduceOnFailBeforeRestore checks that a failed in-place AllReduce calls Options.OnFail once,
+// with the error it returns, while its buffer still holds what the ring wrote there, and that the
+// buffer is restored when the call returns; a commit error and a success do not call it.
+func TestAllReduceOnFailBeforeRestore(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	const world, count, partElems = 4, 80, 5
+	total := framesPerRank(world, count, partElems)
+	streams := newRing(world)
+	streams[2].failRecvAt = total/2 + 1 // the first all-gather frame: the reduce-scatter wrote the buffer
+	bufs, before := make([][]byte, world), make([][]byte, world)
+	for r := range world {
+		bufs[r] = randomElements(rng, F32, count)
+		before[r] = bytes.Clone(bufs[r])
+	}
+	calls, errs, written := make([]int, world), make([]error, world), make([]bool, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Go(func() {
+			opt := Options{PartBytes: 4 * partElems, OnFail: func(err error) {
+				calls[r]++
+				errs[r] = err
+				written[r] = !bytes.Equal(bufs[r], before[r])
+			}}
+			// A rank whose ring completed before the abort reached it succeeds, without OnFail.
+			err := AllReduce(context.Background(), streams[r], r, world, bufs[r], bufs[r], F32, Sum, opt, nil)
+			if err != errs[r] || (err != nil && !errors.Is(err, ErrAborted)) {
+				t.Errorf("rank %d: returned %v, OnFail saw %v; want the same error, ErrAborted", r, err, errs[r])
+			}
+		})
+	}
+	wg.Wait()
+	for r := range world {
+		if want := btoi(errs[r] != nil); calls[r] != want {
+			t.Fatalf("rank %d: OnFail called %d times, want %d", r, calls[r], want)
+		}
+		if errs[r] != nil && !bytes.Equal(bufs[r], before[r]) {
+			t.Fatalf("rank %d: buffer not restored after the failure", r)
+		}
+	}
+	if calls[2] != 1 || !written[2] {
+		t.Fatalf("failing rank: OnFail called %d times, buffer written when it ran %v; want once, before the restore", calls[2], written[2])
+	}
+
+	for _, veto := range []int{-1, 1} {
+		n := 0
+		c := ringCase{world: 3, dt: F32, op: Sum, count: 40, inPlace: true, veto: veto,
+			opt: Options{PartBytes: 16, OnFail: func(error) { n++ }}}
+		run := runRing(t, rng, c)
+		if veto < 0 {
+			checkSuccess(t, c, run)
+		} else {
+			checkAborted(t, c, run)
+		}
+		if n != 0 {
+			t.Fatalf("veto %d: OnFail called %d times, want 0", veto, n)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func TestAllReduceAbortWhenCommitFails(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, w := range []int{1, 3, 5} {

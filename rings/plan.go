@@ -94,6 +94,11 @@ type Plan struct {
 	Pool *BufferPool
 	// Phases run in order.
 	Phases []Phase
+	// OnFail, if not nil, is called once with the error when Execute fails (its arguments valid),
+	// after every Stream of the plan was aborted and its goroutines returned, and before the caller's
+	// buffers are put back and Execute returns: the caller may tell others of the failure while the
+	// restore runs. A commit error does not call it (the caller's commit knows).
+	OnFail func(error)
 }
 
 // Execute runs the plan's phases in order on a staging buffer taken from the pool: the first phase
@@ -121,6 +126,7 @@ func (p Plan) Execute(ctx context.Context, send, recv []byte, commit func() erro
 	if err := ctx.Err(); err != nil {
 		err = fmt.Errorf("%w: %w", ErrAborted, err)
 		p.abort(err)
+		p.failed(err)
 		return err
 	}
 	pool := p.Pool
@@ -150,6 +156,7 @@ func (p Plan) Execute(ctx context.Context, send, recv []byte, commit func() erro
 				err = fmt.Errorf("phase %d (%v): %w", i, ph.Kind, err)
 			}
 			p.abort(err)
+			p.failed(err)
 			return err
 		}
 	}
@@ -187,8 +194,9 @@ func (p Plan) executeInPlace(ctx context.Context, buf []byte, commit func() erro
 	r := newRun(ph, buf, buf, true, p.DType, p.Op, partElems(p.PartBytes, p.DType.Size()))
 	r.keepOriginal(backup)
 	if err := r.start(ctx, ph.Kind, pool); err != nil {
-		r.restore()
 		p.abort(err)
+		p.failed(err)
+		r.restore()
 		return err
 	}
 	if commit != nil {
@@ -198,6 +206,13 @@ func (p Plan) executeInPlace(ctx context.Context, buf []byte, commit func() erro
 		}
 	}
 	return nil
+}
+
+// failed tells OnFail of err, the failure of a phase.
+func (p Plan) failed(err error) {
+	if p.OnFail != nil {
+		p.OnFail(err)
+	}
 }
 
 // abort aborts every Stream and Runner of the plan, so that the peers of phases this peer will not run
