@@ -263,6 +263,9 @@ type Stats struct {
 	// re-ranked" when bridge re-ranking reordered the ring).
 	SitePlanned uint64
 	SitePlan    string
+	// SiteCalibrations is the number of times the site's nodes measured their fabric's NICs for the
+	// planner (siteplan.go): once per site ring, again when a node lacks the last table.
+	SiteCalibrations uint64
 	// LinksSameNAT, LinksReversed, LinksPunched and LinksRelayed count the connections this peer
 	// opened to peers behind NAT (rendezvous.go): dialled directly behind the same NAT, called back,
 	// over a punched QUIC path, and through the master's relay.
@@ -278,6 +281,7 @@ func (c *Communicator) Stats() Stats {
 		s.SiteCollectives, s.SiteGenerations, s.SiteFailovers = t.collectives.Load(), t.generations.Load(), t.failovers.Load()
 		s.SiteBytes = t.retiredBytes.Load()
 		s.SitePlanned, s.SitePlan = t.plans.stats()
+		s.SiteCalibrations = t.plans.calibrations.Load()
 		if f := t.peek(); f != nil {
 			s.SiteBytes += f.ep.ReceivedBytes()
 		}

@@ -225,3 +225,18 @@ func (e *simEndpoint) Close() error {
 }
 
 func (e *simEndpoint) ReceivedBytes() int64 { return e.received.Load() }
+
+// SiteCalibrationForTest returns the bandwidth in bytes per second of every NIC of every node of the
+// table c's intra-site tier last calibrated, node by node in site ring order (nil if none).
+func SiteCalibrationForTest(c *Communicator) [][]float64 {
+	t := c.site
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([][]float64, len(t.cal.table.Beta))
+	for i, row := range t.cal.table.Beta {
+		for _, b := range row {
+			out[i] = append(out[i], 1/b)
+		}
+	}
+	return out
+}

@@ -21,14 +21,21 @@ package pccl
 // fabric, with the standard ring and hot repair, after which every node feeds its planner the same
 // health, and plans alike; the collective's later calls keep that view. A healthy agreed view runs
 // the standard ring as before, and so does every node when one of them keeps to hot repair
-// (Config.SiteHotRepairOnly). The planner's topology is the site's NICs at
-// their declared rate: on a site of NICs of one rate the ring schedules' ranking depends on which NICs
-// are down, not on α or β.
+// (Config.SiteHotRepairOnly).
+//
+// The planner's topology is the fabric as measured: at the first collective that checks the health,
+// before the planners are made, every node of the site calibrates the fabric (rdma.Node.Calibrate:
+// each NIC's α and β, gathered so that every node holds the same table bit for bit), and the
+// planners start from the site's NICs at their measured figures. A NIC the calibration could not
+// measure (down at the time) keeps the nominal figures until it is measured. Measured NICs of one
+// rate differ by a few percent, so the planners count nodes within siteLevelTolerance of each other
+// as one level and take a schedule over an earlier one only for a modelled gain above siteMargin.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/concord-ccl/concord/internal/wire"
@@ -39,7 +46,8 @@ import (
 
 // sitePlans is the tier's use of the planner.
 type sitePlans struct {
-	hotRepairOnly bool // Config.SiteHotRepairOnly: never plan, hot repair only
+	hotRepairOnly bool          // Config.SiteHotRepairOnly: never plan, hot repair only
+	calibrations  atomic.Uint64 // of the fabric, by calibrate
 	planned       atomic.Uint64
 	last          atomic.Int64 // the strategy of the last planned call, plus one (0 if none); +rerankedBit
 }
@@ -68,6 +76,8 @@ type sitePlanner struct {
 	nics    int
 	agreed  bool // the current collective has agreed on the fabric's health
 	planned bool // and found a NIC down, with no node on hot repair only
+	// calibration is the fabric's α and β per NIC, the planners' topology.
+	calibration rdma.Calibration
 }
 
 // startCollective marks the start of a collective on f (the tier is locked for it): its first call
@@ -80,10 +90,19 @@ func (f *siteFabric) startCollective() {
 	}
 }
 
-// nominalAlpha and nominalBandwidth are the planner's figures for a NIC that declares no rate.
+// nominalAlpha and nominalBandwidth are the planner's figures for a NIC the calibration did not
+// measure.
 const (
 	nominalAlpha     = 20e-6
 	nominalBandwidth = 1.25e9
+)
+
+// The fabric's calibration and the planners' tolerance of its noise (see the top of this file).
+var siteCalibration = rdma.CalibrateConfig{Bytes: 1 << 20, Reps: 2}
+
+const (
+	siteLevelTolerance = 0.05
+	siteMargin         = 0.05
 )
 
 // inEvents runs f in f's fabric's event context and waits for it or ctx.
@@ -99,19 +118,25 @@ func (f *siteFabric) inEvents(ctx context.Context, fn func()) error {
 }
 
 // ensurePlanner returns the fabric's planners, making them at the first call.
-func (f *siteFabric) ensurePlanner(ctx context.Context, nics int) (*sitePlanner, error) {
+func (t *siteTier) ensurePlanner(ctx context.Context, f *siteFabric) (*sitePlanner, error) {
 	if f.planner != nil {
 		return f.planner, nil
 	}
-	p := &sitePlanner{nodes: len(f.site), nics: nics}
-	var err error
+	p := &sitePlanner{nodes: len(f.site), nics: t.nnics}
+	cal, err := t.calibrate(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	p.calibration = cal
+	model := plan.Model{LevelTolerance: siteLevelTolerance}
 	if e := f.inEvents(ctx, func() {
-		topo := plan.Uniform(len(f.site), nics, 1, nominalAlpha, nominalBandwidth)
+		topo := plan.Uniform(len(f.site), t.nnics, 1, nominalAlpha, nominalBandwidth)
 		topo.GPUsPerNode = 1
-		if p.phases, err = rdma.NewReplanner(f.node, topo, plan.Config{Strategies: rdma.PhaseStrategies}); err != nil {
+		topo = cal.Apply(topo)
+		if p.phases, err = rdma.NewReplanner(f.node, topo, plan.Config{Strategies: rdma.PhaseStrategies, Model: model, Margin: siteMargin}); err != nil {
 			return
 		}
-		p.whole, err = rdma.NewReplanner(f.node, topo, plan.Config{})
+		p.whole, err = rdma.NewReplanner(f.node, topo, plan.Config{Model: model, Margin: siteMargin})
 	}); e != nil {
 		return nil, e
 	}
@@ -120,6 +145,32 @@ func (f *siteFabric) ensurePlanner(ctx context.Context, nics int) (*sitePlanner,
 	}
 	f.planner = p
 	return p, nil
+}
+
+// calibrate returns the calibration of f's fabric. A new generation over the same site ring as the
+// last calibration's keeps its table when every node of the site still holds it (a one-byte Max
+// all-reduce on the fabric says whether one lacks it); otherwise every node calibrates anew. A node
+// forgets its table before it calibrates, so that two nodes never keep different tables for one ring.
+func (t *siteTier) calibrate(ctx context.Context, f *siteFabric) (rdma.Calibration, error) {
+	lack := []byte{1}
+	if slices.Equal(t.cal.site, f.site) {
+		lack[0] = 0
+	}
+	any := make([]byte, 1)
+	if err := f.node.AllReduce(ctx, lack, any, rings.U8, rings.Max); err != nil {
+		return rdma.Calibration{}, fmt.Errorf("pccl: agree on the fabric's calibration: %w", err)
+	}
+	if any[0] == 0 {
+		return t.cal.table, nil
+	}
+	t.cal.site, t.cal.table = nil, rdma.Calibration{}
+	cal, err := f.node.Calibrate(ctx, siteCalibration)
+	if err != nil {
+		return rdma.Calibration{}, fmt.Errorf("pccl: calibrating the intra-site fabric: %w", err)
+	}
+	t.cal.site, t.cal.table = slices.Clone(f.site), cal
+	t.plans.calibrations.Add(1)
+	return cal, nil
 }
 
 // agree brings every node of the site to the same view of the fabric's health (see the top of this
@@ -179,7 +230,7 @@ func (t *siteTier) phasePlan(ctx context.Context, f *siteFabric, bytes int64, es
 	if len(f.site) < 2 {
 		return plan.Topology{}, plan.Plan{}, false, nil
 	}
-	p, err := f.ensurePlanner(ctx, t.nnics)
+	p, err := t.ensurePlanner(ctx, f)
 	if err != nil {
 		return plan.Topology{}, plan.Plan{}, false, err
 	}
@@ -246,7 +297,7 @@ func (t *siteTier) allReduce(ctx context.Context, f *siteFabric, send, recv []by
 	if len(f.site) < 2 {
 		return f.node.AllReduce(ctx, send, recv, dt, op)
 	}
-	p, err := f.ensurePlanner(ctx, t.nnics)
+	p, err := t.ensurePlanner(ctx, f)
 	if err != nil {
 		return err
 	}

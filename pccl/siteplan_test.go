@@ -83,8 +83,24 @@ func TestSiteSimDegradedHierarchical(t *testing.T) {
 		sumAndHash(ctx, t, comms, 3, count, 10+k)
 	}
 	requirePlanned(t, comms, func(i int) bool { return i%sites == 0 })
+	for i, c := range comms {
+		if n := c.Stats().SiteCalibrations; n != 1 {
+			t.Fatalf("peer %d: %d calibrations of its site's fabric, want 1", i, n)
+		}
+	}
 
 	killMidCollective(ctx, t, g, comms, hosts, 2, s.DownAll)
+	// The victim's site calibrates its new ring; the other site, whose ring is the same in the new
+	// generation, keeps its table.
+	for i, c := range comms {
+		want := uint64(1)
+		if i%sites == 0 {
+			want = 2
+		}
+		if n := c.Stats().SiteCalibrations; i != 2 && n != want {
+			t.Fatalf("peer %d: %d calibrations of its site's fabric after the kill, want %d", i, n, want)
+		}
+	}
 }
 
 // TestSiteSimDegradedOneSite: a group whose peers are all of one site with NICs runs its AllReduce
@@ -109,6 +125,7 @@ func TestSiteSimDegradedOneSite(t *testing.T) {
 			t.Fatalf("peer %d: %d collectives on the fabric, want 2", i, st.SiteCollectives)
 		}
 	}
+	requireCalibrated(t, comms, nics, 200e6/8)
 
 	if err := s.FailNIC(1, 2, 2); err != nil {
 		t.Fatal(err)
@@ -129,8 +146,39 @@ func TestSiteSimDegradedOneSite(t *testing.T) {
 		}
 	}
 	t.Logf("planned %s", comms[0].Stats().SitePlan)
+	requireCalibrated(t, comms, nics, 200e6/8) // the same table: no calibration with a NIC down
 
 	killMidCollective(ctx, t, g, comms, hosts, 3, s.DownAll)
+}
+
+// requireCalibrated checks that every peer calibrated its site's fabric once and holds the same
+// table, which puts every NIC of every node within a quarter of rate bytes per second (the sim's
+// NICs have no other cost than their rate and a few microseconds of latency).
+func requireCalibrated(t *testing.T, comms []*pccl.Communicator, nics int, rate float64) {
+	t.Helper()
+	want := pccl.SiteCalibrationForTest(comms[0])
+	for i, c := range comms {
+		if n := c.Stats().SiteCalibrations; n != 1 {
+			t.Fatalf("peer %d: %d calibrations of the fabric, want 1", i, n)
+		}
+		got := pccl.SiteCalibrationForTest(c)
+		if len(got) != len(comms) {
+			t.Fatalf("peer %d: a table of %d nodes, want %d", i, len(got), len(comms))
+		}
+		for u, row := range got {
+			if len(row) != nics {
+				t.Fatalf("peer %d: node %d has %d NICs in the table, want %d", i, u, len(row), nics)
+			}
+			for j, bw := range row {
+				if bw != want[u][j] {
+					t.Fatalf("peer %d: node %d NIC %d at %.4g B/s, peer 0 holds %.4g", i, u, j, bw, want[u][j])
+				}
+				if bw < 0.75*rate || bw > 1.25*rate {
+					t.Fatalf("peer %d: node %d NIC %d calibrated at %.4g B/s, the sim runs it at %.4g", i, u, j, bw, rate)
+				}
+			}
+		}
+	}
 }
 
 // TestSiteSimHotRepairOnlyOnOnePeer: one peer of a one-site group keeps to hot repair

@@ -119,6 +119,12 @@ type siteTier struct {
 	collectives, generations, failovers atomic.Uint64
 	retiredBytes                        atomic.Int64 // received by the fabrics already closed
 	plans                               sitePlans    // the planner's use of the fabric (siteplan.go)
+	// cal is the last calibration of the fabric and the site ring it measured (siteplan.go); the
+	// collective that holds mu uses it.
+	cal struct {
+		site  []uint64
+		table rdma.Calibration
+	}
 }
 
 // fabricGen names one generation of a site's fabric (see the comment at the top of this file).
