@@ -207,6 +207,11 @@ func (d *Detector) slowLinks(f *figures, chains map[uint64][]uint64, tests testL
 		if f.explains[l] {
 			continue
 		}
+		if t, ok := f.transit[l]; ok && !f.byTransit[l] && !d.hot(t, f.medTransit[f.between(l)], f.medSpan) {
+			// It holds its sender back while its frames cross as fast as the others': its receiver
+			// did not take them (busy, or not in the operation yet), the link itself is not slow.
+			continue
+		}
 		ratio, _ := f.figure(l)
 		conf := confidence(ratio)
 		row, col := d.known(f, l.From, true)-1, d.known(f, l.To, false)-1

@@ -12,6 +12,12 @@ import (
 // and the frames of the link from→to take slow times longer to cross than the others of its kind;
 // links between sites take wan times longer than links within one.
 func transitOp(rng *rand.Rand, ring []uint64, sites map[uint64]string, slow Link, factor, wan float64) Op {
+	return heldOp(rng, ring, sites, slow, factor, wan, Link{})
+}
+
+// heldOp is transitOp in which the sender of link held is held back on it twenty times longer than
+// the others on theirs, while its frames cross as fast as the others'.
+func heldOp(rng *rand.Rand, ring []uint64, sites map[uint64]string, slow Link, factor, wan float64, held Link) Op {
 	n := len(ring)
 	j := func(d time.Duration) time.Duration {
 		return time.Duration(float64(d) * math.Exp(0.15*rng.NormFloat64()))
@@ -27,8 +33,12 @@ func transitOp(rng *rand.Rand, ring []uint64, sites map[uint64]string, slow Link
 		if (Link{pred, id}) == slow {
 			transit = time.Duration(float64(transit) * factor)
 		}
+		stall := j(2 * time.Millisecond)
+		if (Link{id, succ}) == held {
+			stall *= 20
+		}
 		op.Reports = append(op.Reports, Report{Peer: id, Links: []Timing{
-			{Peer: succ, Out: true, Bytes: bytes, Start: j(time.Millisecond), End: 95 * time.Millisecond, Wait: j(5 * time.Millisecond)},
+			{Peer: succ, Out: true, Bytes: bytes, Start: j(time.Millisecond), End: 95 * time.Millisecond, Wait: stall},
 			{Peer: pred, Bytes: bytes, Start: time.Millisecond, End: 100 * time.Millisecond, Wait: j(40 * time.Millisecond), Transit: transit},
 		}})
 	}
@@ -91,5 +101,27 @@ func TestTransitJudgedByKind(t *testing.T) {
 	}
 	if !strings.Contains(got[0].Evidence, "between sites") {
 		t.Errorf("evidence %q: want it judged against the links between sites", got[0].Evidence)
+	}
+}
+
+// TestHeldBackIsNotSlow: a link that holds its sender back while its frames cross as fast as the
+// others' (its receiver did not take them in time) is no slow link; one whose frames also cross
+// slowly is.
+func TestHeldBackIsNotSlow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	ring := []uint64{1, 2, 3, 4, 5, 6}
+	d := New(Config{})
+	held := Link{2, 3}
+	for k := range 20 {
+		if evs := d.Observe(heldOp(rng, ring, nil, Link{}, 1, 1, held)); len(evs) != 0 {
+			t.Fatalf("operation %d with %v held back raised %+v", k, held, evs)
+		}
+	}
+	var got []Event
+	for range 3 {
+		got = append(got, d.Observe(heldOp(rng, ring, nil, held, 8, 1, held))...)
+	}
+	if len(got) != 1 || got[0].Kind != SlowLink || got[0].Link != held || !strings.Contains(got[0].Evidence, "holds its sender back") {
+		t.Fatalf("after three operations in which %v also crossed slowly: %+v, want one slow-link by its stall", held, got)
 	}
 }
