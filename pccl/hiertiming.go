@@ -13,9 +13,9 @@ import (
 // links: the site ring's link to this peer's successor in its site and the one from its
 // predecessor, and the WAN rings' links to and from its partners in the neighbouring sites, one
 // stream per phase and segment. The master's diagnosis takes one timing per link and direction
-// (wire.Done.Links), so the streams of one link are merged: their bytes and their stalls add up, its
-// first byte is the earliest of theirs and its last the latest, as offsets from the start of the
-// collective's first stream. Every peer of a site runs the same phases, so the stall per byte of a
+// (wire.Done.Links), so the streams of one link are merged: their bytes, their stalls and their
+// frames' transit times add up, its first byte is the earliest of theirs and its last the latest, as
+// offsets from the start of the collective's first stream. Every peer of a site runs the same phases, so the stall per byte of a
 // link compares with the group's as it does on the flat ring.
 
 // phaseTiming is one stream's telemetry: the time it opened and its two links' timings, as offsets
@@ -63,13 +63,15 @@ func hierTimings(phases []phaseTiming) []wire.LinkTiming {
 			start, end := lt.Start+shift, lt.End+shift
 			m := merged[k]
 			if m == nil {
-				merged[k] = &wire.LinkTiming{Peer: k.peer, Dir: k.dir, Bytes: lt.Bytes, Start: start, End: end, Wait: lt.Wait}
+				merged[k] = &wire.LinkTiming{Peer: k.peer, Dir: k.dir, Bytes: lt.Bytes, Start: start, End: end, Wait: lt.Wait,
+					Transit: lt.Transit}
 				order = append(order, k)
 				continue
 			}
 			m.Bytes += lt.Bytes
 			m.Start, m.End = min(m.Start, start), max(m.End, end)
 			m.Wait += lt.Wait
+			m.Transit += lt.Transit
 		}
 	}
 	out := make([]wire.LinkTiming, len(order))

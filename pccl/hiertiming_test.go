@@ -12,22 +12,23 @@ func TestHierTimingsMerge(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := uint64(time.Millisecond)
 	// Site reduce-scatter and all-gather to 7 (from 5), and a WAN piece to 9 (from 9), the WAN stream
-	// opened 2 ms after the first.
+	// opened 2 ms after the first; the all-gather's stream from 5 opened 3 ms after the first.
 	phase := func(t0 time.Time, next, prev uint64, out, in wire.LinkTiming) phaseTiming {
 		out.Peer, out.Dir, in.Peer, in.Dir = next, wire.LinkOut, prev, wire.LinkIn
 		return phaseTiming{t0: t0, links: []wire.LinkTiming{out, in}}
 	}
 	phases := []phaseTiming{
-		phase(t0, 7, 5, wire.LinkTiming{Bytes: 100, Start: 1 * ms, End: 10 * ms, Wait: 3 * ms}, wire.LinkTiming{Bytes: 100, Start: 2 * ms, End: 11 * ms, Wait: 1 * ms}),
-		phase(t0.Add(2*time.Millisecond), 9, 9, wire.LinkTiming{Bytes: 40, Start: 0, End: 5 * ms, Wait: 2 * ms}, wire.LinkTiming{Bytes: 40, Start: 1 * ms, End: 6 * ms, Wait: 4 * ms}),
+		phase(t0, 7, 5, wire.LinkTiming{Bytes: 100, Start: 1 * ms, End: 10 * ms, Wait: 3 * ms}, wire.LinkTiming{Bytes: 100, Start: 2 * ms, End: 11 * ms, Wait: 1 * ms, Transit: 5 * ms}),
+		phase(t0.Add(2*time.Millisecond), 9, 9, wire.LinkTiming{Bytes: 40, Start: 0, End: 5 * ms, Wait: 2 * ms}, wire.LinkTiming{Bytes: 40, Start: 1 * ms, End: 6 * ms, Wait: 4 * ms, Transit: 3 * ms}),
 		phase(t0.Add(time.Millisecond), 7, 5, wire.LinkTiming{Bytes: 100, Start: 12 * ms, End: 20 * ms, Wait: 1 * ms}, wire.LinkTiming{}),
+		phase(t0.Add(3*time.Millisecond), 0, 5, wire.LinkTiming{}, wire.LinkTiming{Bytes: 60, Start: 10 * ms, End: 15 * ms, Wait: 2 * ms, Transit: 4 * ms}),
 	}
 	got := hierTimings(phases)
 	want := []wire.LinkTiming{
 		{Peer: 7, Dir: wire.LinkOut, Bytes: 200, Start: 1 * ms, End: 21 * ms, Wait: 4 * ms},
-		{Peer: 5, Dir: wire.LinkIn, Bytes: 100, Start: 2 * ms, End: 11 * ms, Wait: 1 * ms},
+		{Peer: 5, Dir: wire.LinkIn, Bytes: 160, Start: 2 * ms, End: 18 * ms, Wait: 3 * ms, Transit: 9 * ms},
 		{Peer: 9, Dir: wire.LinkOut, Bytes: 40, Start: 2 * ms, End: 7 * ms, Wait: 2 * ms},
-		{Peer: 9, Dir: wire.LinkIn, Bytes: 40, Start: 3 * ms, End: 8 * ms, Wait: 4 * ms},
+		{Peer: 9, Dir: wire.LinkIn, Bytes: 40, Start: 3 * ms, End: 8 * ms, Wait: 4 * ms, Transit: 3 * ms},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("timings\n got %+v\nwant %+v", got, want)

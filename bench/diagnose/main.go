@@ -16,10 +16,15 @@
 // runs hierarchically: reduce-scatter on each site's ring, all-reduce across sites on the WAN rings,
 // all-gather in the site. Its Done carries the timings of the sub-rings' links, and the same faults
 // must be classified from them: the slowed link is then a link of a site ring, and a slowed sender's
-// (receiver's) links out (in) are its site link and its WAN link. The detector marks a slow link by
-// the time it holds its sender back; a site ring paced by one slow link never fills the in-memory
-// network's in-flight window, so no sender is held back and the link faults go unclassified there
-// (the sleeping peer, found from the votes, is classified).
+// (receiver's) links out (in) are its site link and its WAN link. A site ring paced by one slow link
+// never fills the in-memory network's in-flight window, so no sender is held back there and the stall
+// per byte shows nothing; each link's transit (the time its frames spend arriving, timed by the
+// receiver) does: a frame crosses a fast link paced by a slow upstream peer fast, and crosses the
+// slow link slowly. The detector judges a link's transit against the group's other links of its kind
+// (within a site, or between sites), so the slowed link, sender and receiver are classified from
+// their sub-rings' timings alone, with no bandwidth test, and the sleeping peer from the votes. The
+// re-ordering policy acts only on a slow link of the flat ring in force, which a site ring's link
+// need not be: with --sites, auto_reorder and reroute_recovered may stay false.
 //
 // A one-way ring shows one link out and one link in per peer, so on the ring alone a slowed sender
 // or receiver looks like a slow link. The master tells them apart on its own: when a ring link looks

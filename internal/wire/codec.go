@@ -10,7 +10,7 @@ import (
 
 // Version is the protocol version this build speaks. Peers and masters of different versions refuse
 // each other at the handshake.
-const Version uint16 = 5
+const Version uint16 = 6
 
 // Magic opens every connection.
 const Magic = "CNCD"

@@ -96,7 +96,7 @@ func (m *Commence) decode(d *decoder) {
 //
 // Encoding: tag u64 | seq u64 | code u8 | detail string | link bytes u64 | link nanos u64 | link
 // count u32 (at most MaxLinkTimings) | per link: peer u64 | dir u8 | bytes u64 | start u64 | end u64
-// | wait u64 (41 bytes each) | silent peer u64 | silent dir u8.
+// | wait u64 | transit u64 (49 bytes each) | silent peer u64 | silent dir u8.
 type Done struct {
 	Tag       uint64
 	Seq       uint64
@@ -157,6 +157,12 @@ const (
 // step's other work had; for LinkIn, the time it could not go on because the bytes from Peer had
 // not arrived. A peer's stalls therefore never overlap, and its span minus its waits is the time it
 // was busy on its own (computing, copying, or late to start).
+//
+// Transit (LinkIn only; 0 for LinkOut and where not timed) is the time the link's frames spent
+// arriving, summed over its frames: per frame, from the read of its first payload byte to the read
+// of its last. It measures the link itself, not the pace of the ring: a frame crosses a link paced
+// by a slow upstream peer as fast as the link allows, and crosses a slow link slowly, whether or not
+// its sender was ever held back.
 type LinkTiming struct {
 	Peer  uint64  // the peer at the other end of the link
 	Dir   LinkDir // LinkOut or LinkIn
@@ -164,10 +170,12 @@ type LinkTiming struct {
 	Start uint64  // offset of the first byte sent or received
 	End   uint64  // offset of the last byte sent or received
 	Wait  uint64  // stalled on this link
+	// Transit is the nanoseconds the frames spent arriving, summed per frame (LinkIn).
+	Transit uint64
 }
 
 // appendLinkTimings appends a list of link timings: count u32, then per entry peer u64 | dir u8 |
-// bytes u64 | start u64 | end u64 | wait u64 (41 bytes).
+// bytes u64 | start u64 | end u64 | wait u64 | transit u64 (49 bytes).
 func appendLinkTimings(b []byte, ls []LinkTiming) []byte {
 	b = appendU32(b, uint32(len(ls)))
 	for _, l := range ls {
@@ -177,15 +185,17 @@ func appendLinkTimings(b []byte, ls []LinkTiming) []byte {
 		b = appendU64(b, l.Start)
 		b = appendU64(b, l.End)
 		b = appendU64(b, l.Wait)
+		b = appendU64(b, l.Transit)
 	}
 	return b
 }
 
 // linkTimingSize is the encoded size of one LinkTiming.
-const linkTimingSize = 41
+const linkTimingSize = 49
 
 // linkTimings reads what appendLinkTimings wrote. It refuses more than MaxLinkTimings entries, an
-// unknown direction, and an entry that ends before it starts.
+// unknown direction, an entry that ends before it starts, and a transit time on a link out (only the
+// receiver times it).
 func (d *decoder) linkTimings() []LinkTiming {
 	n := d.count(linkTimingSize, "link timings")
 	if n > MaxLinkTimings {
@@ -195,8 +205,8 @@ func (d *decoder) linkTimings() []LinkTiming {
 	var ls []LinkTiming
 	for range n {
 		l := LinkTiming{Peer: d.u64("link peer"), Dir: LinkDir(d.u8("link dir")), Bytes: d.u64("link bytes"),
-			Start: d.u64("link start"), End: d.u64("link end"), Wait: d.u64("link wait")}
-		if l.Dir > LinkIn || l.End < l.Start {
+			Start: d.u64("link start"), End: d.u64("link end"), Wait: d.u64("link wait"), Transit: d.u64("link transit")}
+		if l.Dir > LinkIn || l.End < l.Start || (l.Dir == LinkOut && l.Transit != 0) {
 			d.fail("link timing")
 			return nil
 		}

@@ -27,7 +27,7 @@ func sampleMessages() []Message {
 		&Done{Tag: 12, Seq: 98, Code: CodePeerLeft, Detail: "silent", Silent: LinkRef{Peer: 3, Dir: LinkIn}},
 		&Done{Tag: 12, Seq: 100, LinkBytes: 1 << 20, LinkNanos: 5e6, Links: []LinkTiming{
 			{Peer: 4, Dir: LinkOut, Bytes: 1 << 20, Start: 1e5, End: 9e6, Wait: 2e6},
-			{Peer: 2, Dir: LinkIn, Bytes: 1 << 20, Start: 2e5, End: 9.5e6, Wait: 1e6},
+			{Peer: 2, Dir: LinkIn, Bytes: 1 << 20, Start: 2e5, End: 9.5e6, Wait: 1e6, Transit: 4e6},
 		}},
 		&Heartbeat{Seq: 5},
 		&Bye{},
@@ -112,6 +112,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"done with too many link timings", TypeDone, doneWithTimings(MaxLinkTimings+1, LinkTiming{Peer: 1, Bytes: 1})},
 		{"link timing of unknown direction", TypeDone, doneWithTimings(1, LinkTiming{Peer: 1, Dir: 2})},
 		{"link timing ending before it starts", TypeDone, doneWithTimings(1, LinkTiming{Peer: 1, Start: 5, End: 4})},
+		{"transit time on a link out", TypeDone, doneWithTimings(1, LinkTiming{Peer: 1, Dir: LinkOut, Bytes: 1, End: 2, Transit: 1})},
 		{"done without its silent link", TypeDone, doneWithTimings(0, LinkTiming{})[:8+8+1+4+8+8+4]},
 		{"silent link of unknown direction", TypeDone, (&Done{Tag: 1, Silent: LinkRef{Peer: 2, Dir: 2}}).Append(nil)},
 		{"silent link direction without a peer", TypeDone, (&Done{Tag: 1, Silent: LinkRef{Dir: LinkIn}}).Append(nil)},
@@ -141,10 +142,13 @@ func TestDoneLinkTimings(t *testing.T) {
 	for i := range want.Links {
 		want.Links[i] = LinkTiming{Peer: uint64(i + 1), Dir: LinkDir(i % 2), Bytes: uint64(i) << 20,
 			Start: uint64(i), End: uint64(10 * i), Wait: uint64(i * i)}
+		if want.Links[i].Dir == LinkIn {
+			want.Links[i].Transit = uint64(3 * i)
+		}
 	}
 	b := want.Append(nil)
-	if got := len(b) - len((&Done{Tag: 7, Seq: 3}).Append(nil)); got != MaxLinkTimings*41 {
-		t.Errorf("%d link timings take %d bytes, want %d", MaxLinkTimings, got, MaxLinkTimings*41)
+	if got := len(b) - len((&Done{Tag: 7, Seq: 3}).Append(nil)); got != MaxLinkTimings*49 {
+		t.Errorf("%d link timings take %d bytes, want %d", MaxLinkTimings, got, MaxLinkTimings*49)
 	}
 	got, err := Decode(TypeDone, b)
 	if err != nil {
@@ -245,7 +249,8 @@ func FuzzDecodeDone(f *testing.F) {
 			f.Add(d.Append(nil))
 		}
 	}
-	f.Add(doneWithTimings(MaxLinkTimings, LinkTiming{Peer: 9, Dir: LinkIn, Bytes: 1, Start: 1, End: 2, Wait: 1}))
+	f.Add(doneWithTimings(MaxLinkTimings, LinkTiming{Peer: 9, Dir: LinkIn, Bytes: 1, Start: 1, End: 2, Wait: 1, Transit: 1}))
+	f.Add(doneWithTimings(1, LinkTiming{Peer: 9, Dir: LinkOut, Bytes: 1, End: 2, Transit: 1}))
 	f.Add(doneWithTimings(MaxLinkTimings+1, LinkTiming{}))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		m, err := Decode(TypeDone, p)
@@ -260,7 +265,7 @@ func FuzzDecodeDone(f *testing.F) {
 			t.Fatalf("%d link timings decoded, limit %d", len(d.Links), MaxLinkTimings)
 		}
 		for _, l := range d.Links {
-			if l.Dir > LinkIn || l.End < l.Start {
+			if l.Dir > LinkIn || l.End < l.Start || (l.Dir == LinkOut && l.Transit != 0) {
 				t.Fatalf("invalid link timing decoded: %+v", l)
 			}
 		}

@@ -166,7 +166,12 @@ func (m *Machine) diagnose(g *group, o *op) {
 	if len(o.links) == 0 {
 		return
 	}
-	op := diagnosis.Op{Ring: slices.Clone(o.members)}
+	op := diagnosis.Op{Ring: slices.Clone(o.members), Sites: map[PeerID]string{}}
+	for _, id := range o.members {
+		if site := m.siteOf(id); site != "" {
+			op.Sites[id] = site
+		}
+	}
 	var first time.Time
 	for _, id := range o.members {
 		if t, ok := o.voted[id]; ok && (first.IsZero() || t.Before(first)) {
@@ -184,7 +189,7 @@ func (m *Machine) diagnose(g *group, o *op) {
 		}
 		for _, l := range ls {
 			r.Links = append(r.Links, diagnosis.Timing{Peer: l.Peer, Out: l.Dir == wire.LinkOut, Bytes: l.Bytes,
-				Start: time.Duration(l.Start), End: time.Duration(l.End), Wait: time.Duration(l.Wait)})
+				Start: time.Duration(l.Start), End: time.Duration(l.End), Wait: time.Duration(l.Wait), Transit: time.Duration(l.Transit)})
 		}
 		op.Reports = append(op.Reports, r)
 	}
@@ -353,6 +358,7 @@ type LinkDelay struct {
 	Transfer float64 // seconds per byte from the first to the last byte, at the sender
 	Stall    float64 // seconds per byte the link held its sender back
 	Wait     float64 // seconds per collective the receiver starved on it
+	Transit  float64 // seconds per byte its frames spent arriving, at the receiver (0: not timed)
 	Age      uint64  // collectives since it was last observed
 }
 
@@ -375,7 +381,7 @@ func (m *Machine) diagSnapshot(g *group, gi *GroupInfo) {
 	gi.Delay = g.diag.det.Delay(g.ring)
 	for _, c := range g.diag.det.Cells() {
 		gi.Links = append(gi.Links, LinkDelay{From: c.Link.From, To: c.Link.To, Transfer: c.Transfer, Stall: c.Stall,
-			Wait: c.Wait, Age: c.Age})
+			Wait: c.Wait, Transit: c.Transit, Age: c.Age})
 	}
 	for _, ev := range g.diag.det.Active() {
 		gi.Syndromes = append(gi.Syndromes, Syndrome{Kind: ev.Kind.String(), Peer: ev.Peer, From: ev.Link.From, To: ev.Link.To,

@@ -93,6 +93,7 @@ type timing struct {
 	sleeper  PeerID
 	voter    PeerID
 	extra    time.Duration
+	hier     bool // a hierarchical AllReduce over the peers' sites (synthHierLinks)
 }
 
 // links returns peer i's link timings in ring for one operation under f (synthLinks).
@@ -127,6 +128,59 @@ func synthLinks(rng *rand.Rand, ring []PeerID, i int, f timing) []wire.LinkTimin
 	return []wire.LinkTiming{
 		{Peer: succ, Dir: wire.LinkOut, Bytes: bytes, Start: uint64(late), End: uint64(span * 98 / 100), Wait: uint64(stall)},
 		{Peer: pred, Dir: wire.LinkIn, Bytes: bytes, Start: uint64(d0 / 1000), End: uint64(span), Wait: uint64(wait)},
+	}
+}
+
+// synthHierLinks returns peer i's link timings in ring for one hierarchical AllReduce under f, as
+// pccl reports them: its bytes move on its site's ring (the members of its site in ring order) and on
+// the WAN ring of the peers of its rank in each site (the sites in ring order). WAN links move their
+// bytes four times slower than site links by design. A slowed link, sender or receiver moves its
+// frames eight times slower and paces the whole operation: every peer waits longer on its links in,
+// and nobody is held back sending, as on a site ring that never fills a link's in-flight window; the
+// fault shows only in the transit of the slowed links' frames.
+func synthHierLinks(rng *rand.Rand, ring []PeerID, siteOf func(PeerID) string, i int, f timing) []wire.LinkTiming {
+	var sites []string
+	members := map[string][]PeerID{}
+	for _, id := range ring {
+		s := siteOf(id)
+		if _, ok := members[s]; !ok {
+			sites = append(sites, s)
+		}
+		members[s] = append(members[s], id)
+	}
+	id := ring[i]
+	mine := members[siteOf(id)]
+	r, k, ns := slices.Index(mine, id), slices.Index(sites, siteOf(id)), len(sites)
+	next, prev := mine[(r+1)%len(mine)], mine[(r+len(mine)-1)%len(mine)]
+	wnext, wprev := members[sites[(k+1)%ns]][r], members[sites[(k+ns-1)%ns]][r]
+	j := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) * math.Exp(0.15*rng.NormFloat64()))
+	}
+	slowed := func(from, to PeerID) bool {
+		return f.slow == [2]PeerID{from, to} || f.sender == from || f.receiver == to
+	}
+	transit := func(from PeerID, d time.Duration) uint64 {
+		d = j(d)
+		if slowed(from, id) {
+			d *= 8
+		}
+		return uint64(d)
+	}
+	span := 100 * time.Millisecond
+	if f.slow != [2]PeerID{} || f.sender != 0 || f.receiver != 0 {
+		span += f.extra
+	}
+	busy, stall := j(10*time.Millisecond), [2]time.Duration{j(2 * time.Millisecond), j(2 * time.Millisecond)}
+	wait := (span - busy - stall[0] - stall[1] - time.Millisecond) / 2
+	const siteBytes, wanBytes = 24 << 20, 8 << 20
+	late := uint64(j(time.Millisecond))
+	return []wire.LinkTiming{
+		{Peer: next, Dir: wire.LinkOut, Bytes: siteBytes, Start: late, End: uint64(span * 98 / 100), Wait: uint64(stall[0])},
+		{Peer: prev, Dir: wire.LinkIn, Bytes: siteBytes, Start: uint64(span / 100), End: uint64(span), Wait: uint64(wait),
+			Transit: transit(prev, 24*time.Millisecond)},
+		{Peer: wnext, Dir: wire.LinkOut, Bytes: wanBytes, Start: uint64(span / 3), End: uint64(span * 2 / 3), Wait: uint64(stall[1])},
+		{Peer: wprev, Dir: wire.LinkIn, Bytes: wanBytes, Start: uint64(span / 3), End: uint64(span * 2 / 3), Wait: uint64(wait),
+			Transit: transit(wprev, 32*time.Millisecond)},
 	}
 }
 

@@ -60,11 +60,13 @@ import (
 //
 //	config [reorder=off] [reorder-every=D] [reorder-confidence=F] [reorder-ratio=F] [evict-after=N]
 //	                                       the master's diagnosis settings; the first input only
-//	join N                                 peers 1..N join and are accepted (the notes are shown)
-//	ops N [tag=T] [slow=A-B] [sender=P] [receiver=P] [sleeper=P] [voter=P] [extra=DURATION]
+//	join N [sites=K]                       peers 1..N join and are accepted (the notes are shown); with
+//	                                       sites, peer i names site s(i-1)·K/N
+//	ops N [tag=T] [slow=A-B] [sender=P] [receiver=P] [sleeper=P] [voter=P] [extra=DURATION] [hier]
 //	                                       N AllReduces by every peer of the ring in force under a fault
 //	                                       (extra: its time, 60ms by default), as diagRig.collective runs
-//	                                       them. Wiring rounds and the master's bandwidth tests are
+//	                                       them; with hier, hierarchical ones over the peers' sites, timed
+//	                                       as synthHierLinks says. Wiring rounds and the master's bandwidth tests are
 //	                                       answered (a slowed link tests at 1/8 of the others' 1e9 B/s);
 //	                                       the routine Commence, Outcome, Connect, LinksReady, Topology and
 //	                                       MeasureRound are summed up in one line per operation
@@ -213,8 +215,13 @@ func runScenario(t *testing.T, file string) string {
 			continue
 		case "join":
 			out.WriteString("> " + line + "\n")
+			sites := num("sites", 0)
 			for c := range id() {
-				drive(n, Received{c + 1, &wire.Hello{Token: "tok", Addr: fmt.Sprintf("10.0.0.%d:7000", c+1)}}, true, true, timing{})
+				var site string
+				if sites > 0 {
+					site = fmt.Sprintf("s%d", c*sites/id())
+				}
+				drive(n, Received{c + 1, &wire.Hello{Token: "tok", Addr: fmt.Sprintf("10.0.0.%d:7000", c+1), Site: site}}, true, true, timing{})
 			}
 			for _, p := range m.Snapshot(now).Peers {
 				if p.State == Accepted {
@@ -227,6 +234,7 @@ func runScenario(t *testing.T, file string) string {
 			out.WriteString("> " + line + "\n")
 			f := timing{sender: num("sender", 0), receiver: num("receiver", 0), sleeper: num("sleeper", 0),
 				voter: num("voter", 0), extra: 60 * time.Millisecond}
+			_, f.hier = args["hier"]
 			if s := args["slow"]; s != "" {
 				a, b, _ := strings.Cut(s, "-")
 				x, _ := strconv.ParseUint(a, 10, 64)
@@ -451,6 +459,9 @@ func scriptOp(t *testing.T, file string, n int, m *Machine, now *time.Time, rng 
 	for i, id := range ring {
 		*now = now.Add(time.Millisecond)
 		links := synthLinks(rng, ring, i, f)
+		if f.hier {
+			links = synthHierLinks(rng, ring, m.siteOf, i, f)
+		}
 		drive(Received{id, &wire.Done{Tag: tag, Seq: seq, Code: wire.CodeOK, LinkBytes: links[0].Bytes, LinkNanos: links[0].Wait,
 			Links: links}})
 	}

@@ -39,8 +39,8 @@ type ReorderPolicy struct {
 	// with normal links beside it on at least one side qualifies, one that a slow sender or receiver
 	// would look the same as (its confidence at most 0.6 × 0.99) does not.
 	MinConfidence float64
-	// MinRatio is the least ratio of the slow link's stall per byte to the group median. Zero means
-	// 3.
+	// MinRatio is the least ratio of the slow link's stall (or transit) per byte to the group median.
+	// Zero means 3.
 	MinRatio float64
 	// Interval is the least time between two re-orderings of one group: each re-wires links and
 	// holds one collective of the group while it does. Zero means 1 minute.

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/rings"
 )
@@ -160,7 +159,7 @@ func (ib *inbox) deliver(ic *inConn, h wire.DataHeader) error {
 	if err := ib.check(h, req); err != nil {
 		return err
 	}
-	_, err := transport.ReadFull(ic.conn, req.dst)
+	err := ib.s.readPayload(ic, req.dst)
 	req.done <- err
 	return err
 }
@@ -199,7 +198,7 @@ func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID, wait tim
 		ic.stage = make([]byte, h.Len)
 	}
 	buf := ic.stage[:h.Len]
-	if _, err := transport.ReadFull(ic.conn, buf); err != nil {
+	if err := ib.s.readPayload(ic, buf); err != nil {
 		return err
 	}
 	ic.seen(ib.s.l.cfg.WallNanos(time.Now()))

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/rings"
 )
@@ -43,6 +44,10 @@ type Stream struct {
 	// read after the collective.
 	t0      time.Time
 	out, in linkSpan
+	// transit is the nanoseconds the frames from the predecessor spent arriving, summed per frame
+	// from the read of its first payload byte to the read of its last; kept by the readers of the
+	// pool's connections.
+	transit atomic.Uint64
 }
 
 // linkSpan times one direction of a collective's link: the bytes it carried, the offsets of its first
@@ -73,8 +78,20 @@ func (s *Stream) Start() time.Time { return s.t0 }
 func (s *Stream) Timings(next, prev uint64) []wire.LinkTiming {
 	return []wire.LinkTiming{
 		{Peer: next, Dir: wire.LinkOut, Bytes: s.out.bytes, Start: s.out.start, End: s.out.end, Wait: s.out.wait},
-		{Peer: prev, Dir: wire.LinkIn, Bytes: s.in.bytes, Start: s.in.start, End: s.in.end, Wait: s.in.wait},
+		{Peer: prev, Dir: wire.LinkIn, Bytes: s.in.bytes, Start: s.in.start, End: s.in.end, Wait: s.in.wait,
+			Transit: s.transit.Load()},
 	}
+}
+
+// readPayload reads a frame's payload from ic into dst and adds the time its bytes took to arrive
+// to the stream's transit time. It is called by the reader goroutine of the connection.
+func (s *Stream) readPayload(ic *inConn, dst []byte) error {
+	t := time.Now()
+	_, err := transport.ReadFull(ic.conn, dst)
+	if err == nil {
+		s.transit.Add(uint64(time.Since(t)))
+	}
+	return err
 }
 
 // Send queues the frame to the connection picked for it and returns; the frame's payload is read

@@ -2,7 +2,6 @@ package diagnosis
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"time"
 )
@@ -34,12 +33,13 @@ func (d *Detector) classify(ring []uint64) map[string]Event {
 // three operations in a row out of sight.
 const voteSpreads = 10
 
-// markHotCells marks the cells whose least recent stall stands out of the group (f.hotCells) and
-// lists each peer's hot cells out (f.hotOut, sorted).
+// markHotCells marks the cells whose least recent stall, or least recent transit, stands out of the
+// group (f.hotCells, f.byTransit) and lists each peer's hot cells out (f.hotOut, sorted).
 func (d *Detector) markHotCells(f *figures) {
-	for l, v := range f.stallLeast {
-		if d.hot(v, f.medStall, f.medSpan) {
+	for l := range f.stallLeast {
+		if hot, byTransit := d.hotCell(f, l); hot {
 			f.hotCells[l] = true
+			f.byTransit[l] = byTransit
 			f.hotOut[l.From] = append(f.hotOut[l.From], l.To)
 		}
 	}
@@ -145,11 +145,11 @@ func (d *Detector) hotLines(f *figures, out map[string]Event) {
 				continue
 			}
 			sortLinks(side.hot)
-			ratio := d.cellRatio(f, side.hot)
+			ratio, what := d.cellRatio(f, side.hot)
 			ev := Event{Kind: side.kind, Peer: id, Cells: side.hot, Ratio: ratio,
 				Confidence: confidence(ratio) * float64(len(side.hot)) / float64(side.known)}
-			ev.Evidence = fmt.Sprintf("%d of peer %d's %d recent %s are slow (%s), stall %.1f× the group median",
-				len(side.hot), id, side.known, side.what, joinLinks(side.hot), ratio)
+			ev.Evidence = fmt.Sprintf("%d of peer %d's %d recent %s are slow (%s), %s %.1f× the group median",
+				len(side.hot), id, side.known, side.what, joinLinks(side.hot), what, ratio)
 			for _, l := range side.hot {
 				f.explains[l] = true
 			}
@@ -184,11 +184,11 @@ func (d *Detector) testedEnds(f *figures, tests testLines, out map[string]Event)
 			if len(slow) < 2 || 2*len(slow) < len(side.tests) {
 				continue
 			}
-			ratio := f.stall[l] / f.medStall
+			ratio, _ := f.figure(l)
 			ev := Event{Kind: side.kind, Peer: side.peer, Cells: []Link{l}, Ratio: ratio,
 				Confidence: confidence(ratio) * float64(len(slow)) / float64(len(side.tests))}
-			ev.Evidence = fmt.Sprintf("link %s holds its sender back %.1f× the group median, and bandwidth tests found %d of peer %d's %d tested %s slow (%s)",
-				l, ratio, len(slow), side.peer, len(side.tests), side.what, joinLinks(slow))
+			ev.Evidence = fmt.Sprintf("%s, and bandwidth tests found %d of peer %d's %d tested %s slow (%s)",
+				f.cellText(l, ratio), len(slow), side.peer, len(side.tests), side.what, joinLinks(slow))
 			if o, ok := out[ev.Key()]; ok {
 				ev.Cells = append(o.Cells, l)
 			}
@@ -207,14 +207,16 @@ func (d *Detector) slowLinks(f *figures, chains map[uint64][]uint64, tests testL
 		if f.explains[l] {
 			continue
 		}
-		ratio := f.stall[l] / f.medStall
-		if f.medStall == 0 {
-			ratio = math.Inf(1)
+		if t, ok := f.transit[l]; ok && !f.byTransit[l] && !d.hot(t, f.medTransit[f.between(l)], f.medSpan) {
+			// It holds its sender back while its frames cross as fast as the others': its receiver
+			// did not take them (busy, or not in the operation yet), the link itself is not slow.
+			continue
 		}
+		ratio, _ := f.figure(l)
 		conf := confidence(ratio)
 		row, col := d.known(f, l.From, true)-1, d.known(f, l.To, false)-1
 		ev := Event{Kind: SlowLink, Peer: l.From, Link: l, Cells: []Link{l}, Ratio: ratio}
-		ev.Evidence = fmt.Sprintf("link %s holds its sender back %.1f× the group median", l, ratio)
+		ev.Evidence = f.cellText(l, ratio)
 		if len(tests.row[l.From]) >= 2 && len(tests.col[l.To]) >= 2 {
 			// The bandwidth tests of both peers' other links were normal.
 			row, col = max(row, 1), max(col, 1)
@@ -238,4 +240,19 @@ func (d *Detector) slowLinks(f *figures, chains map[uint64][]uint64, tests testL
 		ev.Confidence = conf
 		out[ev.Key()] = ev
 	}
+}
+
+// cellText says how hot cell l stands out, ratio times the group median.
+func (f *figures) cellText(l Link, ratio float64) string {
+	if f.byTransit[l] {
+		kind := ""
+		switch {
+		case f.between(l):
+			kind = " between sites"
+		case f.sites[l.From] != "":
+			kind = " within a site"
+		}
+		return fmt.Sprintf("link %s moves its frames %.1f× slower than the group median of the links%s", l, ratio, kind)
+	}
+	return fmt.Sprintf("link %s holds its sender back %.1f× the group median", l, ratio)
 }

@@ -1,6 +1,7 @@
 package diagnosis
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -18,6 +19,7 @@ type Detector struct {
 	probes map[Link]probe // bandwidth tests, by link
 	peers  map[uint64]*peerStat
 	synd   map[string]*syndrome
+	sites  map[uint64]string // the members' sites in the latest operation
 }
 
 // probe is a bandwidth test of one link.
@@ -31,6 +33,7 @@ type cell struct {
 	transfer window // seconds per byte from first to last byte, at the sender
 	stall    window // seconds per byte the link held its sender back
 	wait     window // seconds per operation the receiver starved on it
+	transit  window // seconds per byte its frames spent arriving, at the receiver
 	last     uint64 // operation that last sampled it
 }
 
@@ -78,6 +81,7 @@ func (d *Detector) ObserveProbe(from, to uint64, bytesPerSec float64) {
 // deterministic order.
 func (d *Detector) Observe(op Op) []Event {
 	d.op++
+	d.sites = maps.Clone(op.Sites)
 	inWait := map[Link]time.Duration{}
 	for _, r := range op.Reports {
 		for _, l := range r.Links {
@@ -133,11 +137,7 @@ func (d *Detector) sample(r Report, inWait map[Link]time.Duration, vote float64)
 			}
 			if l.Bytes >= d.cfg.MinBytes && l.Peer != r.Peer {
 				k := Link{r.Peer, l.Peer}
-				c := d.cells[k]
-				if c == nil {
-					c = &cell{}
-					d.cells[k] = c
-				}
+				c := d.cellOf(k)
 				c.transfer.add((l.End - l.Start).Seconds() / float64(l.Bytes))
 				c.stall.add(l.Wait.Seconds() / float64(l.Bytes))
 				c.wait.add(inWait[k].Seconds())
@@ -146,6 +146,11 @@ func (d *Detector) sample(r Report, inWait map[Link]time.Duration, vote float64)
 		} else {
 			bytesIn += l.Bytes
 			wait += l.Wait
+			if l.Bytes >= d.cfg.MinBytes && l.Transit > 0 && l.Peer != r.Peer {
+				c := d.cellOf(Link{l.Peer, r.Peer})
+				c.transit.add(l.Transit.Seconds() / float64(l.Bytes))
+				c.last = d.op
+			}
 		}
 	}
 	bytes := max(bytesOut, bytesIn)
@@ -166,6 +171,16 @@ func (d *Detector) sample(r Report, inWait map[Link]time.Duration, vote float64)
 	p.secs.add(span.Seconds())
 	p.vote.add(vote)
 	p.last = d.op
+}
+
+// cellOf returns the cell of link l, creating it.
+func (d *Detector) cellOf(l Link) *cell {
+	c := d.cells[l]
+	if c == nil {
+		c = &cell{}
+		d.cells[l] = c
+	}
+	return c
 }
 
 // Suspects returns the links of ring whose latest sample stood out, in the operation just observed,
@@ -192,6 +207,8 @@ func (d *Detector) Suspects(ring []uint64) []Link {
 		if _, ok := f.pos[l.To]; !ok {
 			continue
 		}
+		// The stall alone: a ring with one link out and one in per peer, where probes help, shows a
+		// slow link by its stall, and a single noisy transit must not cost bandwidth tests.
 		if !d.hot(c.stall.recent(1), f.medStall, f.medSpan) {
 			continue
 		}
@@ -246,6 +263,8 @@ type Cell struct {
 	Stall float64
 	// Wait is the seconds per operation the receiver starved on it.
 	Wait float64
+	// Transit is the seconds per byte its frames spent arriving, at the receiver (0: not timed).
+	Transit float64
 	// Age is how many operations ago the link was last observed (0: in the latest).
 	Age uint64
 }
@@ -255,8 +274,8 @@ func (d *Detector) Cells() []Cell {
 	var out []Cell
 	for l, c := range d.cells {
 		k := d.cfg.Recent
-		out = append(out, Cell{Link: l, Transfer: c.transfer.recent(k), Stall: c.stall.recent(k),
-			Wait: c.wait.recent(k), Age: d.op - c.last})
+		out = append(out, Cell{Link: l, Transfer: orZero(c.transfer.recent(k)), Stall: orZero(c.stall.recent(k)),
+			Wait: orZero(c.wait.recent(k)), Transit: orZero(c.transit.recent(k)), Age: d.op - c.last})
 	}
 	slices.SortFunc(out, func(a, b Cell) int { return compareLinks(a.Link, b.Link) })
 	return out
@@ -274,11 +293,19 @@ func (d *Detector) Delay(ring []uint64) [][]float64 {
 		out[i] = make([]float64, len(ring))
 		for j, b := range ring {
 			if c := d.cells[Link{a, b}]; c != nil && c.last+uint64(d.cfg.Stale) >= d.op {
-				out[i][j] = c.stall.recent(d.cfg.Recent) * (1 << 20)
+				out[i][j] = orZero(c.stall.recent(d.cfg.Recent)) * (1 << 20)
 			}
 		}
 	}
 	return out
+}
+
+// orZero returns v, or 0 for NaN: a figure a cell has no samples of (a link timed by one end only).
+func orZero(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
 }
 
 // Ops returns how many operations were observed.

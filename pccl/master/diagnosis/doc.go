@@ -11,13 +11,15 @@
 // last byte from the moment it began the operation, and the time it was stalled on that link and on
 // nothing else: on its link out, because the send had not completed; on its link in, because the
 // bytes had not arrived. Its span (the latest end) minus its stalls is the time it was busy on its
-// own: reducing, copying, or late to start.
+// own: reducing, copying, or late to start. On its links in it also reports the transit: the time
+// the frames spent arriving, summed per frame from its first payload byte to its last.
 //
 // # The delay matrix
 //
-// Per directed link the Detector keeps the recent samples of three figures: the transfer time per
+// Per directed link the Detector keeps the recent samples of four figures: the transfer time per
 // byte (last byte minus first byte, at the sender), the stall per byte (how long the link held its
-// sender back) and the wait (how long the receiver starved on it). Per peer it keeps its busy time
+// sender back), the wait (how long the receiver starved on it) and the transit per byte (at the
+// receiver). Per peer it keeps its busy time
 // per byte, its wait fraction, its late start and how far its vote trailed the operation's median
 // vote. Estimates are the median of the last Recent samples, so one noisy operation moves nothing.
 //
@@ -26,7 +28,11 @@
 // A ring runs at the pace of its slowest part, so every peer downstream of a slow spot waits; what
 // tells the spots apart is who is held back and who is busy:
 //
-//   - a slow link (a cell): one link holds its sender back, far beyond the group's median stall;
+//   - a slow link (a cell): one link holds its sender back, far beyond the group's median stall, or
+//     its frames take far longer to cross than the group median transit of the links of its kind
+//     (within a site, or between sites: Op.Sites). A link paced by a slow upstream peer never fills
+//     its in-flight window and holds nobody back, as on the site rings of a hierarchical collective;
+//     its frames still cross at the link's rate, so the transit alone finds the slow one there;
 //   - a slow sender (a row): most of a peer's recently observed links out are hot cells;
 //   - a slow receiver (a column): most of a peer's recently observed links in are hot cells;
 //   - a peer slow outside communication: walking the waiting chain back from the peers that wait,

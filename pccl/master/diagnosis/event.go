@@ -50,8 +50,9 @@ type Event struct {
 	// Chain is the waiting chain: the peers that waited on Peer, nearest first (SlowCompute, and any
 	// syndrome whose culprit is the chain's origin).
 	Chain []uint64
-	// Ratio is the culprit's figure over the group median: the stall per byte of the hot cells, or
-	// the busy time per byte of a SlowCompute peer.
+	// Ratio is the culprit's figure over the group median: the stall per byte of the hot cells (or
+	// their transit per byte, for cells hot by their transit alone), or the busy time per byte of a
+	// SlowCompute peer.
 	Ratio float64
 	// Confidence in [0, 1) grows with Ratio, and shrinks where the matrix cannot tell this syndrome
 	// from another one.

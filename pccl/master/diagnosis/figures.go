@@ -16,12 +16,17 @@ type figures struct {
 	stallLeast         map[Link]float64   // the least stall of the last Recent operations
 	vote               map[uint64]float64 // the least recent lag behind the median vote, seconds
 	stall              map[Link]float64   // fresh cells only
+	transit            map[Link]float64   // fresh cells their receiver timed
+	transitLeast       map[Link]float64   // the least transit of the last Recent operations
+	medTransit         map[bool]float64   // median transit of the links between sites (true) and within one (false)
+	sites              map[uint64]string  // the members' sites ("": none)
 	medSecs            float64            // median span of an operation, seconds
 	jitter             float64            // typical spread of the votes, seconds
 	medSpan, medBusy   float64
 	medStall, medLate  float64
 	maxWait            float64
 	hotCells, explains map[Link]bool
+	byTransit          map[Link]bool       // hot cells whose transit stands out while their stall does not
 	hotOut             map[uint64][]uint64 // the targets of each peer's hot cells, sorted
 	outKnown, inKnown  map[uint64]int      // fresh cells out of and into each peer
 }
@@ -33,8 +38,10 @@ func (d *Detector) figures(ring []uint64) *figures {
 	f := &figures{ring: ring, pos: map[uint64]int{},
 		busy: map[uint64]float64{}, wait: map[uint64]float64{}, late: map[uint64]float64{}, vote: map[uint64]float64{},
 		busyLeast: map[uint64]float64{}, stallLeast: map[Link]float64{}, stall: map[Link]float64{},
-		hotCells: map[Link]bool{}, explains: map[Link]bool{}, hotOut: map[uint64][]uint64{}, outKnown: map[uint64]int{}, inKnown: map[uint64]int{}}
+		transit: map[Link]float64{}, transitLeast: map[Link]float64{}, medTransit: map[bool]float64{}, sites: d.sites,
+		byTransit: map[Link]bool{}, hotCells: map[Link]bool{}, explains: map[Link]bool{}, hotOut: map[uint64][]uint64{}, outKnown: map[uint64]int{}, inKnown: map[uint64]int{}}
 	var spans, busys, lates, stalls, secs []float64
+	transits := map[bool][]float64{}
 	for i, id := range ring {
 		f.pos[id] = i
 		p := d.peers[id]
@@ -67,10 +74,49 @@ func (d *Detector) figures(ring []uint64) *figures {
 		f.outKnown[l.From]++
 		f.inKnown[l.To]++
 		stalls = append(stalls, f.stall[l])
+		if t := c.transit.recent(k); !math.IsNaN(t) {
+			f.transit[l], f.transitLeast[l] = t, c.transit.least(k)
+			transits[f.between(l)] = append(transits[f.between(l)], t)
+		}
+	}
+	for _, cross := range []bool{false, true} {
+		f.medTransit[cross] = median(transits[cross])
 	}
 	f.medSpan, f.medBusy, f.medLate, f.medStall = median(spans), median(busys), median(lates), median(stalls)
 	f.medSecs, f.jitter = median(secs), d.jitter.median()
 	return f
+}
+
+// between reports whether l joins two sites.
+func (f *figures) between(l Link) bool { return f.sites[l.From] != f.sites[l.To] }
+
+// hotCell reports whether cell l stands out of the group: by the least of its recent stalls (it held
+// its sender back), or by the least of its recent transits against the links of its kind (within a
+// site or between sites). A link paced by a slow upstream peer never fills its in-flight window and
+// holds nobody back, so only its frames' transit shows that it is the slow one.
+func (d *Detector) hotCell(f *figures, l Link) (hot, byTransit bool) {
+	if d.hot(f.stallLeast[l], f.medStall, f.medSpan) {
+		return true, false
+	}
+	if t, ok := f.transitLeast[l]; ok && d.hot(t, f.medTransit[f.between(l)], f.medSpan) {
+		return true, true
+	}
+	return false, false
+}
+
+// figure returns cell l's figure over the group median and what it is: its stall, or for a cell hot
+// by its transit alone its transit against the links of its kind.
+func (f *figures) figure(l Link) (ratio float64, what string) {
+	if f.byTransit[l] {
+		if m := f.medTransit[f.between(l)]; m > 0 {
+			return f.transit[l] / m, "transit"
+		}
+		return math.Inf(1), "transit"
+	}
+	if f.medStall == 0 {
+		return math.Inf(1), "stall"
+	}
+	return f.stall[l] / f.medStall, "stall"
 }
 
 // hot reports whether v stands out of the group whose median is med (false for NaN).
@@ -161,16 +207,18 @@ func (d *Detector) known(f *figures, id uint64, out bool) int {
 	return f.inKnown[id]
 }
 
-// cellRatio is the median stall of cells over the group median.
-func (d *Detector) cellRatio(f *figures, cells []Link) float64 {
+// cellRatio is the median figure of cells over the group median (see figures.figure), and what the
+// figure is: "stall" unless all of them are hot by their transit alone.
+func (d *Detector) cellRatio(f *figures, cells []Link) (float64, string) {
 	v := make([]float64, len(cells))
+	what := "transit"
 	for i, l := range cells {
-		v[i] = f.stall[l]
+		v[i], _ = f.figure(l)
+		if !f.byTransit[l] {
+			what = "stall"
+		}
 	}
-	if f.medStall == 0 {
-		return math.Inf(1)
-	}
-	return median(v) / f.medStall
+	return median(v), what
 }
 
 // confidence maps a ratio to the group median into [0, 0.99]: 2× gives 0.5, 4× 0.75, 10× 0.9.

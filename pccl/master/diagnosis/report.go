@@ -11,6 +11,9 @@ type Timing struct {
 	Start time.Duration
 	End   time.Duration
 	Wait  time.Duration // stalled on this link and on nothing else
+	// Transit (links in only) is the time the link's frames spent arriving at the reporting peer,
+	// summed per frame from its first payload byte to its last; 0: not timed.
+	Transit time.Duration
 }
 
 // Report is one peer's timing summary of one operation.
@@ -27,4 +30,8 @@ type Report struct {
 type Op struct {
 	Ring    []uint64
 	Reports []Report
+	// Sites names the site of each member (absent or "": no site). The transit of a link between two
+	// sites is judged against the group's other links between sites, that of a link within a site
+	// against the links within sites, so that WAN links slower by design than site links raise nothing.
+	Sites map[uint64]string
 }

@@ -55,6 +55,7 @@ type statusLinkJSON struct {
 	Transfer float64 `json:"transfer_seconds_per_byte"`
 	Stall    float64 `json:"stall_seconds_per_byte"`
 	Wait     float64 `json:"wait_seconds"`
+	Transit  float64 `json:"transit_seconds_per_byte"`
 	Age      uint64  `json:"age_ops"`
 }
 
@@ -175,7 +176,7 @@ func newStatusJSON(s master.Snapshot) statusJSON {
 		}
 		for _, l := range g.Links {
 			gj.Links = append(gj.Links, statusLinkJSON{From: l.From, To: l.To, Transfer: finite(l.Transfer), Stall: finite(l.Stall),
-				Wait: finite(l.Wait), Age: l.Age})
+				Wait: finite(l.Wait), Transit: finite(l.Transit), Age: l.Age})
 		}
 		for _, sy := range g.Syndromes {
 			gj.Syndromes = append(gj.Syndromes, statusSyndromeJSON{Kind: sy.Kind, Peer: sy.Peer, From: sy.From, To: sy.To,
