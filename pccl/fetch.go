@@ -188,6 +188,12 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 	wg.Wait()
 	close(f.verify)
 	hwg.Wait()
+	// The entries complete in any order; the result lists them in the plan's.
+	order := make(map[string]int, len(items))
+	for i, it := range items {
+		order[it.Name] = i
+	}
+	slices.SortFunc(res.Fetched, func(a, b string) int { return order[a] - order[b] })
 	return context.Cause(ctx)
 }
 

@@ -49,7 +49,7 @@ type SyncOptions struct {
 // SyncResult reports what a sync did on this peer.
 type SyncResult struct {
 	Revision     uint64   // the revision every participating peer now holds
-	Fetched      []string // entries this peer received
+	Fetched      []string // entries this peer received, in the order of the master's plan
 	FetchedBytes int64
 	ServedBytes  int64  // entry bytes this peer sent to peers that fetched from it (before compression)
 	ResumeStep   uint64 // the consistent training step to resume from (see ReportStep)
