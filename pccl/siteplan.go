@@ -28,13 +28,15 @@ package pccl
 // each NIC's α and β, gathered so that every node holds the same table bit for bit), and the
 // planners start from the site's NICs at their measured figures. A NIC the calibration could not
 // measure (down at the time) keeps the nominal figures until it is measured. Measured NICs of one
-// rate differ by a few percent, so the planners count nodes within siteLevelTolerance of each other
-// as one level and take a schedule over an earlier one only for a modelled gain above siteMargin.
+// rate differ by up to a tenth: NICs within siteLevelling of the median rate take the median's
+// figures (levelled), the planners count nodes within siteLevelTolerance of each other as one
+// level, and they take a schedule over an earlier one only for a modelled gain above siteMargin.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync/atomic"
 
@@ -101,6 +103,9 @@ const (
 var siteCalibration = rdma.CalibrateConfig{Bytes: 1 << 20, Reps: 2}
 
 const (
+	// siteLevelling bounds the measured spread taken for noise: a calibration's repeated sends over
+	// one NIC of one rate differ by up to about a tenth.
+	siteLevelling      = 0.15
 	siteLevelTolerance = 0.05
 	siteMargin         = 0.05
 )
@@ -168,9 +173,44 @@ func (t *siteTier) calibrate(ctx context.Context, f *siteFabric) (rdma.Calibrati
 	if err != nil {
 		return rdma.Calibration{}, fmt.Errorf("pccl: calibrating the intra-site fabric: %w", err)
 	}
+	cal = levelled(cal)
 	t.cal.site, t.cal.table = slices.Clone(f.site), cal
 	t.plans.calibrations.Add(1)
 	return cal, nil
+}
+
+// levelled returns cal with every measured NIC whose rate is within siteLevelling of the median
+// measured rate set to the median's α and β: NICs of one rate measure a few percent apart, and a
+// planner that took those differences for real would cut the weighted rings' shares to noise. A NIC
+// measured slower or faster than that keeps its own figures. The table is the same on every node,
+// and so is its levelling.
+func levelled(cal rdma.Calibration) rdma.Calibration {
+	var betas, alphas []float64
+	for i, row := range cal.Beta {
+		for j, b := range row {
+			if b > 0 {
+				betas, alphas = append(betas, b), append(alphas, cal.Alpha[i][j])
+			}
+		}
+	}
+	if len(betas) == 0 {
+		return cal
+	}
+	mb := slices.Clone(betas)
+	slices.Sort(mb)
+	slices.Sort(alphas)
+	beta, alpha := mb[len(mb)/2], alphas[len(alphas)/2]
+	out := rdma.Calibration{Alpha: make([][]float64, len(cal.Beta)), Beta: make([][]float64, len(cal.Beta))}
+	for i, row := range cal.Beta {
+		out.Alpha[i], out.Beta[i] = slices.Clone(cal.Alpha[i]), slices.Clone(row)
+		for j, b := range row {
+			// Rates compare as the inverse of β.
+			if b > 0 && math.Abs(beta/b-1) <= siteLevelling {
+				out.Alpha[i][j], out.Beta[i][j] = alpha, beta
+			}
+		}
+	}
+	return out
 }
 
 // agree brings every node of the site to the same view of the fabric's health (see the top of this
