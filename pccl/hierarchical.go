@@ -130,13 +130,21 @@ func (c *Communicator) runHierarchical(ctx context.Context, op *collective, hv l
 		}
 	}()
 
+	var mark nicMark
+	if fab != nil {
+		mark = fab.mark()
+	}
 	reported := false
 	var verdict error
 	commit := func() error {
 		reported = true
 		// Link telemetry of the sub-rings' links (hiertiming.go); none for the flat ring's bandwidth
-		// estimates (LinkBytes), whose edges carried nothing of this collective.
+		// estimates (LinkBytes), whose edges carried nothing of this collective. With the site phases
+		// on the fabric, what each NIC carried.
 		done := &wire.Done{Code: wire.CodeOK, Links: hierTimings(streamTimings(streams, func(i int) (uint64, uint64) { return plinks[i].next, plinks[i].prev }))}
+		if fab != nil {
+			done.SiteNICBytes, done.SiteNanos = fab.figures(mark)
+		}
 		verdict = c.report(op, done)
 		return verdict
 	}

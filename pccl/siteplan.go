@@ -390,10 +390,13 @@ func (c *Communicator) runOnSiteFabric(ctx context.Context, op *collective, fab 
 		}
 	}()
 	fab.padOut = grow(fab.padOut, len(recv))
+	mark := fab.mark()
 	err := c.site.allReduce(rctx, fab, send, fab.padOut, d.DType, d.Op)
 	c.site.account(fab)
 	if err == nil {
-		if verdict := c.report(op, &wire.Done{Code: wire.CodeOK}); verdict != nil {
+		done := &wire.Done{Code: wire.CodeOK}
+		done.SiteNICBytes, done.SiteNanos = fab.figures(mark)
+		if verdict := c.report(op, done); verdict != nil {
 			return verdict
 		}
 		copy(recv, fab.padOut)

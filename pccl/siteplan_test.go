@@ -71,6 +71,11 @@ func TestSiteSimDegradedHierarchical(t *testing.T) {
 	ctx, s, g, comms, hosts := onSimSite(t, sites, per, nics, 1000)
 	sumAndHash(ctx, t, comms, 1, 33331, 1)
 	requirePlanned(t, comms, func(int) bool { return false })
+	for i, r := range siteNICRates(t, g, comms) {
+		if len(r) != nics {
+			t.Fatalf("peer %d: figures of %d NICs, want %d", i, len(r), nics)
+		}
+	}
 
 	if err := s.FailNIC(0, 1, 2); err != nil {
 		t.Fatal(err)
@@ -126,6 +131,14 @@ func TestSiteSimDegradedOneSite(t *testing.T) {
 		}
 	}
 	requireCalibrated(t, comms, nics, 200e6/8)
+	// Every NIC of every peer carried its share, and the master holds the figures.
+	for i, r := range siteNICRates(t, g, comms) {
+		for j, v := range r {
+			if v <= 0 {
+				t.Fatalf("peer %d NIC %d carried %g B/s on the healthy fabric", i, j, v)
+			}
+		}
+	}
 
 	if err := s.FailNIC(1, 2, 2); err != nil {
 		t.Fatal(err)
@@ -147,8 +160,31 @@ func TestSiteSimDegradedOneSite(t *testing.T) {
 	}
 	t.Logf("planned %s", comms[0].Stats().SitePlan)
 	requireCalibrated(t, comms, nics, 200e6/8) // the same table: no calibration with a NIC down
+	// The planned schedule leaves the down NIC out: peer 1's NIC 2 carries nothing, its others do.
+	sumOnEvery(ctx, t, comms, 4, 1<<20, 20)
+	r := siteNICRates(t, g, comms)[1]
+	if r[2] != 0 || r[0]+r[1]+r[3] <= 0 {
+		t.Fatalf("peer 1's NICs carried %v B/s with NIC 2 down", r)
+	}
 
 	killMidCollective(ctx, t, g, comms, hosts, 3, s.DownAll)
+}
+
+// siteNICRates returns, per peer of comms, the per-NIC rates the master holds of its last collective
+// on the intra-site fabric; it fails the test when a peer has none.
+func siteNICRates(t *testing.T, g *group, comms []*pccl.Communicator) [][]float64 {
+	t.Helper()
+	byID := map[uint64][]float64{}
+	for _, p := range g.srv.Snapshot().Peers {
+		byID[p.ID] = p.SiteNICRates
+	}
+	out := make([][]float64, len(comms))
+	for i, c := range comms {
+		if out[i] = byID[c.ID()]; len(out[i]) == 0 {
+			t.Fatalf("peer %d: the master holds no per-NIC figures", i)
+		}
+	}
+	return out
 }
 
 // requireCalibrated checks that every peer calibrated its site's fabric once and holds the same

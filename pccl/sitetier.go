@@ -38,6 +38,7 @@ import (
 
 	"github.com/zeebo/xxh3"
 
+	"github.com/concord-ccl/concord/internal/wire"
 	"github.com/concord-ccl/concord/pccl/internal/links"
 	"github.com/concord-ccl/concord/rdma"
 	"github.com/concord-ccl/concord/rdma/tcp"
@@ -343,6 +344,30 @@ func (f *siteFabric) stats() rdma.Stats {
 	case <-time.After(time.Second):
 		return rdma.Stats{}
 	}
+}
+
+// nicMark is a fabric's per-NIC sent bytes at the start of a collective, and when it started.
+type nicMark struct {
+	bytes []int64
+	t     time.Time
+}
+
+// mark notes f's per-NIC counters at the start of a collective.
+func (f *siteFabric) mark() nicMark { return nicMark{bytes: f.stats().NICBytes, t: time.Now()} }
+
+// figures returns the per-NIC figures of a collective on f that started at m, for its Done: the
+// bytes this peer posted on each NIC since m, and the time since m. Both are zero when the counters
+// could not be read.
+func (f *siteFabric) figures(m nicMark) ([]uint64, uint64) {
+	now := f.stats().NICBytes
+	if len(now) == 0 || len(now) != len(m.bytes) || len(now) > wire.MaxSiteNICs {
+		return nil, 0
+	}
+	out := make([]uint64, len(now))
+	for i := range now {
+		out[i] = uint64(max(now[i]-m.bytes[i], 0))
+	}
+	return out, uint64(max(time.Since(m.t), 1))
 }
 
 // grow returns b resized to n bytes, reallocated only if it is too small.

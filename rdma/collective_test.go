@@ -198,10 +198,15 @@ func TestHealthyUsesAllNICs(t *testing.T) {
 	}
 	// Ring AllReduce sends 2(W-1)/W of the buffer per node, a quarter on each NIC.
 	want := uint64(scCount*4) * 2 * 3 / 4 / 4
-	for _, id := range c.ring {
+	for i, id := range c.ring {
+		nicBytes := c.nodes[i].Stats().NICBytes
 		for nic := range 4 {
 			if b := c.net.Node(id).SentBytes(rdma.NICID(nic)); b != want {
 				t.Errorf("node %d NIC %d sent %d bytes, want %d", id, nic, b, want)
+			}
+			// The node's own count of the data it posted, beside what the network carried.
+			if b := nicBytes[nic]; uint64(b) != want {
+				t.Errorf("node %d NIC %d: Stats().NICBytes %d, want %d", id, nic, b, want)
 			}
 		}
 	}

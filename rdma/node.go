@@ -17,6 +17,9 @@ type Stats struct {
 	Failovers int
 	// RetransmittedBytes counts data bytes posted again after a failover rewound a path.
 	RetransmittedBytes int64
+	// NICBytes counts, per NIC of this node (its index), the data bytes posted on it as sender,
+	// retransmissions included.
+	NICBytes []int64
 	// ChunkBytes is the configured chunk size.
 	ChunkBytes int
 	// FirstDetect is when this node first saw a failure (detection note), zero if never; FirstResume is
@@ -121,6 +124,7 @@ func NewNode(ep Endpoint, ring []NodeID, cfg Config) (*Node, error) {
 	n := &Node{ep: ep, cfg: cfg, ring: slices.Clone(ring), rank: rank, nics: ep.NICs(), conns: map[connKey]Conn{},
 		dead: map[Conn]bool{}, up: map[Conn]bool{}, early: map[earlyKey][]early{}, pathOps: map[PathID]uint64{}, probeIndex: map[connKey]uint32{}}
 	n.stats.ChunkBytes = cfg.ChunkBytes
+	n.stats.NICBytes = make([]int64, len(n.nics))
 	n.m = NewRepair(ep.Node(), ring, n.nics, cfg.Repair)
 	for _, peer := range n.m.neighbours() {
 		if err := n.connectPeer(peer, 0); err != nil {
@@ -156,6 +160,7 @@ func (n *Node) Stats() Stats {
 	s := n.stats
 	s.AffectedPaths = slices.Clone(s.AffectedPaths)
 	s.Notes = slices.Clone(s.Notes)
+	s.NICBytes = slices.Clone(s.NICBytes)
 	return s
 }
 

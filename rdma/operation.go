@@ -356,6 +356,9 @@ func (o *operation) pump(s *outStream) {
 		if s.next < s.high {
 			n.stats.RetransmittedBytes += int64(f.n)
 		}
+		if int(s.local) < len(n.stats.NICBytes) {
+			n.stats.NICBytes[s.local] += int64(f.n)
+		}
 		seq := s.next
 		s.next++
 		s.high = max(s.high, s.next)

@@ -96,17 +96,28 @@ func (m *Commence) decode(d *decoder) {
 //
 // Encoding: tag u64 | seq u64 | code u8 | detail string | link bytes u64 | link nanos u64 | link
 // count u32 (at most MaxLinkTimings) | per link: peer u64 | dir u8 | bytes u64 | start u64 | end u64
-// | wait u64 | transit u64 (49 bytes each) | silent peer u64 | silent dir u8.
+// | wait u64 | transit u64 (49 bytes each) | silent peer u64 | silent dir u8 | site NIC count u8 (at
+// most MaxSiteNICs) | per NIC: bytes u64 | site nanos u64.
+//
+// SiteNICBytes and SiteNanos are the intra-site fabric's per-NIC figures of an operation whose site
+// phases ran on it: the data bytes this peer posted on each of its NICs (by index), and the time from
+// the start of the operation's data path on this peer to its report, over which they moved. Both
+// are empty, 0, otherwise.
 type Done struct {
-	Tag       uint64
-	Seq       uint64
-	Code      Code
-	Detail    string
-	LinkBytes uint64
-	LinkNanos uint64
-	Links     []LinkTiming
-	Silent    LinkRef
+	Tag          uint64
+	Seq          uint64
+	Code         Code
+	Detail       string
+	LinkBytes    uint64
+	LinkNanos    uint64
+	Links        []LinkTiming
+	Silent       LinkRef
+	SiteNICBytes []uint64
+	SiteNanos    uint64
 }
+
+// MaxSiteNICs bounds Done.SiteNICBytes; the decoder refuses more.
+const MaxSiteNICs = 16
 
 func (m *Done) Append(b []byte) []byte {
 	b = appendU64(b, m.Tag)
@@ -117,7 +128,11 @@ func (m *Done) Append(b []byte) []byte {
 	b = appendU64(b, m.LinkNanos)
 	b = appendLinkTimings(b, m.Links)
 	b = appendU64(b, m.Silent.Peer)
-	return append(b, byte(m.Silent.Dir))
+	b = append(b, byte(m.Silent.Dir), byte(len(m.SiteNICBytes)))
+	for _, v := range m.SiteNICBytes {
+		b = appendU64(b, v)
+	}
+	return appendU64(b, m.SiteNanos)
 }
 
 func (m *Done) decode(d *decoder) {
@@ -127,7 +142,17 @@ func (m *Done) decode(d *decoder) {
 	m.Silent = LinkRef{Peer: d.u64("silent peer"), Dir: LinkDir(d.u8("silent dir"))}
 	if m.Silent.Dir > LinkIn || (m.Silent.Peer == 0 && m.Silent.Dir != 0) {
 		d.fail("silent link")
+		return
 	}
+	n := int(d.u8("site NIC count"))
+	if n > MaxSiteNICs {
+		d.fail("site NIC count")
+		return
+	}
+	for range n {
+		m.SiteNICBytes = append(m.SiteNICBytes, d.u64("site NIC bytes"))
+	}
+	m.SiteNanos = d.u64("site nanos")
 }
 
 // LinkRef names one direction of the link between the reporting peer and Peer.

@@ -25,6 +25,7 @@ func sampleMessages() []Message {
 		&Initiate{Tag: 13, Desc: Desc{Count: 8, DType: 10, Op: 0}, Stats: &Contribution{Finite: true, Norm: 2.5}},
 		&Done{Tag: 12, Seq: 99, Code: CodePeerLeft, Detail: "peer 3: eof", LinkBytes: 1 << 20, LinkNanos: 5e6},
 		&Done{Tag: 12, Seq: 98, Code: CodePeerLeft, Detail: "silent", Silent: LinkRef{Peer: 3, Dir: LinkIn}},
+		&Done{Tag: 12, Seq: 97, SiteNICBytes: []uint64{1 << 20, 0, 3 << 19, 1 << 20}, SiteNanos: 4e6},
 		&Done{Tag: 12, Seq: 100, LinkBytes: 1 << 20, LinkNanos: 5e6, Links: []LinkTiming{
 			{Peer: 4, Dir: LinkOut, Bytes: 1 << 20, Start: 1e5, End: 9e6, Wait: 2e6},
 			{Peer: 2, Dir: LinkIn, Bytes: 1 << 20, Start: 2e5, End: 9.5e6, Wait: 1e6, Transit: 4e6},
@@ -116,6 +117,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"done without its silent link", TypeDone, doneWithTimings(0, LinkTiming{})[:8+8+1+4+8+8+4]},
 		{"silent link of unknown direction", TypeDone, (&Done{Tag: 1, Silent: LinkRef{Peer: 2, Dir: 2}}).Append(nil)},
 		{"silent link direction without a peer", TypeDone, (&Done{Tag: 1, Silent: LinkRef{Dir: LinkIn}}).Append(nil)},
+		{"done with too many site NICs", TypeDone, (&Done{Tag: 1, SiteNICBytes: make([]uint64, MaxSiteNICs+1)}).Append(nil)},
+		{"done without its site nanos", TypeDone, func() []byte { b := (&Done{Tag: 1, SiteNICBytes: []uint64{1}}).Append(nil); return b[:len(b)-8] }()},
 		{"hello with too many NICs", TypeHello, (&Hello{Token: "t", Addr: "a:1", NICs: make([]string, MaxNICs+1)}).Append(nil)},
 		{"short session id", TypeSessionStart, make([]byte, SessionIDSize-1)},
 		{"kick without final", TypeKick, appendString(nil, "gone")},
@@ -252,6 +255,8 @@ func FuzzDecodeDone(f *testing.F) {
 	f.Add(doneWithTimings(MaxLinkTimings, LinkTiming{Peer: 9, Dir: LinkIn, Bytes: 1, Start: 1, End: 2, Wait: 1, Transit: 1}))
 	f.Add(doneWithTimings(1, LinkTiming{Peer: 9, Dir: LinkOut, Bytes: 1, End: 2, Transit: 1}))
 	f.Add(doneWithTimings(MaxLinkTimings+1, LinkTiming{}))
+	f.Add((&Done{Tag: 1, SiteNICBytes: make([]uint64, MaxSiteNICs), SiteNanos: 1}).Append(nil))
+	f.Add((&Done{Tag: 1, SiteNICBytes: make([]uint64, MaxSiteNICs+1)}).Append(nil))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		m, err := Decode(TypeDone, p)
 		if err != nil {
@@ -261,8 +266,8 @@ func FuzzDecodeDone(f *testing.F) {
 			return
 		}
 		d := m.(*Done)
-		if len(d.Links) > MaxLinkTimings {
-			t.Fatalf("%d link timings decoded, limit %d", len(d.Links), MaxLinkTimings)
+		if len(d.Links) > MaxLinkTimings || len(d.SiteNICBytes) > MaxSiteNICs {
+			t.Fatalf("%d link timings and %d site NICs decoded, limits %d and %d", len(d.Links), len(d.SiteNICBytes), MaxLinkTimings, MaxSiteNICs)
 		}
 		for _, l := range d.Links {
 			if l.Dir > LinkIn || l.End < l.Start || (l.Dir == LinkOut && l.Transit != 0) {

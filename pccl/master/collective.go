@@ -290,6 +290,12 @@ func (m *Machine) done(p *peer, d *wire.Done) {
 	if d.Code == wire.CodeOK {
 		m.observeLink(p.id, o.successor(p.id), d.LinkBytes, d.LinkNanos)
 		m.diagReport(o, p.id, d)
+		if len(d.SiteNICBytes) > 0 && d.SiteNanos > 0 {
+			p.siteNICs = make([]float64, len(d.SiteNICBytes))
+			for i, b := range d.SiteNICBytes {
+				p.siteNICs[i] = float64(b) / (float64(d.SiteNanos) / 1e9)
+			}
+		}
 	}
 	if d.Code != wire.CodeOK && !o.failed {
 		// A local failure (e.g. a non-finite quantized result) is passed on as it is, since a retry

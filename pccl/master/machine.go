@@ -249,7 +249,8 @@ func (m *Machine) Snapshot(now time.Time) Snapshot {
 	for _, id := range m.ids {
 		p := m.peers[id]
 		s.Peers = append(s.Peers, PeerInfo{ID: id, Group: p.group.id, Addr: p.hello.Addr, Site: p.hello.Site, NICs: slices.Clone(p.hello.NICs),
-			State: p.state, Joined: p.joined, LastSeen: p.lastSeen, Step: p.step.Step, InOptimizer: p.step.InOptimizer, HasStep: p.hasStep})
+			State: p.state, Joined: p.joined, LastSeen: p.lastSeen, Step: p.step.Step, InOptimizer: p.step.InOptimizer, HasStep: p.hasStep,
+			SiteNICRates: slices.Clone(p.siteNICs)})
 	}
 	for _, gid := range m.gids {
 		g := m.groups[gid]

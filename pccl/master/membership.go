@@ -32,6 +32,9 @@ type peer struct {
 	digest   sharedstate.Digest
 	step     sharedstate.StepTag // last reported training step
 	hasStep  bool
+	// siteNICs is the intra-site fabric's per-NIC rate (bytes per second, by NIC index) over the
+	// last collective the peer reported with per-NIC figures (wire.Done.SiteNICBytes), nil if none.
+	siteNICs []float64
 }
 
 // join registers the peer that sent Hello h on connection c.

@@ -40,6 +40,10 @@ type PeerInfo struct {
 	Step        uint64
 	InOptimizer bool
 	HasStep     bool
+	// SiteNICRates is what each of the peer's NICs (by index) carried, in bytes per second, over the
+	// last collective whose site phases ran on the intra-site fabric: the data it posted over the
+	// collective's time on the peer. A NIC that is down carries 0. Nil before any.
+	SiteNICRates []float64
 }
 
 // GroupInfo describes one peer group in a Snapshot.

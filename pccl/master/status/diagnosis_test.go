@@ -21,6 +21,7 @@ func diagSnapshot() master.Snapshot {
 	s.Delay = [][]float64{{0, 2e-4, 0}, {0, 0, 9e-3}, {1.5e-4, 0, 0}}
 	s.Peers[0].Step, s.Peers[0].HasStep = 120, true
 	s.Peers[1].Step, s.Peers[1].HasStep, s.Peers[1].InOptimizer = 121, true, true
+	s.Peers[2].SiteNICRates = []float64{1.25e8, 0}
 	g := &s.Groups[0]
 	g.Bandwidth, g.Delay = s.Bandwidth, s.Delay
 	g.Syndromes = []master.Syndrome{
@@ -102,6 +103,9 @@ func TestStatusDiagnosisJSON(t *testing.T) {
 		got.Peers[1].Step == nil || *got.Peers[1].Step != 121 || !got.Peers[1].InOptimizer || got.Peers[2].Step != nil {
 		t.Errorf("steps %+v", got.Peers)
 	}
+	if m := got.Peers[2].SiteNICMbit; len(m) != 2 || m[0] != 1000 || m[1] != 0 || got.Peers[0].SiteNICMbit != nil {
+		t.Errorf("site NIC figures %v and %v, want [1000 0] for peer 5 and none for peer 1", m, got.Peers[0].SiteNICMbit)
+	}
 	g := got.Groups[0]
 	if !reflect.DeepEqual(g.Delay, diagSnapshot().Delay) || !reflect.DeepEqual(got.Delay, g.Delay) {
 		t.Errorf("delay %v, group delay %v", got.Delay, g.Delay)
@@ -143,6 +147,8 @@ func TestStatusDiagnosisMetrics(t *testing.T) {
 		"concord_link_delay_seconds_per_mebibyte{from=1}{group=0}{to=2}": 1.5e-4,
 		"concord_peer_training_step{group=0}{peer=1}":                    120,
 		"concord_peer_training_step{group=0}{peer=2}":                    121,
+		"concord_site_nic_bytes_per_second{group=0}{nic=0}{peer=5}":      1.25e8,
+		"concord_site_nic_bytes_per_second{group=0}{nic=1}{peer=5}":      0,
 		"concord_syndromes_active{group=0}{kind=slow-link}":              1,
 		"concord_syndromes_active{group=0}{kind=slow-sender}":            0,
 		"concord_syndromes_active{group=0}{kind=slow-receiver}":          0,

@@ -96,6 +96,9 @@ type statusPeerJSON struct {
 	// Step is the training step the peer reported last; null while it reported none.
 	Step        *uint64 `json:"step"`
 	InOptimizer bool    `json:"in_optimizer,omitempty"`
+	// SiteNICMbit is what each NIC of the peer carried over its last collective on the intra-site
+	// fabric, in Mbit/s, by NIC index; absent before any.
+	SiteNICMbit []float64 `json:"site_nic_mbit,omitempty"`
 }
 
 type statusOpJSON struct {
@@ -190,6 +193,9 @@ func newStatusJSON(s master.Snapshot) statusJSON {
 		if p.HasStep {
 			step := p.Step
 			pj.Step = &step
+		}
+		for _, r := range p.SiteNICRates {
+			pj.SiteNICMbit = append(pj.SiteNICMbit, r*8/1e6)
 		}
 		j.Peers = append(j.Peers, pj)
 	}

@@ -18,6 +18,7 @@ type metricsCollector struct {
 
 	// Per group, per link and per peer: the diagnosis.
 	linkBandwidth, linkDelay, peerStep  *prometheus.Desc
+	siteNIC                             *prometheus.Desc
 	syndromesActive, syndromesRaised    *prometheus.Desc
 	syndromesCleared, evicted, recovery *prometheus.Desc
 	groupOpsInFlight, lastRecovery      *prometheus.Desc
@@ -47,7 +48,9 @@ func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
 			"Estimated bandwidth of each link of the ring in force, from bandwidth tests and real collectives.", "group", "from", "to"),
 		linkDelay: d("concord_link_delay_seconds_per_mebibyte",
 			"Delay matrix on the links of the ring in force: recent time the link held its sender back per MiB (a slow link, sender or receiver stands out).", "group", "from", "to"),
-		peerStep:         d("concord_peer_training_step", "Training step the peer reported last.", "group", "peer"),
+		peerStep: d("concord_peer_training_step", "Training step the peer reported last.", "group", "peer"),
+		siteNIC: d("concord_site_nic_bytes_per_second",
+			"What each NIC of a peer carried over its last collective on the intra-site fabric (0: down or unused).", "group", "peer", "nic"),
 		syndromesActive:  d("concord_syndromes_active", "Slow links and slow peers diagnosed and not cleared, by syndrome.", "group", "kind"),
 		syndromesRaised:  d("concord_syndromes_raised_total", "Syndromes raised since the master started, by syndrome.", "group", "kind"),
 		syndromesCleared: d("concord_syndromes_cleared_total", "Syndromes cleared since the master started.", "group"),
@@ -69,7 +72,7 @@ func newMetricsCollector(snap func() master.Snapshot) *metricsCollector {
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.peers, c.epoch, c.ringSize, c.opsInFlight,
 		c.joined, c.left, c.kicked, c.timeouts, c.opsDone, c.opsAborted, c.linksCut,
-		c.linkBandwidth, c.linkDelay, c.peerStep, c.syndromesActive, c.syndromesRaised, c.syndromesCleared,
+		c.linkBandwidth, c.linkDelay, c.peerStep, c.siteNIC, c.syndromesActive, c.syndromesRaised, c.syndromesCleared,
 		c.evicted, c.recovery, c.lastRecovery, c.groupOpsInFlight,
 		c.groupPeers, c.groupEpoch, c.groupRing, c.reorders, c.reorderPolicy} {
 		ch <- d
@@ -171,6 +174,9 @@ func (c *metricsCollector) collectDiagnosis(ch chan<- prometheus.Metric, s maste
 	for _, p := range s.Peers {
 		if p.HasStep {
 			gauge(c.peerStep, float64(p.Step), u(uint64(p.Group)), u(p.ID))
+		}
+		for i, r := range p.SiteNICRates {
+			gauge(c.siteNIC, r, u(uint64(p.Group)), u(p.ID), u(uint64(i)))
 		}
 	}
 }
