@@ -181,6 +181,12 @@ func (c *Communicator) runHierarchical(ctx context.Context, op *collective, hv l
 		return fmt.Errorf("%s: %w", op.what, err)
 	}
 	code := codeOf(err)
+	if cause := context.Cause(rctx); rctx.Err() != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		// A phase stopped through the collective's abort switch by another phase's failure (or by
+		// the master) reports that failure, not the bare cancellation it saw.
+		err = fmt.Errorf("%w: %w", err, cause)
+		code = codeOf(cause)
+	}
 	if ctx.Err() != nil {
 		code = wire.CodeAborted
 	}
