@@ -19,7 +19,8 @@ import (
 type SimSite struct {
 	net   *sim.Network
 	nics  int
-	bw    float64 // bytes per second per NIC
+	bw    float64         // bytes per second per NIC
+	rails map[int]float64 // NICs of another rate, on every node: bytes per second by NIC index
 	start time.Time
 	tasks chan func()
 	quit  chan struct{}
@@ -89,6 +90,16 @@ func OnSimSite(s *SimSite) func(i int, cfg *Config) {
 		}
 		cfg.siteProvider = &simPeer{s: s, index: i}
 	}
+}
+
+// SlowRail gives NIC nic of every node opened after this call mbit Mbit/s instead of the site's rate.
+func (s *SimSite) SlowRail(nic int, mbit float64) {
+	s.do(func() {
+		if s.rails == nil {
+			s.rails = map[int]float64{}
+		}
+		s.rails[nic] = mbit * 1e6 / 8
+	})
 }
 
 // FailNIC takes NIC nic of peer's newest fabric node down when that node posts its nth data chunk
@@ -174,6 +185,9 @@ func (p *simPeer) open(node rdma.NodeID, ring []rdma.NodeID, _ map[rdma.NodeID][
 				nics := make([]rdma.NIC, p.s.nics)
 				for r := range nics {
 					nics[r] = rdma.NIC{Bandwidth: p.s.bw, NUMANode: -1}
+					if bw, ok := p.s.rails[r]; ok {
+						nics[r].Bandwidth = bw
+					}
 				}
 				p.s.net.AddNode(id, nics)
 			}

@@ -3,8 +3,8 @@ package pccl
 // Failure-aware schedules on the intra-site fabric. Hot repair keeps a collective alive when a NIC
 // fails, but moves the failed NIC's channel whole onto one backup NIC, which then carries twice its
 // share: the site runs at about half speed. When a site's fabric is degraded (a NIC some node of it has
-// seen down, by its port state or by hot repair's verdicts), its collectives run by rdma's planner
-// instead:
+// seen down, by its port state or by hot repair's verdicts, or one the calibration measured slower
+// than the others), its collectives run by rdma's planner instead:
 //
 //   - The site phases of a hierarchical AllReduce (a reduce-scatter, then an all-gather) run by the
 //     cheapest of the planner's ring schedules (rdma.PhaseStrategies: the standard ring, hot repair,
@@ -19,9 +19,9 @@ package pccl
 // until hot repair's verdicts have gone around, so at the first call of each collective on the fabric
 // the nodes agree on it: a Max all-reduce of every node's view of every NIC (one byte each) on the
 // fabric, with the standard ring and hot repair, after which every node feeds its planner the same
-// health, and plans alike; the collective's later calls keep that view. A healthy agreed view runs
-// the standard ring as before, and so does every node when one of them keeps to hot repair
-// (Config.SiteHotRepairOnly).
+// health, and plans alike; the collective's later calls keep that view. A healthy agreed view on a
+// fabric whose NICs all measured alike runs the standard ring as before, and so does every node when
+// one of them keeps to hot repair (Config.SiteHotRepairOnly).
 //
 // The planner's topology is the fabric as measured: at the first collective that checks the health,
 // before the planners are made, every node of the site calibrates the fabric (rdma.Node.Calibrate:
@@ -77,7 +77,10 @@ type sitePlanner struct {
 	nodes   int
 	nics    int
 	agreed  bool // the current collective has agreed on the fabric's health
-	planned bool // and found a NIC down, with no node on hot repair only
+	planned bool // and found a NIC down or slow, with no node on hot repair only
+	// slow is true when the calibration measured a NIC below the median rate by more than the noise
+	// (levelled): the same on every node, as the table is.
+	slow bool
 	// calibration is the fabric's α and β per NIC, the planners' topology.
 	calibration rdma.Calibration
 }
@@ -133,6 +136,7 @@ func (t *siteTier) ensurePlanner(ctx context.Context, f *siteFabric) (*sitePlann
 		return nil, err
 	}
 	p.calibration = cal
+	p.slow = hasSlowNIC(cal)
 	model := plan.Model{LevelTolerance: siteLevelTolerance}
 	if e := f.inEvents(ctx, func() {
 		topo := plan.Uniform(len(f.site), t.nnics, 1, nominalAlpha, nominalBandwidth)
@@ -177,6 +181,25 @@ func (t *siteTier) calibrate(ctx context.Context, f *siteFabric) (rdma.Calibrati
 	t.cal.site, t.cal.table = slices.Clone(f.site), cal
 	t.plans.calibrations.Add(1)
 	return cal, nil
+}
+
+// hasSlowNIC reports whether a levelled calibration holds a NIC slower than the level of the others:
+// its β above the median's by more than siteLevelling.
+func hasSlowNIC(cal rdma.Calibration) bool {
+	var betas []float64
+	for _, row := range cal.Beta {
+		for _, b := range row {
+			if b > 0 {
+				betas = append(betas, b)
+			}
+		}
+	}
+	if len(betas) == 0 {
+		return false
+	}
+	slices.Sort(betas)
+	median := betas[len(betas)/2]
+	return betas[len(betas)-1] > median*(1+siteLevelling)
 }
 
 // levelled returns cal with every measured NIC whose rate is within siteLevelling of the median
@@ -260,7 +283,7 @@ func (f *siteFabric) agree(ctx context.Context, p *sitePlanner, hotRepairOnly bo
 	if err != nil {
 		return false, err
 	}
-	p.agreed, p.planned = true, degraded && agreed[len(agreed)-1] == 0
+	p.agreed, p.planned = true, (degraded || p.slow) && agreed[len(agreed)-1] == 0
 	return p.planned, nil
 }
 

@@ -30,4 +30,10 @@ func TestLevelled(t *testing.T) {
 	if cal.Beta[0][1] != b*1.08 {
 		t.Fatal("levelled changed its argument")
 	}
+	if !hasSlowNIC(got) {
+		t.Fatal("the NIC at half the rate is not found slow")
+	}
+	if hasSlowNIC(levelled(rdma.Calibration{Alpha: [][]float64{{1, 1}}, Beta: [][]float64{{b, b * 1.1}}})) {
+		t.Fatal("a NIC within the noise is found slow")
+	}
 }

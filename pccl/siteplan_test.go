@@ -217,6 +217,32 @@ func requireCalibrated(t *testing.T, comms []*pccl.Communicator, nics int, rate 
 	}
 }
 
+// TestSiteSimSlowRail: NIC 3 of every node runs at a quarter of the others' rate, and no NIC is down.
+// The calibration finds the slow rail, so the site's collectives run by the planner, which gives the
+// slow NICs less, with every element right and the same bits on every peer; the master's per-NIC
+// figures show the slow rail carrying less than each other.
+func TestSiteSimSlowRail(t *testing.T) {
+	const per, nics = 4, 4
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	t.Cleanup(cancel)
+	s := pccl.NewSimSite(t, nics, 400)
+	s.SlowRail(3, 100)
+	g := newGroup(t, master.Config{})
+	comms, _ := g.startSitesWith(ctx, 1, per, pccl.OnSimSite(s))
+	t.Cleanup(func() { closeAll(comms) })
+	for k, count := range []int{1 << 20, 33331} {
+		sumAndHash(ctx, t, comms, 1, count, 30+k)
+	}
+	requireFabric(t, comms)
+	requirePlanned(t, comms, func(int) bool { return true })
+	for i, r := range siteNICRates(t, g, comms) {
+		if r[3] <= 0 || r[3] >= min(r[0], r[1], r[2]) {
+			t.Fatalf("peer %d's NICs carried %v B/s: the slow rail should carry less than each other NIC", i, r)
+		}
+	}
+	t.Logf("planned %s", comms[0].Stats().SitePlan)
+}
+
 // TestSiteSimHotRepairOnlyOnOnePeer: one peer of a one-site group keeps to hot repair
 // (Config.SiteHotRepairOnly). With a NIC down, the whole site stays on hot repair, since every peer
 // must run the same collectives, and every result is right.
