@@ -81,8 +81,6 @@ type sitePlanner struct {
 	// slow is true when the calibration measured a NIC below the median rate by more than the noise
 	// (levelled): the same on every node, as the table is.
 	slow bool
-	// calibration is the fabric's α and β per NIC, the planners' topology.
-	calibration rdma.Calibration
 }
 
 // startCollective marks the start of a collective on f (the tier is locked for it): its first call
@@ -135,7 +133,6 @@ func (t *siteTier) ensurePlanner(ctx context.Context, f *siteFabric) (*sitePlann
 	if err != nil {
 		return nil, err
 	}
-	p.calibration = cal
 	p.slow = hasSlowNIC(cal)
 	model := plan.Model{LevelTolerance: siteLevelTolerance}
 	if e := f.inEvents(ctx, func() {
@@ -165,11 +162,11 @@ func (t *siteTier) calibrate(ctx context.Context, f *siteFabric) (rdma.Calibrati
 	if slices.Equal(t.cal.site, f.site) {
 		lack[0] = 0
 	}
-	any := make([]byte, 1)
-	if err := f.node.AllReduce(ctx, lack, any, rings.U8, rings.Max); err != nil {
+	lacking := make([]byte, 1)
+	if err := f.node.AllReduce(ctx, lack, lacking, rings.U8, rings.Max); err != nil {
 		return rdma.Calibration{}, fmt.Errorf("pccl: agree on the fabric's calibration: %w", err)
 	}
-	if any[0] == 0 {
+	if lacking[0] == 0 {
 		return t.cal.table, nil
 	}
 	t.cal.site, t.cal.table = nil, rdma.Calibration{}
@@ -186,29 +183,14 @@ func (t *siteTier) calibrate(ctx context.Context, f *siteFabric) (rdma.Calibrati
 // hasSlowNIC reports whether a levelled calibration holds a NIC slower than the level of the others:
 // its β above the median's by more than siteLevelling.
 func hasSlowNIC(cal rdma.Calibration) bool {
-	var betas []float64
-	for _, row := range cal.Beta {
-		for _, b := range row {
-			if b > 0 {
-				betas = append(betas, b)
-			}
-		}
-	}
-	if len(betas) == 0 {
-		return false
-	}
-	slices.Sort(betas)
-	median := betas[len(betas)/2]
-	return betas[len(betas)-1] > median*(1+siteLevelling)
+	_, beta, slowest, ok := medians(cal)
+	return ok && slowest > beta*(1+siteLevelling)
 }
 
-// levelled returns cal with every measured NIC whose rate is within siteLevelling of the median
-// measured rate set to the median's α and β: NICs of one rate measure a few percent apart, and a
-// planner that took those differences for real would cut the weighted rings' shares to noise. A NIC
-// measured slower or faster than that keeps its own figures. The table is the same on every node,
-// and so is its levelling.
-func levelled(cal rdma.Calibration) rdma.Calibration {
-	var betas, alphas []float64
+// medians returns the median α and the median β of cal's measured NICs (β > 0), and the largest β;
+// ok is false when no NIC was measured.
+func medians(cal rdma.Calibration) (alpha, beta, slowest float64, ok bool) {
+	var alphas, betas []float64
 	for i, row := range cal.Beta {
 		for j, b := range row {
 			if b > 0 {
@@ -217,12 +199,23 @@ func levelled(cal rdma.Calibration) rdma.Calibration {
 		}
 	}
 	if len(betas) == 0 {
+		return 0, 0, 0, false
+	}
+	slices.Sort(betas)
+	slices.Sort(alphas)
+	return alphas[len(alphas)/2], betas[len(betas)/2], betas[len(betas)-1], true
+}
+
+// levelled returns cal with every measured NIC whose rate is within siteLevelling of the median
+// measured rate set to the median's α and β: NICs of one rate measure a few percent apart, and a
+// planner that took those differences for real would cut the weighted rings' shares to noise. A NIC
+// measured slower or faster than that keeps its own figures. The table is the same on every node,
+// and so is its levelling.
+func levelled(cal rdma.Calibration) rdma.Calibration {
+	alpha, beta, _, ok := medians(cal)
+	if !ok {
 		return cal
 	}
-	mb := slices.Clone(betas)
-	slices.Sort(mb)
-	slices.Sort(alphas)
-	beta, alpha := mb[len(mb)/2], alphas[len(alphas)/2]
 	out := rdma.Calibration{Alpha: make([][]float64, len(cal.Beta)), Beta: make([][]float64, len(cal.Beta))}
 	for i, row := range cal.Beta {
 		out.Alpha[i], out.Beta[i] = slices.Clone(cal.Alpha[i]), slices.Clone(row)

@@ -335,14 +335,19 @@ func (t *siteTier) open(gen fabricGen, site []uint64, nics map[uint64][]string, 
 func (f *siteFabric) close() { f.ep.Close() }
 
 // stats returns the node's hot-repair counters.
-func (f *siteFabric) stats() rdma.Stats {
-	ch := make(chan rdma.Stats, 1)
-	f.ep.Post(func() { ch <- f.node.Stats() })
+func (f *siteFabric) stats() rdma.Stats { return onEvents(f, f.node.Stats) }
+
+// onEvents returns what fn returns in f's event context, or T's zero value if the context does not
+// run it within a second.
+func onEvents[T any](f *siteFabric, fn func() T) T {
+	ch := make(chan T, 1)
+	f.ep.Post(func() { ch <- fn() })
 	select {
-	case s := <-ch:
-		return s
+	case v := <-ch:
+		return v
 	case <-time.After(time.Second):
-		return rdma.Stats{}
+		var zero T
+		return zero
 	}
 }
 
@@ -353,13 +358,15 @@ type nicMark struct {
 }
 
 // mark notes f's per-NIC counters at the start of a collective.
-func (f *siteFabric) mark() nicMark { return nicMark{bytes: f.stats().NICBytes, t: time.Now()} }
+func (f *siteFabric) mark() nicMark {
+	return nicMark{bytes: onEvents(f, f.node.NICBytes), t: time.Now()}
+}
 
 // figures returns the per-NIC figures of a collective on f that started at m, for its Done: the
 // bytes this peer posted on each NIC since m, and the time since m. Both are zero when the counters
 // could not be read.
 func (f *siteFabric) figures(m nicMark) ([]uint64, uint64) {
-	now := f.stats().NICBytes
+	now := onEvents(f, f.node.NICBytes)
 	if len(now) == 0 || len(now) != len(m.bytes) || len(now) > wire.MaxSiteNICs {
 		return nil, 0
 	}

@@ -164,6 +164,10 @@ func (n *Node) Stats() Stats {
 	return s
 }
 
+// NICBytes returns a copy of Stats().NICBytes alone, for a caller that reads it around every
+// collective. Call it in the event context.
+func (n *Node) NICBytes() []int64 { return slices.Clone(n.stats.NICBytes) }
+
 // Repair returns the node's hot-repair state machine, for inspection (health of NICs) only, in the
 // event context; the caller must not step it.
 func (n *Node) Repair() *Repair { return n.m }
