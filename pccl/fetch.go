@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"runtime"
 	"slices"
@@ -165,24 +166,23 @@ func (c *Communicator) fetchAll(ctx context.Context, st *State, items []wire.Fet
 		hashers = max(1, min(len(f.queue), defaultHashWorkers()))
 	}
 	f.verify = make(chan verified, len(f.donors)*perDonor*fetchBuffers)
+	// Every donor counts its connections before any goroutine starts: a hasher's retry reads the
+	// counts to tell whether a range still has a donor.
+	var ids []uint64
+	if len(f.queue) > 0 {
+		ids = slices.Sorted(maps.Keys(f.donors))
+		for _, id := range ids {
+			f.live[id] = perDonor
+		}
+	}
 	var wg, hwg sync.WaitGroup
 	for range hashers {
 		hwg.Go(f.hash)
 	}
 	wg.Go(func() { f.fetchLeaves(jobs) })
-	if len(f.queue) > 0 {
-		ids := slices.Sorted(func(yield func(uint64) bool) {
-			for id := range f.donors {
-				if !yield(id) {
-					return
-				}
-			}
-		})
-		for _, id := range ids {
-			f.live[id] = perDonor
-			for range perDonor {
-				wg.Go(func() { f.work(id) })
-			}
+	for _, id := range ids {
+		for range perDonor {
+			wg.Go(func() { f.work(id) })
 		}
 	}
 	wg.Wait()
