@@ -217,6 +217,9 @@ type stderrWatch struct {
 	mu      sync.Mutex
 	recent  []string
 	crashes []string
+	race    []string // the race report being read, by line, while inRace
+	inRace  bool
+	races   []string // every race report, condensed (condenseRace)
 }
 
 func (w *stderrWatch) Write(b []byte) (int, error) {
@@ -232,6 +235,15 @@ func (w *stderrWatch) Write(b []byte) (int, error) {
 			w.crashes = append(w.crashes, line)
 		}
 	}
+	switch {
+	case strings.Contains(line, "WARNING: DATA RACE"):
+		w.inRace, w.race = true, nil
+	case w.inRace && strings.HasSuffix(line, "=================="):
+		w.inRace = false
+		w.races = append(w.races, condenseRace(w.race)...)
+	case w.inRace:
+		w.race = append(w.race, line)
+	}
 	if w.verbose != nil {
 		w.verbose.Write(b)
 	}
@@ -245,6 +257,23 @@ func (w *stderrWatch) takeCrashes() []string {
 	c := w.crashes
 	w.crashes = nil
 	return c
+}
+
+// condenseRace keeps of a race report (its lines after "WARNING: DATA RACE") the accesses and goroutine
+// headers and the project's own frames under them: the part that says where the race is, short
+// enough to survive a log cut to its last lines.
+func condenseRace(report []string) []string {
+	out := []string{"DATA RACE:"}
+	for i, l := range report {
+		t := strings.TrimSpace(l[strings.Index(l, ":")+1:])
+		switch {
+		case strings.Contains(t, " at 0x") || strings.HasPrefix(t, "Goroutine "):
+			out = append(out, "  "+t)
+		case strings.Contains(t, "concord-ccl/concord") && i+1 < len(report):
+			out = append(out, "    "+t+" "+strings.TrimSpace(report[i+1][strings.Index(report[i+1], ":")+1:]))
+		}
+	}
+	return out
 }
 
 func (w *stderrWatch) lines() []string {
@@ -976,6 +1005,12 @@ func (s *soak) report() {
 	for _, l := range lines {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
+	// The races last, condensed: a cut log keeps its end.
+	s.watch.mu.Lock()
+	for _, l := range s.watch.races {
+		fmt.Fprintf(&b, "stress: %s\n", l)
+	}
+	s.watch.mu.Unlock()
 	s.log.Write(b.Bytes())
 }
 
