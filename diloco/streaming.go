@@ -406,21 +406,16 @@ func (s *streamer) reduce(j *fragJob) error {
 		return nil
 	}
 	size := c.PayloadBytes(len(g))
-	// Every peer's payload in the slot of its rank, zeros elsewhere: a byte-wise sum is the gather.
+	// Every peer's payload, gathered in the order of the ring.
 	ring := s.comm.Ring()
-	rank, world := slices.Index(ring, s.comm.ID()), len(ring)
-	if rank < 0 {
-		return fmt.Errorf("diloco: peer %d is not in the ring %v", s.comm.ID(), ring)
-	}
+	world := len(ring)
 	if cap(s.slots) < world*size {
 		s.slots = make([]byte, world*size)
 	}
 	slots := s.slots[:world*size]
-	clear(slots)
-	copy(slots[rank*size:], s.payload[:size])
-	desc := pccl.Desc{Tag: tagReduce, Count: len(slots), DType: pccl.U8, Op: pccl.Sum}
-	s.sum.BytesReduced += int64(len(slots))
-	if err := s.comm.AllReduce(s.ctx, slots, slots, desc); err != nil {
+	desc := pccl.Desc{Tag: tagReduce, Count: size, DType: pccl.U8}
+	s.sum.BytesReduced += int64(len(slots) / 2)
+	if err := s.comm.AllGather(s.ctx, s.payload[:size], slots, desc); err != nil {
 		return err
 	}
 	j.ring = ring

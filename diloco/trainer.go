@@ -264,8 +264,9 @@ type Summary struct {
 	// Samples is the number of training images this peer processed.
 	Samples int64
 	// BytesReduced is the payload handed to AllReduce, summed over every
-	// attempt (failed ones included). On a ring each peer sends
-	// 2(W-1)/W times this.
+	// attempt (failed ones included); an AllGather counts half its receive
+	// buffer, which is what it sends. On a ring each peer sends 2(W-1)/W
+	// times this.
 	BytesReduced int64
 	// BytesFetched is the shared state this peer received from others
 	// (SyncResult.FetchedBytes summed over every sync).

@@ -60,13 +60,21 @@ func (c *Communicator) allReduce(ctx context.Context, send, recv []byte, d Desc)
 	if err := d.validate(send, recv); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	call, ch := c.newCall()
-	h := links.NewHandle()
-	desc := wire.Desc{Count: uint64(d.Count), DType: uint8(d.DType), Op: uint8(d.Op), Quant: uint8(d.Quant), Part: uint32(c.cfg.PartBytes)}
 	var stats *wire.Contribution
 	if c.cfg.ContributionStats {
 		stats = contribution(send, d.DType)
 	}
+	return c.collect(ctx, &collective{send: send, recv: recv, d: d}, uint8(d.Op), stats, "allreduce")
+}
+
+// collect votes for collective op on its tag (its descriptor on the wire with op as the operation)
+// and, once the master commences it, moves its data (runOp). kind names it in errors.
+func (c *Communicator) collect(ctx context.Context, op *collective, wop uint8, stats *wire.Contribution, kind string) error {
+	d, send, recv := op.d, op.send, op.recv
+	what := fmt.Sprintf("pccl: %s tag %d", kind, d.Tag)
+	call, ch := c.newCall()
+	h := links.NewHandle()
+	desc := wire.Desc{Count: uint64(d.Count), DType: uint8(d.DType), Op: wop, Quant: uint8(d.Quant), Part: uint32(c.cfg.PartBytes)}
 	if err := c.submit(request{in: initiateCall{call: call, tag: d.Tag, desc: desc, stats: stats}, reply: ch, abort: h.Abort}); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -75,8 +83,11 @@ func (c *Communicator) allReduce(ctx context.Context, send, recv []byte, d Desc)
 		if r.start == nil {
 			return r.err
 		}
-		op := &collective{call: call, ch: ch, h: h, st: r.start, send: send, recv: recv, d: d,
-			what: fmt.Sprintf("pccl: allreduce tag %d seq %d", d.Tag, r.start.seq)}
+		*op = collective{call: call, ch: ch, h: h, st: r.start, send: send, recv: recv, d: d, gather: op.gather,
+			what: fmt.Sprintf("pccl: %s tag %d seq %d", kind, d.Tag, r.start.seq)}
+		if op.gather {
+			return c.runGather(ctx, op)
+		}
 		return c.runOp(ctx, op)
 	case <-c.done:
 		return c.verdict(call, ch, what)
@@ -120,6 +131,7 @@ type collective struct {
 	send, recv []byte
 	d          Desc
 	what       string
+	gather     bool // an AllGather (allgather.go), not an AllReduce
 }
 
 // report tells the machine how the data path of op ended and returns the verdict.
@@ -194,7 +206,12 @@ func (c *Communicator) runOp(ctx context.Context, op *collective) error {
 		c.tell(op, done)
 	}
 	opt := rings.Options{PartBytes: c.cfg.PartBytes, Quant: d.Quant, OnFail: fail}
-	err := rings.AllReduce(ctx, s, rank, world, op.send, op.recv, d.DType, d.Op, opt, commit)
+	var err error
+	if op.gather {
+		err = gatherOnRing(ctx, s, rank, world, op.recv, opt, commit)
+	} else {
+		err = rings.AllReduce(ctx, s, rank, world, op.send, op.recv, d.DType, d.Op, opt, commit)
+	}
 	if err == nil {
 		return nil
 	}

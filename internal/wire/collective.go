@@ -10,12 +10,17 @@ import "math"
 type Desc struct {
 	Count uint64
 	DType uint8
+	// Op is the reduction of an all-reduce, or OpGather for an all-gather of Count elements from
+	// every peer. The master only compares it between the peers.
 	Op    uint8
 	Quant uint8
 	// Part is the pipelining granularity in bytes the peer cuts the operation's frames by: peers
 	// that cut differently could not match each other's frames, so it must agree like the rest.
 	Part uint32
 }
+
+// OpGather is Desc.Op of an all-gather: no reduction has this value.
+const OpGather uint8 = 0x80
 
 // Initiate is a peer's vote to start the collective on Tag.
 type Initiate struct {
