@@ -2,8 +2,8 @@
 // ring of peers wired, and runs abortable collectives over it.
 //
 // A peer calls Connect, which returns once the existing peers have accepted it (at their next
-// UpdateTopology). Collectives are AllReduce and AllReduceAsync; several may run at once on different
-// tags. Every peer passes the same Desc for a tag; a disagreement is ErrDescriptorMismatch on every
+// UpdateTopology). Collectives are AllReduce, AllReduceAsync and AllGather; several may run at once on
+// different tags. Every peer passes the same Desc for a tag; a disagreement is ErrDescriptorMismatch on every
 // caller, never a hang. Results are bit-identical on every peer: each chunk's final value is computed
 // by one owner in a fixed ring order and copied by everyone else.
 //
@@ -59,13 +59,13 @@
 //   - UpdateTopology, Rewire: ErrBusy while collectives of this peer run, ErrKicked, ErrMasterLost,
 //     ErrClosed.
 //   - ArePeersPending: ErrKicked, ErrMasterLost, ErrClosed.
-//   - AllReduce / Request.Wait: ErrPeerLeft (retryable after UpdateTopology), ErrAborted (a peer
+//   - AllReduce / Request.Wait / AllGather: ErrPeerLeft (retryable after UpdateTopology), ErrAborted (a peer
 //     cancelled; retryable the same way), ErrTooFewPeers (fewer than MinPeers accepted: wait, then
 //     UpdateTopology), ErrLocalFailure (a peer failed for a reason of its own, such as a non-finite
 //     quantized result; not retryable), ErrDescriptorMismatch, ErrInvalid (bad arguments, tag in
 //     use), ErrKicked, ErrMasterLost, ErrClosed. Retryable tells the first three from the others.
 //
-// Concurrency: AllReduce and AllReduceAsync may be called from many goroutines at once on different
+// Concurrency: AllReduce, AllReduceAsync and AllGather may be called from many goroutines at once on different
 // tags. UpdateTopology and ArePeersPending are called by one goroutine at a time, like the training
 // loop does. A buffer passed to a collective belongs to Concord until the call (or Wait) returns.
 package pccl
