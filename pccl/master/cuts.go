@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/concord-ccl/concord/internal/wire"
 )
@@ -16,6 +17,20 @@ import (
 // LinkCutTimeout, and the next UpdateTopology wires a ring without it. A dial that fails between two
 // accepted peers while a ring is wired is a cut too. Nobody is evicted for a cut while a ring without
 // every cut pair exists; only when none does is the unreachable peer kicked, as before.
+//
+// A silence report is an inference. A link that stops starves every peer downstream in turn, and the
+// first to report is usually the far end of the dead link, but not always: a receiver that still had
+// bytes buffered from the dead link may starve after its successor does, and then the report names
+// a healthy link. A dial that fails is direct evidence. So when the cuts leave no ring after a dial
+// failed, the master gives up the inferred cuts in its way, once per link: the link is doubted for
+// LinkCutTimeout, and a second silence report of a doubted link confirms its cut.
+
+// linkCut is a cut link: until when, and whether it was inferred from a silence report and not
+// confirmed since.
+type linkCut struct {
+	until    time.Time
+	inferred bool
+}
 
 // pairOf returns the undirected key of the link between a and b.
 func pairOf(a, b PeerID) edge {
@@ -25,33 +40,51 @@ func pairOf(a, b PeerID) edge {
 	return edge{a, b}
 }
 
-// cut removes the link between a and b from the rings of their group for LinkCutTimeout. The ring in
-// force is marked dirty, so the next UpdateTopology re-wires even when nobody joined or left.
+// cut removes the link between a and b from the rings of their group for LinkCutTimeout, as a silence
+// report inferred. The ring in force is marked dirty, so the next UpdateTopology re-wires even when
+// nobody joined or left.
 func (m *Machine) cut(g *group, a, b PeerID, why string) {
 	pa, pb := m.peers[a], m.peers[b]
 	if a == b || pa == nil || pb == nil || pa.group != g || pb.group != g {
 		return // a departed peer's links need no cut
 	}
-	if !m.isCut(a, b) {
+	k := pairOf(a, b)
+	confirmed, had := m.isDoubted(k), m.isCut(a, b)
+	if !had {
 		m.counters.LinksCut++
+		if confirmed {
+			why += "; silent again after its cut was given up, so the cut is confirmed"
+		}
 		m.gnote(g, "link-cut", a, "link %d-%d avoided for %v: %s", a, b, m.cfg.LinkCutTimeout, why)
 	}
-	m.cuts[pairOf(a, b)] = m.now.Add(m.cfg.LinkCutTimeout)
+	// A cut a dial failure or a second report confirmed stays confirmed.
+	inferred := !confirmed && (!had || m.cuts[k].inferred)
+	m.cuts[k] = linkCut{until: m.now.Add(m.cfg.LinkCutTimeout), inferred: inferred}
 	g.ringDirty = true
 }
 
 // isCut reports whether the link between a and b is cut now, forgetting an expired cut.
 func (m *Machine) isCut(a, b PeerID) bool {
 	k := pairOf(a, b)
-	until, ok := m.cuts[k]
+	c, ok := m.cuts[k]
 	if !ok {
 		return false
 	}
-	if !m.now.Before(until) {
+	if !m.now.Before(c.until) {
 		delete(m.cuts, k)
 		return false
 	}
 	return true
+}
+
+// isDoubted reports whether the inferred cut of link k was given up less than LinkCutTimeout ago.
+func (m *Machine) isDoubted(k edge) bool {
+	until, ok := m.doubted[k]
+	if ok && !m.now.Before(until) {
+		delete(m.doubted, k)
+		return false
+	}
+	return ok
 }
 
 // forgetCuts drops the cuts of a departed peer.
@@ -59,6 +92,11 @@ func (m *Machine) forgetCuts(id PeerID) {
 	for k := range m.cuts {
 		if k.from == id || k.to == id {
 			delete(m.cuts, k)
+		}
+	}
+	for k := range m.doubted {
+		if k.from == id || k.to == id {
+			delete(m.doubted, k)
 		}
 	}
 }
@@ -188,10 +226,25 @@ func (m *Machine) cutUnreachable(g *group, r *round) bool {
 	ring := ringAvoiding(r.ring, func(a, b PeerID) bool { return failed[pairOf(a, b)] || m.isCut(a, b) },
 		64*len(r.ring)+1024)
 	if ring == nil {
-		return false // no ring without them: the caller evicts
+		// The inferred cuts may be what is in the way: a ring that avoids the failed links and the
+		// confirmed cuts gives them up (see the top of this file).
+		ring = ringAvoiding(r.ring, func(a, b PeerID) bool {
+			return failed[pairOf(a, b)] || m.isCut(a, b) && !m.cuts[pairOf(a, b)].inferred
+		}, 64*len(r.ring)+1024)
+		if ring == nil {
+			return false // no ring without them: the caller evicts
+		}
+		for i, a := range ring {
+			b := ring[(i+1)%len(ring)]
+			if k := pairOf(a, b); m.isCut(a, b) {
+				delete(m.cuts, k)
+				m.doubted[k] = m.now.Add(m.cfg.LinkCutTimeout)
+				m.gnote(g, "link-cut", k.from, "the cut of link %d-%d, inferred from a silence report, is given up: a dial failure leaves no ring around it", k.from, k.to)
+			}
+		}
 	}
 	for _, f := range fails {
-		m.cuts[pairOf(f.from, f.to)] = m.now.Add(m.cfg.LinkCutTimeout)
+		m.cuts[pairOf(f.from, f.to)] = linkCut{until: m.now.Add(m.cfg.LinkCutTimeout)}
 		m.counters.LinksCut++
 		m.gnote(g, "link-cut", f.from, "link %d-%d avoided for %v: %d could not reach %d while wiring",
 			f.from, f.to, m.cfg.LinkCutTimeout, f.from, f.to)

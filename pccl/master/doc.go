@@ -152,7 +152,9 @@
 //	   a member goes meanwhile: round retried at E+1 without it
 //
 // A collective that failed on a silent link (Done.Silent) cuts that link and marks the ring dirty, so
-// the next round wires a ring around it. Without newcomers, a dirty ring or a rewire request,
+// the next round wires a ring around it. Such a cut is inferred and may name the wrong link; when a
+// dial then fails and the cuts leave no ring, the inferred ones in the way are given up once before
+// anyone is kicked (cuts.go). Without newcomers, a dirty ring or a rewire request,
 // UpdateTopology answers Topology(unchanged) at once. OptimizeTopology ends the same way when its solved ring differs from the ring in force.
 //
 // # An operation's states (one collective on one tag of a group)

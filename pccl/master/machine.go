@@ -98,7 +98,8 @@ type Machine struct {
 
 	bw       map[edge]float64       // bandwidth estimates, bytes/s, from tests and real collectives
 	lat      map[edge]time.Duration // one-way latency estimates from tests
-	cuts     map[edge]time.Time     // links cut on the data path (pairOf keys), until when (cuts.go)
+	cuts     map[edge]linkCut       // links cut on the data path (pairOf keys) (cuts.go)
+	doubted  map[edge]time.Time     // links whose inferred cut a dial failure overruled, until when (cuts.go)
 	solveSeq uint64                 // last Solve request id, unique across groups
 
 	resume  resumeState                 // the rebuild window after a restart (resume.go)
@@ -115,7 +116,7 @@ const maxEvents = 200
 // New returns a Machine with no peers.
 func New(cfg Config) *Machine {
 	return &Machine{cfg: cfg.withDefaults(), peers: map[PeerID]*peer{}, conns: map[ConnID]PeerID{}, remotes: map[ConnID]string{},
-		groups: map[GroupID]*group{}, bw: map[edge]float64{}, lat: map[edge]time.Duration{}, cuts: map[edge]time.Time{},
+		groups: map[GroupID]*group{}, bw: map[edge]float64{}, lat: map[edge]time.Duration{}, cuts: map[edge]linkCut{}, doubted: map[edge]time.Time{},
 		contrib: map[guardKey]*contributions{}}
 }
 
