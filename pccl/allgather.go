@@ -66,6 +66,24 @@ func (c *Communicator) runGather(ctx context.Context, op *collective) error {
 	return nil
 }
 
+// gatherParts is how many parts at least a slot of a gather is cut into, down to minGatherPart bytes
+// a part: a slot of a few MiB in one or two parts would cross a WAN on as many of the pool's
+// connections, each in slow start after the idle time between two syncs, and the next hop would wait
+// for the whole slot.
+const (
+	gatherParts   = 8
+	minGatherPart = 64 << 10
+)
+
+// gatherPart is the part size of a gather of slots of n bytes when the collectives' part size is
+// partBytes (0: rings.DefaultPartBytes). Every peer computes the same from the same Desc.
+func gatherPart(partBytes, n int) int {
+	if partBytes <= 0 {
+		partBytes = rings.DefaultPartBytes
+	}
+	return min(partBytes, max(minGatherPart, (n+gatherParts-1)/gatherParts))
+}
+
 // gatherOnRing runs the all-gather of buf (world slots, this peer's payload in the slot of rank) on
 // the flat ring s. The ring spreads the chunk each rank owns (rings.OwnedChunk: the slot after its
 // own), so the payload moves there first and every slot back by one after.
@@ -73,7 +91,7 @@ func gatherOnRing(ctx context.Context, s rings.Stream, rank, world int, buf []by
 	n := len(buf) / world
 	own := rings.OwnedChunk(rank, world)
 	copy(buf[own*n:(own+1)*n], buf[rank*n:(rank+1)*n])
-	p := rings.Plan{DType: rings.U8, Op: rings.Sum, PartBytes: opt.PartBytes, Pool: opt.Pool, OnFail: opt.OnFail,
+	p := rings.Plan{DType: rings.U8, Op: rings.Sum, PartBytes: gatherPart(opt.PartBytes, n), Pool: opt.Pool, OnFail: opt.OnFail,
 		Phases: []rings.Phase{{Kind: rings.KindAllGather, Stream: s, Rank: rank, World: world, Len: len(buf)}}}
 	if err := p.Execute(ctx, buf, buf, commit); err != nil {
 		return err
