@@ -61,7 +61,8 @@ func gatherOnEvery(ctx context.Context, t *testing.T, comms []*pccl.Communicator
 }
 
 // TestAllGather gathers on flat rings of two and four peers, payloads of several sizes and types
-// (none, one byte, sizes that do not divide by the peer count), and after the ring lost a peer.
+// (none, one byte, sizes that do not divide by the peer count), and after the ring lost peers, down to
+// one.
 func TestAllGather(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -101,6 +102,12 @@ func TestAllGather(t *testing.T) {
 			t.Fatal(err)
 		}
 		gatherOnEvery(ctx, t, left, 7, 4097, pccl.F32, 11)
+		// A ring of one gathers its own payload.
+		comms[1].Close()
+		if err := comms[0].UpdateTopology(ctx); err != nil {
+			t.Fatal(err)
+		}
+		gatherOnEvery(ctx, t, comms[:1], 7, 33, pccl.U16, 12)
 	})
 }
 

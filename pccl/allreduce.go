@@ -70,7 +70,7 @@ func (c *Communicator) allReduce(ctx context.Context, send, recv []byte, d Desc)
 // collect votes for collective op on its tag (its descriptor on the wire with op as the operation)
 // and, once the master commences it, moves its data (runOp). kind names it in errors.
 func (c *Communicator) collect(ctx context.Context, op *collective, wop uint8, stats *wire.Contribution, kind string) error {
-	d, send, recv := op.d, op.send, op.recv
+	d := op.d
 	what := fmt.Sprintf("pccl: %s tag %d", kind, d.Tag)
 	call, ch := c.newCall()
 	h := links.NewHandle()
@@ -83,8 +83,8 @@ func (c *Communicator) collect(ctx context.Context, op *collective, wop uint8, s
 		if r.start == nil {
 			return r.err
 		}
-		*op = collective{call: call, ch: ch, h: h, st: r.start, send: send, recv: recv, d: d, gather: op.gather,
-			what: fmt.Sprintf("pccl: %s tag %d seq %d", kind, d.Tag, r.start.seq)}
+		op.call, op.ch, op.h, op.st = call, ch, h, r.start
+		op.what = fmt.Sprintf("pccl: %s tag %d seq %d", kind, d.Tag, r.start.seq)
 		if op.gather {
 			return c.runGather(ctx, op)
 		}
