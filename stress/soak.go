@@ -265,21 +265,31 @@ func (w *stderrWatch) takeCrashes() []string {
 func condenseRace(report []string) []string {
 	out := []string{"DATA RACE:"}
 	for i, l := range report {
-		t := strings.TrimSpace(l[strings.Index(l, ":")+1:])
+		t := unprefixed(l)
 		switch {
 		case strings.Contains(t, " at 0x") || strings.HasPrefix(t, "Goroutine "):
 			out = append(out, "  "+t)
 		case strings.Contains(t, "concord-ccl/concord") && i+1 < len(report):
-			out = append(out, "    "+t+" "+strings.TrimSpace(report[i+1][strings.Index(report[i+1], ":")+1:]))
+			out = append(out, "    "+t+" "+unprefixed(report[i+1]))
 		}
 	}
 	return out
 }
 
+// unprefixed returns a child's stderr line without the "name: " its copy was given, trimmed.
+func unprefixed(line string) string { return strings.TrimSpace(line[strings.Index(line, ":")+1:]) }
+
 func (w *stderrWatch) lines() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.recent)
+}
+
+// raceLines returns the condensed race reports seen so far.
+func (w *stderrWatch) raceLines() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.races)
 }
 
 // soak is one run. Its goroutine (run) owns every field.
@@ -1006,11 +1016,9 @@ func (s *soak) report() {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
 	// The races last, condensed: a cut log keeps its end.
-	s.watch.mu.Lock()
-	for _, l := range s.watch.races {
+	for _, l := range s.watch.raceLines() {
 		fmt.Fprintf(&b, "stress: %s\n", l)
 	}
-	s.watch.mu.Unlock()
 	s.log.Write(b.Bytes())
 }
 
