@@ -15,7 +15,8 @@ import (
 // the gossip would declare them gone: what failed is the route between them, a black hole that the
 // paths around it do not share. The master cuts that pair of peers, both directions, for
 // LinkCutTimeout, and the next UpdateTopology wires a ring without it. A dial that fails between two
-// accepted peers while a ring is wired is a cut too. Nobody is evicted for a cut while a ring without
+// accepted peers while a ring is wired is a cut too, and so is an accepted peer's first failed dial to
+// a newcomer (cutUnreachable). Nobody is evicted for a cut while a ring without
 // every cut pair exists; only when none does is the unreachable peer kicked, as before.
 //
 // A silence report is an inference. A link that stops starves every peer downstream in turn, and the
@@ -191,9 +192,15 @@ func ringAvoiding(ring []PeerID, cut func(a, b PeerID) bool, budget int) []PeerI
 }
 
 // cutUnreachable handles a wiring round in which some members could not open their link to their
-// successor. When every failure is between two accepted peers and a ring without those links (and
-// every other cut) exists, the links are cut and the round is restarted on that ring, and it returns
-// true; otherwise nothing is cut and the caller evicts the unreachable as before.
+// successor. When every failure is an accepted peer's dial to an accepted peer, or to a newcomer not
+// yet placed again, and a ring without those links (and every other cut) exists, the links are cut
+// and the round is restarted on that ring, and it returns true; otherwise nothing is cut and the
+// caller evicts the unreachable as before.
+//
+// A newcomer gets that second placement once. Its address may be reachable from some hosts and not
+// from others (a private network that only part of the group shares), and then another predecessor
+// can dial it; an address nobody can reach costs the group one more wiring round before the
+// newcomer is evicted with the line that names the address.
 func (m *Machine) cutUnreachable(g *group, r *round) bool {
 	type failure struct {
 		from, to PeerID
@@ -210,7 +217,8 @@ func (m *Machine) cutUnreachable(g *group, r *round) bool {
 		}
 		to := PeerID(rep.Failed[0])
 		p, q := m.peers[id], m.peers[to]
-		if p == nil || q == nil || p.group != g || q.group != g || p.state != Accepted || q.state != Accepted {
+		if p == nil || q == nil || p.group != g || q.group != g || p.state != Accepted ||
+			q.state != Accepted && q.placedAgain {
 			return false
 		}
 		fails = append(fails, failure{id, to, rep.Detail})
@@ -244,6 +252,9 @@ func (m *Machine) cutUnreachable(g *group, r *round) bool {
 		}
 	}
 	for _, f := range fails {
+		if q := m.peers[f.to]; q.state != Accepted {
+			q.placedAgain = true
+		}
 		m.cuts[pairOf(f.from, f.to)] = linkCut{until: m.now.Add(m.cfg.LinkCutTimeout)}
 		m.counters.LinksCut++
 		m.gnote(g, "link-cut", f.from, "link %d-%d avoided for %v: %d could not reach %d while wiring",

@@ -20,6 +20,9 @@ type peer struct {
 	lastSeen time.Time
 	observed string // where its connection comes from, as the master sees it (Opened); may be empty
 	inbound  bool   // others can dial its advertised address (address.go)
+	// placedAgain: a ring neighbour could not dial this newcomer while wiring, and the ring was
+	// re-wired around that link once (cutUnreachable); the next such failure evicts it.
+	placedAgain bool
 
 	voteTopo    bool // voted in UpdateTopology
 	rewire      bool // asked for the links to be re-established
