@@ -122,7 +122,7 @@ func main() {
 	flag.IntVar(&o.stepMs, "step-ms", 100, "emulated compute of one inner step, ms")
 	flag.IntVar(&o.h, "h", 100, "inner steps per outer step")
 	flag.IntVar(&o.fragments, "fragments", 4, "fragments of streaming DiLoCo (must divide --h)")
-	flag.IntVar(&o.syncDelay, "sync-delay", 15, "inner steps a fragment's sync overlaps (at most --h/--fragments)")
+	flag.IntVar(&o.syncDelay, "sync-delay", 24, "inner steps a fragment's sync overlaps (at most --h/--fragments)")
 	flag.Float64Var(&o.mix, "mix", 0.5, "weight of the local parameters when a fragment is mixed in")
 	flag.StringVar(&values, "compress", "int4", "streaming-compressed: value encoding (int8, int4)")
 	flag.Float64Var(&o.topk, "topk", 0.05, "streaming-compressed: fraction of every chunk's elements sent")
