@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ type hostRun struct {
 	bed    *hosts.Bed
 	master *proc
 	peers  []*proc
+	held   []func() // starts a peer held back (hostRunOpts.hold), in order
 }
 
 // heartbeatTimeout is the master's on the LAN preset, the unit of the partition tests' cuts.
@@ -41,6 +43,7 @@ type hostRunOpts struct {
 	transport string               // --transport of every process; "" is the default (tls)
 	command   []string             // the peers' command and its arguments; nil is peer run
 	extra     func(i int) []string // more arguments for peer i
+	hold      int                  // the last hold peers are started by startHeld, not at once
 }
 
 func newHostRunOpts(t *testing.T, ctx context.Context, bin string, o hostRunOpts) *hostRun {
@@ -84,11 +87,49 @@ func newHostRunOpts(t *testing.T, ctx context.Context, bin string, o hostRunOpts
 		if o.extra != nil {
 			args = append(args, o.extra(i)...)
 		}
-		p := start(t, ctx, bed.Host(i+1), bin, work, args, []string{"CONCORD_STEPS=100000000", "CONCORD_SIZE=65536", "CONCORD_LOG_LEVEL=info"})
-		r.peers = append(r.peers, p)
-		t.Cleanup(p.stop)
+		launch := func() {
+			p := start(t, ctx, bed.Host(i+1), bin, work, args, []string{"CONCORD_STEPS=100000000", "CONCORD_SIZE=65536", "CONCORD_LOG_LEVEL=info"})
+			r.peers = append(r.peers, p)
+			t.Cleanup(p.stop)
+		}
+		if i < o.peers-o.hold {
+			launch()
+		} else {
+			r.held = append(r.held, launch)
+		}
 	}
 	return r
+}
+
+// startHeld starts the next peer held back by hostRunOpts.hold.
+func (r *hostRun) startHeld() {
+	r.held[0]()
+	r.held = r.held[1:]
+}
+
+// lastInRing returns the host of the last peer of the ring the master wired most recently, from the
+// master's log (its ring and joined notes).
+func (r *hostRun) lastInRing() int {
+	r.t.Helper()
+	out := r.master.out.String()
+	ringRe := regexp.MustCompile(`msg=ring .*ring \[([0-9 ]+)\]`)
+	rings := ringRe.FindAllStringSubmatch(out, -1)
+	if len(rings) == 0 {
+		r.t.Fatalf("no ring in the master's log:\n%s", out)
+	}
+	ids := strings.Fields(rings[len(rings)-1][1])
+	last := ids[len(ids)-1]
+	joined := regexp.MustCompile(`msg=joined peer=` + last + ` .*addr \[?([0-9a-f.:]+?)\]?:[0-9]+`).FindStringSubmatch(out)
+	if joined == nil {
+		r.t.Fatalf("peer %s has no joined note in the master's log:\n%s", last, out)
+	}
+	for i := 1; i <= len(r.peers)+len(r.held); i++ {
+		if r.bed.Host(i).Addr().String() == joined[1] {
+			return i
+		}
+	}
+	r.t.Fatalf("peer %s advertises %s, the address of no host", last, joined[1])
+	return 0
 }
 
 // events returns the events of a kind ("step", "sync") peer i printed so far.
@@ -205,7 +246,9 @@ func (r *hostRun) check() {
 //   - the network split into halves of two peers, with the master on either side: the master's side
 //     goes on, the other joins again after the heal;
 //   - one way only: the master's packets to a peer (kicked, back after), and one peer's to its ring
-//     neighbour (the ring goes around the link; nobody is kicked).
+//     neighbour (the ring goes around the link; nobody is kicked);
+//   - a newcomer that the last peer of the ring cannot reach: it is placed after another peer and
+//     admitted, not kicked.
 //
 // Every step's result is checked by the peers themselves (peer run), and every revision must have one
 // state across all peers.
@@ -319,6 +362,39 @@ func TestPartitionsOnHosts(t *testing.T) {
 			if e := r.last(i); e.Rejoins != 0 || e.World != 4 {
 				t.Errorf("peer %d: %d rejoins, world %d; want none and 4", i, e.Rejoins, e.World)
 			}
+		}
+		if err := r.bed.Unblock(); err != nil {
+			t.Fatal(err)
+		}
+		r.check()
+	})
+	t.Run("newcomer one peer cannot dial", func(t *testing.T) {
+		// Host 4's peer joins a ring of three whose last peer, its first predecessor, cannot reach it
+		// (that host's packets to host 4 are dropped): the master wires the ring again with the
+		// newcomer after another peer, and it is admitted without being kicked.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		r := newHostRunOpts(t, ctx, bin, hostRunOpts{peers: 4, hold: 1})
+		r.settled(time.Minute)
+		r.progress([]int{0, 1, 2}, 3, time.Minute)
+		last := r.lastInRing()
+		if err := r.bed.Block([]int{last}, []int{4}); err != nil {
+			t.Fatal(err)
+		}
+		r.startHeld()
+		r.settled(time.Minute)
+		r.progress([]int{0, 1, 2, 3}, 5, time.Minute)
+		for i := range r.peers {
+			if e := r.last(i); e.Rejoins != 0 || e.World != 4 {
+				t.Errorf("peer %d: %d rejoins, world %d; want none and 4", i, e.Rejoins, e.World)
+			}
+		}
+		out := r.master.out.String()
+		if strings.Contains(out, "msg=kicked") {
+			t.Errorf("the master kicked a peer:\n%s", out)
+		}
+		if !strings.Contains(out, "could not reach") {
+			t.Errorf("host %d's peer reached the newcomer although its packets to it were dropped:\n%s", last, out)
 		}
 		if err := r.bed.Unblock(); err != nil {
 			t.Fatal(err)
