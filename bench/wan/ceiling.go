@@ -23,13 +23,14 @@ import (
 // been read. The ceiling is that link's rate, in the same units as the AllReduce's throughput; the
 // AllReduce's throughput over it is the share of what the test bed's path allowed.
 
-// ceiling measures the stream ceiling of transport name with k connections per ring link, in Mbit/s.
-func (b *bench) ceiling(name string, secret []byte, port, k int) (float64, error) {
+// ceiling measures the stream ceiling of transport name with k connections per ring link, in Mbit/s,
+// --reps times on the same connections, and returns each timed transfer's rate in order.
+func (b *bench) ceiling(name string, secret []byte, port, k int) ([]float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.o.timeout)
 	defer cancel()
 	base, err := transport.Select(name, transport.AuthConfig{Secret: secret})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	n := b.o.peers
 	perLink := int64(2 * (n - 1) * b.o.size / n)
@@ -52,7 +53,7 @@ func (b *bench) ceiling(name string, secret []byte, port, k int) (float64, error
 	for i := range n {
 		tr := &siteTransport{Transport: base, ns: b.tb.Netns(i)}
 		if lns[i], err = tr.Listen(net.JoinHostPort(b.tb.Addr(i).String(), strconv.Itoa(port))); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 
@@ -125,7 +126,7 @@ func (b *bench) ceiling(name string, secret []byte, port, k int) (float64, error
 		}
 	}()
 	if firstErr != nil {
-		return 0, firstErr
+		return nil, firstErr
 	}
 	go func() { // a connection blocked in Write or Read ends with the context
 		<-ctx.Done()
@@ -157,13 +158,17 @@ func (b *bench) ceiling(name string, secret []byte, port, k int) (float64, error
 		return firstErr
 	}
 	if err := transfer(); err != nil {
-		return 0, fmt.Errorf("warm-up: %w", err)
+		return nil, fmt.Errorf("warm-up: %w", err)
 	}
-	t0 := time.Now()
-	if err := transfer(); err != nil {
-		return 0, err
+	var rates []float64
+	for range b.o.reps {
+		t0 := time.Now()
+		if err := transfer(); err != nil {
+			return nil, err
+		}
+		rates = append(rates, float64(perLink)*8/time.Since(t0).Seconds()/1e6)
 	}
-	return float64(perLink) * 8 / time.Since(t0).Seconds() / 1e6, nil
+	return rates, nil
 }
 
 // send writes n bytes to c in 1 MiB writes, as the AllReduce's frames are.

@@ -51,6 +51,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/concord-ccl/concord/bench/internal/measure"
 	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/internal/wanemu"
 	"github.com/concord-ccl/concord/internal/wire"
@@ -73,6 +74,7 @@ type options struct {
 	partBytes  int
 	timeout    time.Duration
 	offload    bool
+	reps       int
 }
 
 func main() {
@@ -91,6 +93,7 @@ func main() {
 	flag.StringVar(&cks, "ceiling-ks", "16", "pool sizes of --ks whose stream ceiling is measured too (empty: none; the default applies where --ks has 16)")
 	flag.IntVar(&o.partBytes, "part-bytes", 1<<20, "frame size")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "limit on one configuration")
+	flag.IntVar(&o.reps, "reps", 3, "timed AllReduces and stream-ceiling transfers of each configuration (the median is reported)")
 	flag.Parse()
 	var err error
 	if o.size, err = parseSize(size); err != nil {
@@ -124,6 +127,9 @@ func main() {
 	}
 	if o.peers < 2 {
 		fail(fmt.Errorf("--peers %d: an AllReduce across sites needs at least 2", o.peers))
+	}
+	if o.reps < 1 {
+		fail(fmt.Errorf("--reps %d: at least one timed run is needed", o.reps))
 	}
 	res, err := run(o)
 	if err != nil {
@@ -172,14 +178,19 @@ type result struct {
 	IdealMbit      float64                       `json:"ideal_mbit"`
 	ThroughputMbit map[string]map[string]float64 `json:"throughput_mbit"`
 	Seconds        map[string]map[string]float64 `json:"seconds"`
-	// CeilingMbit is the stream ceiling (ceiling.go) per transport and pool size of --ceiling-ks.
-	CeilingMbit    map[string]map[string]float64 `json:"stream_ceiling_mbit"`
-	Efficiency     map[string]float64            `json:"-"`
-	AdaptiveCapped float64                       `json:"adaptive_capped_efficiency"`
-	EvenCapped     float64                       `json:"even_capped_efficiency"`
-	U8WireRatio    float64                       `json:"u8_wire_ratio"`
-	U8Identical    bool                          `json:"u8_bit_identical"`
-	U8MaxAbsErr    float64                       `json:"u8_max_abs_error"`
+	// ThroughputAll is every timed AllReduce's throughput, in order, per transport and pool size;
+	// ThroughputMbit and Seconds are their median.
+	ThroughputAll map[string]map[string][]float64 `json:"throughput_mbit_all"`
+	// CeilingMbit is the stream ceiling (ceiling.go) per transport and pool size of --ceiling-ks: the
+	// median of CeilingAll, every timed transfer's rate.
+	CeilingMbit    map[string]map[string]float64   `json:"stream_ceiling_mbit"`
+	CeilingAll     map[string]map[string][]float64 `json:"stream_ceiling_mbit_all"`
+	Efficiency     map[string]float64              `json:"-"`
+	AdaptiveCapped float64                         `json:"adaptive_capped_efficiency"`
+	EvenCapped     float64                         `json:"even_capped_efficiency"`
+	U8WireRatio    float64                         `json:"u8_wire_ratio"`
+	U8Identical    bool                            `json:"u8_bit_identical"`
+	U8MaxAbsErr    float64                         `json:"u8_max_abs_error"`
 	// QUICNoOffload is QUIC's stream ceiling with quic-go's segmentation offload off, per pool size.
 	QUICNoOffload map[string]float64 `json:"quic_stream_ceiling_no_offload_mbit,omitempty"`
 	Targets       map[string]target  `json:"targets"`
@@ -226,11 +237,13 @@ func run(o options) (*result, error) {
 	res := &result{
 		Config: map[string]any{"peers": o.peers, "rtt": o.rtt.String(), "link_mbit": o.linkMbit,
 			"flow_mbit": o.flowMbit, "size_bytes": o.size, "mtu": o.mtu, "offload": o.offload, "part_bytes": o.partBytes,
-			"ks": o.ks, "transports": o.transports, "capped_k": o.cappedK, "ceiling_ks": o.ceilingKs},
+			"ks": o.ks, "transports": o.transports, "capped_k": o.cappedK, "ceiling_ks": o.ceilingKs, "reps": o.reps},
 		IdealMbit:      o.linkMbit,
 		ThroughputMbit: map[string]map[string]float64{},
 		Seconds:        map[string]map[string]float64{},
+		ThroughputAll:  map[string]map[string][]float64{},
 		CeilingMbit:    map[string]map[string]float64{},
+		CeilingAll:     map[string]map[string][]float64{},
 		Efficiency:     map[string]float64{},
 		Targets:        map[string]target{},
 	}
@@ -243,12 +256,17 @@ func run(o options) (*result, error) {
 		res.Seconds[name] = map[string]float64{}
 		for _, k := range o.ks {
 			port += 2
-			t, err := b.measure(name, secret, port, k, false, false)
+			ts, err := b.measure(name, secret, port, k, false, false)
 			if err != nil {
 				res.Errors = append(res.Errors, fmt.Sprintf("%s k=%d: %v", name, k, err))
 				continue
 			}
+			t, mbits := b.medianRun(ts)
 			mbit := b.busMbit(t)
+			if res.ThroughputAll[name] == nil {
+				res.ThroughputAll[name] = map[string][]float64{}
+			}
+			res.ThroughputAll[name][strconv.Itoa(k)] = mbits
 			res.ThroughputMbit[name][strconv.Itoa(k)] = round(mbit)
 			res.Seconds[name][strconv.Itoa(k)] = round(t.Seconds())
 			if k == 16 {
@@ -259,14 +277,17 @@ func run(o options) (*result, error) {
 				continue
 			}
 			port += 2
-			ceil, err := b.ceiling(name, secret, port, k)
+			ceils, err := b.ceiling(name, secret, port, k)
 			if err != nil {
 				res.Errors = append(res.Errors, fmt.Sprintf("%s k=%d stream ceiling: %v", name, k, err))
 				continue
 			}
+			ceil := measure.Median(ceils)
 			if res.CeilingMbit[name] == nil {
 				res.CeilingMbit[name] = map[string]float64{}
+				res.CeilingAll[name] = map[string][]float64{}
 			}
+			res.CeilingAll[name][strconv.Itoa(k)] = roundAll(ceils)
 			res.CeilingMbit[name][strconv.Itoa(k)] = round(ceil)
 			res.Efficiency[fmt.Sprintf("%s_k%d_of_ceiling", name, k)] = round(mbit / ceil)
 			fmt.Fprintf(os.Stderr, "wan: %s k=%d: stream ceiling %.0f Mbit/s, AllReduce at %.2f of it\n", name, k, ceil, mbit/ceil)
@@ -279,8 +300,9 @@ func run(o options) (*result, error) {
 			}
 			port += 2
 			os.Setenv("QUIC_GO_DISABLE_GSO", "true") // read by quic-go for every socket it wraps
-			plain, err := b.ceiling(name, secret, port, k)
+			plains, err := b.ceiling(name, secret, port, k)
 			os.Unsetenv("QUIC_GO_DISABLE_GSO")
+			plain := measure.Median(plains)
 			if err != nil {
 				res.Errors = append(res.Errors, fmt.Sprintf("%s k=%d stream ceiling without offload: %v", name, k, err))
 				continue
@@ -294,11 +316,12 @@ func run(o options) (*result, error) {
 	}
 	for _, even := range []bool{false, true} {
 		port += 2
-		t, err := b.measure("tcp", secret, port, o.cappedK, true, even)
+		ts, err := b.measure("tcp", secret, port, o.cappedK, true, even)
 		if err != nil {
 			res.Errors = append(res.Errors, fmt.Sprintf("capped even=%v: %v", even, err))
 			continue
 		}
+		t, _ := b.medianRun(ts)
 		eff := round(b.busMbit(t) / o.linkMbit)
 		fmt.Fprintf(os.Stderr, "wan: capped k=%d even=%v: %.2fs, efficiency %.2f\n", o.cappedK, even, t.Seconds(), eff)
 		if even {
@@ -315,6 +338,23 @@ func run(o options) (*result, error) {
 }
 
 func round(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+func roundAll(xs []float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = round(x)
+	}
+	return out
+}
+
+// medianRun returns the median of the timed runs ts and every run's throughput in Mbit/s, in order.
+func (b *bench) medianRun(ts []time.Duration) (time.Duration, []float64) {
+	secs, mbits := make([]float64, len(ts)), make([]float64, len(ts))
+	for i, t := range ts {
+		secs[i], mbits[i] = t.Seconds(), round(b.busMbit(t))
+	}
+	return time.Duration(measure.Median(secs) * float64(time.Second)), mbits
+}
 
 type bench struct {
 	o  options
@@ -435,13 +475,14 @@ func fill(bufs [][]byte) []float32 {
 	return want
 }
 
-// measure times one AllReduce of the configured size with pool size k and checks every element.
-func (b *bench) measure(name string, secret []byte, port, k int, capped, even bool) (time.Duration, error) {
+// measure times --reps AllReduces of the configured size with pool size k, one after the other on
+// the same connections, and checks every element of each.
+func (b *bench) measure(name string, secret []byte, port, k int, capped, even bool) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.o.timeout)
 	defer cancel()
 	g, err := b.connect(ctx, name, secret, port, k, capped, even)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer g.close()
 	bufs := make([][]byte, b.o.peers)
@@ -450,22 +491,26 @@ func (b *bench) measure(name string, secret []byte, port, k int, capped, even bo
 	}
 	fill(bufs)
 	if _, err := allReduce(ctx, g, bufs, pccl.Desc{Tag: 1, Count: len(bufs[0]) / 4, DType: pccl.F32, Op: pccl.Sum}); err != nil {
-		return 0, fmt.Errorf("warm-up: %w", err)
+		return nil, fmt.Errorf("warm-up: %w", err)
 	}
-	want := fill(bufs)
-	fmt.Fprintf(os.Stderr, "wan: %s k=%d: timing\n", name, k)
-	t, err := allReduce(ctx, g, bufs, pccl.Desc{Tag: 2, Count: len(want), DType: pccl.F32, Op: pccl.Sum})
-	if err != nil {
-		return 0, err
-	}
-	for i, buf := range bufs {
-		for j, x := range rings.View[float32](buf) {
-			if x != want[j] {
-				return 0, fmt.Errorf("peer %d element %d is %v, want %v", i, j, x, want[j])
+	var ts []time.Duration
+	for r := range b.o.reps {
+		want := fill(bufs)
+		fmt.Fprintf(os.Stderr, "wan: %s k=%d: timing (%d of %d)\n", name, k, r+1, b.o.reps)
+		t, err := allReduce(ctx, g, bufs, pccl.Desc{Tag: 2, Count: len(want), DType: pccl.F32, Op: pccl.Sum})
+		if err != nil {
+			return nil, err
+		}
+		for i, buf := range bufs {
+			for j, x := range rings.View[float32](buf) {
+				if x != want[j] {
+					return nil, fmt.Errorf("peer %d element %d is %v, want %v", i, j, x, want[j])
+				}
 			}
 		}
+		ts = append(ts, t)
 	}
-	return t, nil
+	return ts, nil
 }
 
 // quantized runs one MinMaxU8Both AllReduce over tcp with the capped-k pool, and fills in the wire
