@@ -6,9 +6,12 @@ import (
 )
 
 // benchmarkStream measures one-way throughput of 64 KiB writes over a connection.
-func benchmarkStream(b *testing.B, s conformanceSetup) {
+func benchmarkStream(b *testing.B, s conformanceSetup) { benchmarkStreamOf(b, s, 64<<10) }
+
+// benchmarkStreamOf measures one-way throughput of writes of size bytes over a connection.
+func benchmarkStreamOf(b *testing.B, s conformanceSetup, size int) {
 	c, p := dialAcceptB(b, s)
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, size)
 	b.SetBytes(int64(len(buf)))
 	done := make(chan error, 1)
 	go func() {

@@ -133,7 +133,8 @@ func (t *tlsTransport) Dial(ctx context.Context, addr string) (net.Conn, error) 
 	if err != nil {
 		return nil, fmt.Errorf("tls dial %s: %w", addr, errors.Unwrap(err))
 	}
-	tc := tls.Client(c, t.client)
+	under := &batchConn{Conn: c}
+	tc := tls.Client(under, t.client)
 	c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	stop := deadlineFromContext(ctx, c)
 	err = tc.HandshakeContext(ctx)
@@ -153,7 +154,7 @@ func (t *tlsTransport) Dial(ctx context.Context, addr string) (net.Conn, error) 
 		return nil, fmt.Errorf("tls dial %s: %w", addr, err)
 	}
 	c.SetDeadline(time.Time{})
-	return tc, nil
+	return &batchedTLS{Conn: tc, under: under}, nil
 }
 
 // ListenSession starts accepting sessions on addr; each stream is a TLS connection of its own.
@@ -255,7 +256,8 @@ func (l *tlsListener) run() {
 func (l *tlsListener) handshake(c net.Conn) {
 	c.SetDeadline(time.Now().Add(l.t.cfg.HandshakeTimeout))
 	stop := context.AfterFunc(l.ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	tc := tls.Server(c, l.t.server)
+	under := &batchConn{Conn: c}
+	tc := tls.Server(under, l.t.server)
 	err := tc.Handshake()
 	if err != nil {
 		err = tlsHandshakeError(err, "dialler")
@@ -280,7 +282,7 @@ func (l *tlsListener) handshake(c net.Conn) {
 	}
 	c.SetDeadline(time.Time{})
 	select {
-	case l.ready <- tc:
+	case l.ready <- &batchedTLS{Conn: tc, under: under}:
 	case <-l.quit:
 		c.Close()
 	default:

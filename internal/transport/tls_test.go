@@ -23,3 +23,6 @@ func TestSessionConformanceTLS(t *testing.T) {
 }
 
 func BenchmarkStreamTLS(b *testing.B) { benchmarkStream(b, tlsSetup()) }
+
+// BenchmarkStreamTLSFrames writes the AllReduce's 1 MiB frames.
+func BenchmarkStreamTLSFrames(b *testing.B) { benchmarkStreamOf(b, tlsSetup(), 1<<20) }
