@@ -18,10 +18,10 @@ import (
 // So, for a transport and a pool size K, the command also moves the bytes of one ring link with no
 // collective at all: K plain connections of the transport from every site to the next, all links at
 // once, each connection carrying 1/K of the 2(N-1)/N · size bytes a ring link carries in the
-// AllReduce. Like the AllReduce, the transfer runs twice on the same connections, the first untimed
-// (congestion windows open), and the second is timed until the last byte of the slowest link has
-// been read. The ceiling is that link's rate, in the same units as the AllReduce's throughput; the
-// AllReduce's throughput over it is the share of what the test bed's path allowed.
+// AllReduce. Like the AllReduce, the transfer runs on the same connections once untimed (congestion
+// windows open) and then --reps times, each timed until the last byte of the slowest link has been
+// read. The ceiling is that link's rate (the median), in the same units as the AllReduce's
+// throughput; the AllReduce's throughput over it is the share of what the test bed's path allowed.
 
 // ceiling measures the stream ceiling of transport name with k connections per ring link, in Mbit/s,
 // --reps times on the same connections, and returns each timed transfer's rate in order.

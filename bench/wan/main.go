@@ -10,8 +10,9 @@
 //
 // For every transport of --transports and every pool size K of --ks it connects the peers with K
 // connections to each neighbour, runs one untimed AllReduce of --size (to open the congestion
-// windows and have the runtime's staging buffers in place, as in a training loop), then times one
-// float32 SUM AllReduce of --size bytes and checks every element. Throughput is the ring's bus rate, 2(N-1)/N · size · 8 bits over the time, which a ring
+// windows and have the runtime's staging buffers in place, as in a training loop), then times --reps
+// float32 SUM AllReduces of --size bytes one after the other, checks every element of each, and
+// reports the median (every run's figure in throughput_mbit_all). Throughput is the ring's bus rate, 2(N-1)/N · size · 8 bits over the time, which a ring
 // link cannot carry faster than its capacity --link-mbit: that is the ideal, and efficiency is
 // throughput over it.
 //

@@ -16,8 +16,8 @@ import (
 // paths around it do not share. The master cuts that pair of peers, both directions, for
 // LinkCutTimeout, and the next UpdateTopology wires a ring without it. A dial that fails between two
 // accepted peers while a ring is wired is a cut too, and so is an accepted peer's first failed dial to
-// a newcomer (cutUnreachable). Nobody is evicted for a cut while a ring without
-// every cut pair exists; only when none does is the unreachable peer kicked, as before.
+// a newcomer (cutUnreachable). Nobody is evicted for a cut while a ring without every cut pair
+// exists; only when none does is the unreachable peer kicked, as before.
 //
 // A silence report is an inference. A link that stops starves every peer downstream in turn, and the
 // first to report is usually the far end of the dead link, but not always: a receiver that still had
