@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/concord-ccl/concord/diloco"
+	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
 	"github.com/concord-ccl/concord/sharedstate"
@@ -118,17 +120,25 @@ func (g *group) launch(ctx context.Context, cfg diloco.TrainerConfig, hook func(
 	return p
 }
 
-// sentBy returns the bytes peers have read from host's connections to them so far.
-func (g *group) sentBy(host string) int64 {
+// crashMidCollective arms every link from v to another peer of g: the first write that takes the link
+// 64 KiB past the bytes it has carried so far is reset after its first 1 KiB, and v's host crashes.
+func crashMidCollective(g *group, v *peer) {
+	var fired atomic.Bool
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var n int64
 	for _, q := range g.peers {
-		if q.host != host {
-			n += g.net.Stats(host, q.host)
+		if q.host == v.host {
+			continue
 		}
+		base := g.net.Stats(v.host, q.host)
+		g.net.OnWrite(v.host, q.host, func(w transport.Write) transport.Fault {
+			if w.LinkBytes+int64(w.Size) < base+64<<10 || !fired.CompareAndSwap(false, true) {
+				return transport.Fault{}
+			}
+			go g.net.Crash(v.host)
+			return transport.Fault{Kind: transport.FaultReset, Keep: min(w.Size, 1<<10)}
+		})
 	}
-	return n
 }
 
 // awaitJoined waits until the master has seen n peers register.
@@ -181,15 +191,12 @@ func runChurn(t *testing.T, cfg diloco.TrainerConfig, n int, crashAt, joinAt uin
 				}
 				g.mu.Unlock()
 				// Crash the victim in the middle of the next collective, so that the survivors
-				// see it as a failed all-reduce rather than as a departure between two: once
-				// its links carried part of it.
-				go func(v *peer) {
-					sent := g.sentBy(v.host)
-					for deadline := time.Now().Add(20 * time.Second); g.sentBy(v.host) < sent+64<<10 && time.Now().Before(deadline); {
-						time.Sleep(100 * time.Microsecond)
-					}
-					g.net.Crash(v.host)
-				}(victim)
+				// see it as a failed all-reduce rather than as a departure between two: the
+				// write that takes one of its links 64 KiB past where it stands now resets that
+				// connection where it is, and the crash of the whole host follows. The write
+				// hook runs in the victim's write, so a loaded machine cannot let the collective
+				// end first.
+				crashMidCollective(g, victim)
 			})
 		}
 		if pr.Step == joinAt {
