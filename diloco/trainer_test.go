@@ -120,8 +120,8 @@ func (g *group) launch(ctx context.Context, cfg diloco.TrainerConfig, hook func(
 	return p
 }
 
-// crashMidCollective arms every link from v to another peer of g: the first write that takes the link
-// 64 KiB past the bytes it has carried so far is reset after its first 1 KiB, and v's host crashes.
+// crashMidCollective arms every link from v to another peer of g: the next write on any of them (the
+// collectives are the only traffic between the peers here) is reset halfway, and v's host crashes.
 func crashMidCollective(g *group, v *peer) {
 	var fired atomic.Bool
 	g.mu.Lock()
@@ -130,13 +130,12 @@ func crashMidCollective(g *group, v *peer) {
 		if q.host == v.host {
 			continue
 		}
-		base := g.net.Stats(v.host, q.host)
 		g.net.OnWrite(v.host, q.host, func(w transport.Write) transport.Fault {
-			if w.LinkBytes+int64(w.Size) < base+64<<10 || !fired.CompareAndSwap(false, true) {
+			if !fired.CompareAndSwap(false, true) {
 				return transport.Fault{}
 			}
 			go g.net.Crash(v.host)
-			return transport.Fault{Kind: transport.FaultReset, Keep: min(w.Size, 1<<10)}
+			return transport.Fault{Kind: transport.FaultReset, Keep: w.Size / 2}
 		})
 	}
 }
@@ -191,11 +190,10 @@ func runChurn(t *testing.T, cfg diloco.TrainerConfig, n int, crashAt, joinAt uin
 				}
 				g.mu.Unlock()
 				// Crash the victim in the middle of the next collective, so that the survivors
-				// see it as a failed all-reduce rather than as a departure between two: the
-				// write that takes one of its links 64 KiB past where it stands now resets that
-				// connection where it is, and the crash of the whole host follows. The write
-				// hook runs in the victim's write, so a loaded machine cannot let the collective
-				// end first.
+				// see it as a failed all-reduce rather than as a departure between two: its next
+				// write to a peer is cut halfway by a reset, and the crash of the whole host
+				// follows. The write hook runs in the victim's write, so a loaded machine cannot
+				// let the collective end first.
 				crashMidCollective(g, victim)
 			})
 		}
