@@ -12,9 +12,9 @@
 // connections to each neighbour, runs one untimed AllReduce of --size (to open the congestion
 // windows and have the runtime's staging buffers in place, as in a training loop), then times --reps
 // float32 SUM AllReduces of --size bytes one after the other, checks every element of each, and
-// reports the median (every run's figure in throughput_mbit_all). Throughput is the ring's bus rate, 2(N-1)/N · size · 8 bits over the time, which a ring
-// link cannot carry faster than its capacity --link-mbit: that is the ideal, and efficiency is
-// throughput over it.
+// reports the median (every run's figure in throughput_mbit_all). Throughput is the ring's bus
+// rate, 2(N-1)/N · size · 8 bits over the time, which a ring link cannot carry faster than its
+// capacity --link-mbit: that is the ideal, and efficiency is throughput over it.
 //
 // For every pool size of --ceiling-ks (16 by default) it also measures the stream ceiling of the
 // transport (ceiling.go): the rate at which K plain connections per ring link, all links at once, move
@@ -303,11 +303,11 @@ func run(o options) (*result, error) {
 			os.Setenv("QUIC_GO_DISABLE_GSO", "true") // read by quic-go for every socket it wraps
 			plains, err := b.ceiling(name, secret, port, k)
 			os.Unsetenv("QUIC_GO_DISABLE_GSO")
-			plain := measure.Median(plains)
 			if err != nil {
 				res.Errors = append(res.Errors, fmt.Sprintf("%s k=%d stream ceiling without offload: %v", name, k, err))
 				continue
 			}
+			plain := measure.Median(plains)
 			if res.QUICNoOffload == nil {
 				res.QUICNoOffload = map[string]float64{}
 			}
