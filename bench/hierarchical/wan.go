@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"net"
 	"sync"
-	"syscall"
 
-	"github.com/concord-ccl/concord/internal/transport"
+	"github.com/concord-ccl/concord/bench/internal/crashhost"
 	"github.com/concord-ccl/concord/internal/wanemu"
 	"github.com/concord-ccl/concord/pccl"
 )
@@ -92,7 +88,7 @@ type nsWAN struct {
 	siteOf func(int) int
 
 	mu    sync.Mutex
-	peers map[peerKey]*crashable // filled as transports are handed out
+	peers map[peerKey]*crashhost.Transport // filled as transports are handed out
 }
 
 // peerKey names peer i of a group.
@@ -110,14 +106,14 @@ func newNSWAN(sites int, siteOf func(int) int, sh shape, flowMbit float64) (*nsW
 	if err := tb.Start(); err != nil {
 		return nil, err
 	}
-	return &nsWAN{tb: tb, siteOf: siteOf, peers: map[peerKey]*crashable{}}, nil
+	return &nsWAN{tb: tb, siteOf: siteOf, peers: map[peerKey]*crashhost.Transport{}}, nil
 }
 
 func (w *nsWAN) close() error { return w.tb.Close() }
 
 func (w *nsWAN) transport(group string, i int) (pccl.Transport, string) {
 	s := w.siteOf(i)
-	t := &crashable{ns: w.tb.Netns(s), inner: pccl.NewTCP(pccl.TCPConfig{})}
+	t := crashhost.New(w.tb.Netns(s))
 	w.mu.Lock()
 	w.peers[peerKey{group, i}] = t
 	w.mu.Unlock()
@@ -157,109 +153,5 @@ func (w *nsWAN) crash(group string, i int) {
 	w.mu.Lock()
 	t := w.peers[peerKey{group, i}]
 	w.mu.Unlock()
-	t.crash()
-}
-
-// crashable is a TCP transport whose sockets are made inside a network namespace, and which can die
-// as a host does: crash resets every connection it made or accepted, closes its listeners, and fails
-// every later Listen and Dial. It has no sessions (the communicator does not use them).
-type crashable struct {
-	ns    *wanemu.Netns
-	inner pccl.Transport
-
-	mu      sync.Mutex
-	crashed bool
-	conns   []net.Conn
-	lns     []net.Listener
-}
-
-// errCrashed is what a crashed transport's Listen and Dial return.
-var errCrashed = fmt.Errorf("host crashed: %w", syscall.ENETUNREACH)
-
-func (t *crashable) Name() string { return "tcp" }
-
-func (t *crashable) Listen(addr string) (net.Listener, error) {
-	var ln net.Listener
-	err := t.ns.Do(func() (err error) {
-		ln, err = t.inner.Listen(addr)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.crashed {
-		ln.Close()
-		return nil, errCrashed
-	}
-	t.lns = append(t.lns, ln)
-	return &crashListener{Listener: ln, t: t}, nil
-}
-
-func (t *crashable) Dial(ctx context.Context, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := t.ns.Do(func() (err error) {
-		c, err = t.inner.Dial(ctx, addr)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return t.track(c)
-}
-
-func (t *crashable) ListenSession(string) (transport.SessionListener, error) {
-	return nil, errors.New("the bench's namespaced transport has no sessions")
-}
-
-func (t *crashable) DialSession(context.Context, string) (transport.Session, error) {
-	return nil, errors.New("the bench's namespaced transport has no sessions")
-}
-
-// track records c so that a crash resets it; after a crash it resets c at once.
-func (t *crashable) track(c net.Conn) (net.Conn, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.crashed {
-		reset(c)
-		return nil, errCrashed
-	}
-	t.conns = append(t.conns, c)
-	return c, nil
-}
-
-func (t *crashable) crash() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.crashed = true
-	for _, ln := range t.lns {
-		ln.Close()
-	}
-	for _, c := range t.conns {
-		reset(c)
-	}
-	t.lns, t.conns = nil, nil
-}
-
-// reset closes c with an RST, as the kernel of a host whose process died with unread data does. A
-// connection inside the site (the TCP transport's unix socket) just closes, as on a process's death.
-func reset(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetLinger(0)
-	}
-	c.Close()
-}
-
-type crashListener struct {
-	net.Listener
-	t *crashable
-}
-
-func (l *crashListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return l.t.track(c)
+	t.Crash()
 }

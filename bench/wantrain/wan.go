@@ -4,17 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/zeebo/xxh3"
 
+	"github.com/concord-ccl/concord/bench/internal/crashhost"
 	"github.com/concord-ccl/concord/diloco"
-	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/internal/wanemu"
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/pccl/master"
@@ -53,7 +51,7 @@ type group struct {
 // peer is one participant: its site, transport and communicator.
 type peer struct {
 	site int
-	tr   *crashable
+	tr   *crashhost.Transport
 	comm *pccl.Communicator
 }
 
@@ -71,7 +69,7 @@ func (w *wan) startGroup(ctx context.Context) (*group, error) {
 
 // connect starts a peer in site and connects it; it returns once the peer is accepted.
 func (g *group) connect(ctx context.Context, site int) (*peer, error) {
-	p := &peer{site: site, tr: &crashable{ns: g.w.tb.Netns(site), inner: pccl.NewTCP(pccl.TCPConfig{})}}
+	p := &peer{site: site, tr: crashhost.New(g.w.tb.Netns(site))}
 	cfg := pccl.WAN()
 	cfg.Master, cfg.Transport, cfg.PoolSize = g.addr, p.tr, 8
 	cfg.ListenAddr = g.w.tb.Addr(site).String() + ":0"
@@ -378,7 +376,7 @@ func (w *wan) churn(ctx context.Context, o *options, cfg diloco.TrainerConfig) (
 				if pr.Step >= churnKillAt && v != nil && pr.World == 3 {
 					once.Do(func() {
 						fmt.Fprintf(os.Stderr, "wantrain: churn: the peer of site 2 dies after outer step %d\n", pr.Step)
-						v.tr.crash()
+						v.tr.Crash()
 						close(killed)
 					})
 				}
@@ -452,93 +450,4 @@ func mean(xs []float64) float64 {
 		s += x
 	}
 	return s / float64(len(xs))
-}
-
-// crashable is a TCP transport whose sockets are made inside a site's namespace, and which can die
-// as a host does: crash resets every connection it made or accepted, closes its listeners, and
-// fails every later Listen and Dial. The communicator uses no sessions.
-type crashable struct {
-	ns    *wanemu.Netns
-	inner pccl.Transport
-
-	mu      sync.Mutex
-	crashed bool
-	conns   []net.Conn
-	lns     []net.Listener
-}
-
-var errCrashed = fmt.Errorf("host crashed: %w", syscall.ENETUNREACH)
-
-func (t *crashable) Name() string { return "tcp" }
-
-func (t *crashable) Listen(addr string) (net.Listener, error) {
-	var ln net.Listener
-	if err := t.ns.Do(func() (err error) { ln, err = t.inner.Listen(addr); return err }); err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.crashed {
-		ln.Close()
-		return nil, errCrashed
-	}
-	t.lns = append(t.lns, ln)
-	return &crashListener{Listener: ln, t: t}, nil
-}
-
-func (t *crashable) Dial(ctx context.Context, addr string) (net.Conn, error) {
-	var c net.Conn
-	if err := t.ns.Do(func() (err error) { c, err = t.inner.Dial(ctx, addr); return err }); err != nil {
-		return nil, err
-	}
-	return t.track(c)
-}
-
-func (t *crashable) ListenSession(string) (transport.SessionListener, error) {
-	return nil, errors.New("the bench's transport has no sessions")
-}
-
-func (t *crashable) DialSession(context.Context, string) (transport.Session, error) {
-	return nil, errors.New("the bench's transport has no sessions")
-}
-
-func (t *crashable) track(c net.Conn) (net.Conn, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.crashed {
-		c.Close()
-		return nil, errCrashed
-	}
-	t.conns = append(t.conns, c)
-	return c, nil
-}
-
-// crash resets every connection (an RST, as from a dead host's kernel) and closes the listeners.
-func (t *crashable) crash() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.crashed = true
-	for _, ln := range t.lns {
-		ln.Close()
-	}
-	for _, c := range t.conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			tc.SetLinger(0)
-		}
-		c.Close()
-	}
-	t.lns, t.conns = nil, nil
-}
-
-type crashListener struct {
-	net.Listener
-	t *crashable
-}
-
-func (l *crashListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return l.t.track(c)
 }
