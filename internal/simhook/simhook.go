@@ -103,6 +103,12 @@ func GateOf(ctx context.Context) *Gate {
 
 type plantedKey struct{}
 
+// HearsSilent is a planted bug of the master: when it judges a group's silence, it counts every
+// peer as heard, however long it has been silent. On the minority side of a partition it then kicks
+// the silent majority after HeartbeatTimeout, where it should wait PartitionTimeout for a short cut
+// of its own link to heal without costing anyone their session.
+const HearsSilent = "hears-silent"
+
 // WithPlanted returns ctx carrying the names of planted bugs: deliberate misbehaviours that the
 // simulated soak plants to show that its invariants catch them. The master's code that a planted
 // bug breaks checks Planted on the context of Serve; nothing else ever carries one.

@@ -60,7 +60,7 @@ func (m *Machine) tick() {
 	for g := range quiet {
 		for _, ids := range [][]PeerID{g.acc, g.reg} {
 			for _, id := range ids {
-				if m.now.Sub(m.peers[id].lastSeen) <= m.hearWindow() {
+				if m.hearsSilent || m.now.Sub(m.peers[id].lastSeen) <= m.hearWindow() {
 					heard[g]++
 				}
 			}

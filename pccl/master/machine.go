@@ -108,6 +108,11 @@ type Machine struct {
 	counters Counters
 	events   []Event
 	out      []Action
+
+	// hearsSilent is a bug planted by the simulated soak (simhook.HearsSilent) to show that its
+	// invariants catch it: tick counts every peer of a group as heard, however long it has been
+	// silent. It is never set outside the simulator.
+	hearsSilent bool
 }
 
 // maxEvents bounds the event history kept for the status page.

@@ -119,6 +119,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		cfg.Incarnation = uint64(rand.Uint32())
 	}
 	m := New(cfg)
+	m.hearsSilent = simhook.Planted(ctx, simhook.HearsSilent)
 	g, err := s.startGossip(ctx, cfg.Incarnation)
 	if err != nil {
 		ln.Close()

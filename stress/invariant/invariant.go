@@ -34,6 +34,11 @@ const (
 	Peer         = "peer"          // a peer hit an error its loop does not expect
 )
 
+// PartitionKick is a violation only the simulated soak can see (stress/sim): a master that heard
+// fewer than half of a group when a partition cut it kicked a peer of the other side for silence
+// before PartitionTimeout.
+const PartitionKick = "partition_kick"
+
 // Violation is one broken invariant, with what is needed to find it in the event log.
 type Violation struct {
 	Kind     string    `json:"kind"`

@@ -55,7 +55,10 @@
 // session and none is skipped by the group; a peer that held the state never fetches it, but once at
 // the first sync after a master restart (the dead master's outcome of the step in flight reached
 // some peers only); no 20 s without a completed collective while two healthy peers are in the group
-// (the real soak's 10 s, doubled for the WAN's round trips); a leaving peer exits within 10 s; no
+// (the real soak's 10 s, doubled for the WAN's round trips); a master that hears fewer than half of
+// the group when a partition cuts it kicks none of the other side for silence before
+// PartitionTimeout (the soak asks the master which peers the group holds at the cut, and the master's
+// kicks come to it from the master's events); a leaving peer exits within 10 s; no
 // goroutine of a session is left 3 s after its Close (counted by the pprof label every goroutine of
 // the session inherits), and none of the cluster after the run; no unexpected error; no panic (it
 // ends the test binary, after the seed was printed). The run stops at the first violation and
@@ -68,10 +71,13 @@
 // # Planted bugs
 //
 // Options.Break plants a bug (plantedBugs): "stale-update" makes every peer apply the state update
-// of a failed step, as the real soak's --break stale-update does. TestPlantedBugCaught shows each is
-// caught within 10 minutes of virtual time (-sim.bugseeds 10 runs ten fresh seeds). A bug of the
-// master's is planted through simhook.Planted, which the master's code reads from the context of
-// Serve.
+// of a failed step, as the real soak's --break stale-update does; "hears-silent" makes the master
+// count silent peers as heard when it judges a group's silence (simhook.HearsSilent), so that on
+// the minority side of a partition it kicks the majority after HeartbeatTimeout instead of waiting
+// PartitionTimeout for the cut to heal. TestPlantedBugCaught shows each is caught within 10 minutes
+// of virtual time (-sim.bugseeds 10 runs ten fresh seeds); hears-silent's runs deal partitions, kills,
+// leaves, clock jumps and junk only, since only a partition shows it. A bug of the master's is
+// planted through simhook.Planted, which the master's code reads from the context of Serve.
 //
 // # What it does not cover
 //

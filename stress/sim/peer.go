@@ -16,6 +16,7 @@ import (
 	"github.com/concord-ccl/concord/internal/simhook"
 	"github.com/concord-ccl/concord/pccl"
 	"github.com/concord-ccl/concord/sharedstate"
+	"github.com/concord-ccl/concord/stress/invariant"
 )
 
 // Sizes of one step: the shared state and the three concurrent AllReduces, as in the real soak.
@@ -60,6 +61,10 @@ const (
 	// breakStaleUpdate makes every peer apply the state update after a failed step, from the
 	// restored buffers, as the real soak's --break stale-update does.
 	breakStaleUpdate breakMode = "stale-update"
+	// breakHearsSilent plants simhook.HearsSilent in every master: judging a group's silence, it
+	// counts every peer as heard, so that on the minority side of a partition it kicks the silent
+	// majority after HeartbeatTimeout instead of waiting PartitionTimeout for the cut to heal.
+	breakHearsSilent breakMode = simhook.HearsSilent
 )
 
 // plantedBug says where a planted bug lives.
@@ -69,6 +74,13 @@ type plantedBug struct {
 	// in the soak's peer loop (session.run), which checks peerParams.brk.
 	master bool
 	about  string
+	// caughtAs are the invariants whose violation shows the bug: the first violation of a run
+	// must be one of them.
+	caughtAs []string
+	// classes are the fault classes its runs deal (Options.Classes); nil deals every class. A bug
+	// that only a few faults can show is run with those, and with faults that churn the pool
+	// around them, so that ten minutes hold enough of them.
+	classes []string
 }
 
 // plantedBugs are the bugs Options.Break can plant, by name; TestPlantedBugCaught runs each. To
@@ -76,7 +88,10 @@ type plantedBug struct {
 // master's code that the bug breaks misbehave when simhook.Planted(ctx, name) holds for the
 // context Serve was given.
 var plantedBugs = map[breakMode]plantedBug{
-	breakStaleUpdate: {about: "peers apply the state update of a failed step"},
+	breakStaleUpdate: {about: "peers apply the state update of a failed step",
+		caughtAs: []string{invariant.Diverged, invariant.TwoHashes}},
+	breakHearsSilent: {master: true, about: "the master counts silent peers as heard, so a partition never holds its kicks back",
+		caughtAs: []string{invariant.PartitionKick}, classes: []string{"partition", "kill", "leave", "clock-jump", "junk"}},
 }
 
 // proc is one simulated peer process: a host of its own on the network, running sessions (Connect,
@@ -97,6 +112,7 @@ type proc struct {
 	// Owned by the supervisor.
 	sess         uint64    // the session in the group, 0 if none or doomed by a fault
 	lastSess     uint64    // the last session id it reported
+	connecting   uint64    // the id of the session it last started to connect
 	doomedAt     time.Time // the last fault that doomed the session; a session that connected before is doomed too
 	established  bool      // the session holds the state (it synced)
 	stoppedUntil time.Time // held (SIGSTOP) until then
@@ -189,6 +205,8 @@ func (p *proc) session(ctx context.Context, pp peerParams, id uint64) (uint64, b
 	cfg.Transport = p.tr
 	cfg.ListenAddr = p.name + ":0"
 	hooked := simhook.WithWallOffset(ctx, func() time.Duration { return time.Duration(p.offset.Load()) })
+	// The master may hold the session as a registered newcomer long before Connect returns.
+	p.emit(pp, event{kind: "connecting", sess: id})
 	comm, err := pccl.Connect(hooked, cfg)
 	if err != nil {
 		return 0, false, err

@@ -66,7 +66,8 @@ type Options struct {
 	// Default 64; -1 never.
 	OptimizeEvery int
 	// Break plants a bug (see plantedBugs): "stale-update" makes every peer apply the state
-	// update of a failed step. Empty: none.
+	// update of a failed step; "hears-silent" makes the master count silent peers as heard.
+	// Empty: none.
 	Break string
 	// Topology places the hosts. Default: WAN().
 	Topology *Topology
@@ -130,7 +131,7 @@ func (o Options) Validate() error {
 		return fmt.Errorf("sim: Options.Step %v: must not be negative", o.Step)
 	case slices.ContainsFunc(o.Classes, func(c string) bool { return !slices.Contains(FaultClasses, c) }):
 		return fmt.Errorf("sim: Options.Classes %v: the classes are %v", o.Classes, FaultClasses)
-	case o.Break != string(breakNone) && plantedBugs[breakMode(o.Break)] == (plantedBug{}):
+	case o.Break != string(breakNone) && plantedBugs[breakMode(o.Break)].about == "":
 		return fmt.Errorf("sim: Options.Break %q: the planted bugs are %v", o.Break, slices.Sorted(maps.Keys(plantedBugs)))
 	}
 	return o.Topology.Validate()
@@ -166,19 +167,22 @@ type Summary struct {
 	StepsLostToMaster int `json:"steps_lost_to_master_restart"`
 	// LinkHoleEvictions counts peers evicted as unreachable from a ring neighbour whose link was
 	// black-holed (no ring without that link existed then).
-	LinkHoleEvictions int                   `json:"link_hole_evictions"`
-	MaxRevision       uint64                `json:"max_revision"`
-	LongestGapMs      float64               `json:"longest_gap_ms"`   // longest virtual time without a completed collective
-	LongestGapAtS     float64               `json:"longest_gap_at_s"` // when it ended, from the start
-	Faults            map[string]int        `json:"faults"`
-	FaultsTotal       int                   `json:"faults_total"`
-	FaultKinds        map[string]int        `json:"fault_kinds"` // the shapes of partitions and asymmetric links
-	MinFaultClass     int                   `json:"min_faults_per_class"`
-	Recovery          map[string]Stats      `json:"recovery_ms"`
-	Invariants        []string              `json:"invariants"`
-	Violations        int                   `json:"violations"`
-	FirstViolationS   float64               `json:"first_violation_s,omitempty"` // virtual seconds from the start
-	ViolationList     []invariant.Violation `json:"violation_list,omitempty"`
+	LinkHoleEvictions int `json:"link_hole_evictions"`
+	// HeldCuts counts the partitions that left the master hearing fewer than half of the group,
+	// whose kicks for silence were checked against PartitionTimeout (partition_kick).
+	HeldCuts        int                   `json:"held_cuts"`
+	MaxRevision     uint64                `json:"max_revision"`
+	LongestGapMs    float64               `json:"longest_gap_ms"`   // longest virtual time without a completed collective
+	LongestGapAtS   float64               `json:"longest_gap_at_s"` // when it ended, from the start
+	Faults          map[string]int        `json:"faults"`
+	FaultsTotal     int                   `json:"faults_total"`
+	FaultKinds      map[string]int        `json:"fault_kinds"` // the shapes of partitions and asymmetric links
+	MinFaultClass   int                   `json:"min_faults_per_class"`
+	Recovery        map[string]Stats      `json:"recovery_ms"`
+	Invariants      []string              `json:"invariants"`
+	Violations      int                   `json:"violations"`
+	FirstViolationS float64               `json:"first_violation_s,omitempty"` // virtual seconds from the start
+	ViolationList   []invariant.Violation `json:"violation_list,omitempty"`
 }
 
 // invariantList names what the soak checks, for the summary.
@@ -192,6 +196,7 @@ var invariantList = []string{
 	"a leaving peer exits within " + hangLimit.String() + " (" + invariant.Hang + ")",
 	"no goroutine of a session left " + leakWait.String() + " after Close, none of any process at the end (" + invariant.Leak + ")",
 	"no unexpected error, no healthy peer kicked (" + invariant.Peer + ")",
+	"a master that hears fewer than half of the group kicks nobody for silence before PartitionTimeout (" + invariant.PartitionKick + ")",
 	"no panic (a panic ends the test binary)",
 }
 
@@ -211,7 +216,18 @@ type partition struct {
 	near  map[string]bool
 	far   map[string]bool
 	until time.Time
+
+	// The master's rule for the cut (judgeCut): when it heard fewer than half of the group at the
+	// cut, it must kick none of the far side's peers (farIDs) for silence before kickFrom.
+	holdKicks bool
+	farIDs    map[uint64]bool
+	kickFrom  time.Time
 }
+
+// kickSlack is how much earlier than PartitionTimeout after the cut the master may kick a silent
+// peer when it hears fewer than half of the group: the peer's last heartbeat may have come up to a
+// heartbeat interval (250 ms) before the cut, and the master's ticks are a quarter of that apart.
+const kickSlack = time.Second
 
 // pendingFault is a fault whose recovery is being timed.
 type pendingFault struct {
@@ -223,14 +239,17 @@ type pendingFault struct {
 // soak is one run; the bubble's root goroutine owns every field.
 type soak struct {
 	o      Options
+	mcfg   master.Config
 	cl     *Cluster
 	rng    *rand.Rand
 	check  *invariant.Checker
 	events chan event
-	pp     peerParams
-	start  time.Time
-	wall0  time.Time
-	ctx    context.Context
+	// masterEvents carries the master's kicks for silence from its event loop.
+	masterEvents chan master.Event
+	pp           peerParams
+	start        time.Time
+	wall0        time.Time
+	ctx          context.Context
 
 	procs   []*proc // spawn order
 	spawned int
@@ -269,6 +288,7 @@ func Run(o Options) (Summary, error) {
 	// copies each twice: short tests keep the run's CPU on the protocol.
 	mcfg.MeasureDuration = 25 * time.Millisecond
 	mcfg.ImproveBudget = 500 * time.Millisecond
+	mcfg.PartitionTimeout = 5 * mcfg.HeartbeatTimeout // the default, named for the partition check
 	cl, err := NewCluster(*o.Topology, mcfg)
 	if err != nil {
 		return Summary{}, err
@@ -277,13 +297,14 @@ func Run(o Options) (Summary, error) {
 		cl.Planted = []string{o.Break}
 	}
 	s := &soak{
-		o: o, cl: cl,
-		rng:        rand.New(rand.NewPCG(o.Seed, 0x51a1)),
-		check:      invariant.New(o.StallLimit, minPeers),
-		events:     make(chan event, 4096),
-		recovery:   map[string][]float64{},
-		iterations: map[uint64]bool{},
-		ctx:        context.Background(),
+		o: o, cl: cl, mcfg: mcfg,
+		masterEvents: make(chan master.Event, 4096),
+		rng:          rand.New(rand.NewPCG(o.Seed, 0x51a1)),
+		check:        invariant.New(o.StallLimit, minPeers),
+		events:       make(chan event, 4096),
+		recovery:     map[string][]float64{},
+		iterations:   map[uint64]bool{},
+		ctx:          context.Background(),
 		sum: Summary{Seed: o.Seed, Break: o.Break, Peers: o.Peers, Faults: map[string]int{}, FaultKinds: map[string]int{},
 			Recovery: map[string]Stats{}, Invariants: invariantList},
 	}
@@ -311,6 +332,12 @@ func Run(o Options) (Summary, error) {
 	cl.OnMasterEvent = func(e master.Event) {
 		if e.Kind != "accepted" && e.Kind != "joined" {
 			s.log.add(fmt.Sprintf("%10.3fs master: %s peer %d: %s", s.elapsed(e.Time).Seconds(), e.Kind, e.Peer, e.Detail))
+		}
+		if e.Kind == "timeout" {
+			select {
+			case s.masterEvents <- e: // judged by the soak's goroutine (kickedForSilence)
+			default: // a full queue loses the check of this kick, never raises a false one
+			}
 		}
 	}
 	if err := cl.StartMaster(s.incarnation()); err != nil {
@@ -373,6 +400,8 @@ func (s *soak) loop() {
 		select {
 		case ev := <-s.events:
 			s.handle(ev)
+		case e := <-s.masterEvents:
+			s.kickedForSilence(e)
 		case now := <-tick.C:
 			if !now.Before(end) {
 				return
@@ -401,6 +430,9 @@ func (s *soak) spawn(why string, id uint64, host ...string) *proc {
 			s.cl.Net.Partition(name, far)
 		}
 		s.part.near[name] = true
+		// It may bring the master's side to half of the group, where the master kicks the silent
+		// ones after HeartbeatTimeout: the cut's check no longer holds.
+		s.part.holdKicks = false
 	}
 	ctx, leave := context.WithCancel(s.ctx)
 	p := &proc{name: name, label: fmt.Sprintf("%s.%d", name, s.spawned), site: site, tr: newProcTransport(s.cl.Net.Host(name)), ctx: ctx, leave: leave,
@@ -426,6 +458,8 @@ func (s *soak) handle(ev event) {
 	}
 	k := key(p, ev.sess)
 	switch ev.kind {
+	case "connecting":
+		p.connecting = ev.sess
 	case "connected":
 		p.lastSess = ev.sess
 		if now.After(p.doomedAt) {
@@ -964,8 +998,63 @@ func (s *soak) partition(now time.Time, pt *partition) {
 		}
 	}
 	s.part = pt
+	s.judgeCut(now, pt)
 	s.sum.FaultKinds["partition-"+pt.kind]++
 	s.event("partition (%s): %v | %v until %.3fs", pt.kind, keys(pt.near), keys(pt.far), s.elapsed(pt.until).Seconds())
+}
+
+// judgeCut works out which rule the master's tick applies to the silent side of pt: it asks the
+// master which peers the group holds and counts those on its own side. When it hears fewer than
+// half, it waits PartitionTimeout before it kicks any of them (a short cut of its own link heals
+// without costing anyone), and pt is set to check that (kickedForSilence). A peer of the group
+// whose process the soak cannot place (its session has not reported yet), or one that is leaving,
+// makes the count uncertain, and the cut is not checked.
+func (s *soak) judgeCut(now time.Time, pt *partition) {
+	byID := map[uint64]*proc{}
+	for _, p := range s.procs {
+		for _, id := range []uint64{p.lastSess, p.connecting} {
+			if id != 0 {
+				byID[id] = p
+			}
+		}
+	}
+	heard, size := 0, 0
+	far := map[uint64]bool{}
+	for _, pi := range s.cl.Master().Snapshot().Peers {
+		if pi.Group != 0 {
+			continue
+		}
+		size++
+		p := byID[uint64(pi.ID)]
+		switch {
+		case p == nil || (p.gone() && !p.killed):
+			return
+		case p.killed:
+			// Silent on either side: the master does not hear it, and its silence may predate the cut.
+		case pt.near[p.name]:
+			heard++
+		case pt.far[p.name]:
+			far[uint64(pi.ID)] = true
+		}
+	}
+	if 2*heard >= size || len(far) == 0 {
+		return
+	}
+	pt.holdKicks, pt.farIDs, pt.kickFrom = true, far, now.Add(s.mcfg.PartitionTimeout-kickSlack)
+	s.sum.HeldCuts++
+}
+
+// kickedForSilence checks a kick of the master for silence against the partition in force: a
+// master that heard fewer than half of the group at the cut kicks none of the cut-off peers before
+// PartitionTimeout.
+func (s *soak) kickedForSilence(e master.Event) {
+	pt := s.part
+	if pt == nil || !pt.holdKicks || !pt.farIDs[uint64(e.Peer)] || !e.Time.Before(pt.kickFrom) {
+		return
+	}
+	s.check.Fail(e.Time, invariant.PartitionKick, 0, strconv.FormatUint(uint64(e.Peer), 10),
+		"kicked %v after a cut (%s) that left the master hearing fewer than half of the group, before PartitionTimeout (%v): %s",
+		e.Time.Sub(pt.kickFrom.Add(kickSlack-s.mcfg.PartitionTimeout)).Round(time.Millisecond), pt.kind, s.mcfg.PartitionTimeout, e.Detail)
 }
 
 // heal ends the partition.
