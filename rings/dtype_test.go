@@ -116,3 +116,34 @@ func TestBufferPool(t *testing.T) {
 		t.Error("pool with negative MaxIdleBytes kept a buffer")
 	}
 }
+
+// TestBufferPoolKeepsWorkingSet: by default a pool keeps as much as its callers held at once, even
+// beyond DefaultMaxIdleBytes, so that a loop that holds two buffers of 1 GiB at every step (the
+// backups of two peers in one process, say) gets both back instead of allocating one anew. The
+// buffers are never touched, so they cost address space only.
+func TestBufferPoolKeepsWorkingSet(t *testing.T) {
+	var p BufferPool
+	n := DefaultMaxIdleBytes/2 + 1 // a 1 GiB class
+	for step := range 3 {
+		x, y := p.Get(n), p.Get(n)
+		p.Put(x)
+		p.Put(y)
+		if p.bytes != 2*DefaultMaxIdleBytes {
+			t.Fatalf("step %d: %d bytes idle after putting back two 1 GiB buffers, want both kept", step, p.bytes)
+		}
+		if a, b := p.Get(n), p.Get(n); &a[0] != &y[0] && &a[0] != &x[0] || &b[0] != &y[0] && &b[0] != &x[0] {
+			t.Fatalf("step %d: a buffer was allocated anew", step)
+		} else {
+			p.Put(a)
+			p.Put(b)
+		}
+	}
+	// An explicit bound still holds.
+	q := BufferPool{MaxIdleBytes: 64}
+	x, y := q.Get(64), q.Get(64)
+	q.Put(x)
+	q.Put(y)
+	if q.bytes != 64 {
+		t.Fatalf("%d bytes idle with MaxIdleBytes 64", q.bytes)
+	}
+}
