@@ -75,6 +75,7 @@ func (ib *inbox) post(req *recvReq) {
 		} else {
 			copy(req.dst, buf)
 		}
+		ib.s.l.stages.Put(buf)
 		req.done <- err
 		return
 	}
@@ -195,7 +196,8 @@ func (ib *inbox) posting(id rings.ChunkID) bool {
 // that the sender's striping still sees a connection whose frames are not taken as a slow one.
 func (ib *inbox) stage(ic *inConn, h wire.DataHeader, id rings.ChunkID, wait time.Duration) error {
 	if cap(ic.stage) < int(h.Len) {
-		ic.stage = make([]byte, h.Len)
+		ib.s.l.stages.Put(ic.stage)
+		ic.stage = ib.s.l.stages.Get(int(h.Len))
 	}
 	buf := ic.stage[:h.Len]
 	if err := ib.s.readPayload(ic, buf); err != nil {

@@ -23,6 +23,11 @@ type Links struct {
 	cfg Config
 	ln  net.Listener
 
+	// stages recycles the buffers that frames read before their receive was posted wait in (inbox):
+	// on a striped pool most frames arrive so, and a buffer per frame left to the garbage collector
+	// would be allocated and faulted in again for the next.
+	stages rings.BufferPool
+
 	opened   atomic.Uint64 // data connections dialled to successors
 	accepted atomic.Uint64 // data connections admitted from predecessors
 
