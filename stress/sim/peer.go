@@ -83,10 +83,9 @@ type plantedBug struct {
 	classes []string
 }
 
-// plantedBugs are the bugs Options.Break can plant, by name; TestPlantedBugCaught runs each. To
-// plant one in the master's partition handling, add an entry with master set, and make the
-// master's code that the bug breaks misbehave when simhook.Planted(ctx, name) holds for the
-// context Serve was given.
+// plantedBugs are the bugs Options.Break can plant, by name; TestPlantedBugCaught runs each. A bug
+// of the master's has master set: the master's code that it breaks misbehaves when
+// simhook.Planted(ctx, name) holds for the context Serve was given (hears-silent, in its tick).
 var plantedBugs = map[breakMode]plantedBug{
 	breakStaleUpdate: {about: "peers apply the state update of a failed step",
 		caughtAs: []string{invariant.Diverged, invariant.TwoHashes}},

@@ -167,22 +167,23 @@ type Summary struct {
 	StepsLostToMaster int `json:"steps_lost_to_master_restart"`
 	// LinkHoleEvictions counts peers evicted as unreachable from a ring neighbour whose link was
 	// black-holed (no ring without that link existed then).
-	LinkHoleEvictions int `json:"link_hole_evictions"`
+	LinkHoleEvictions int                   `json:"link_hole_evictions"`
+	MaxRevision       uint64                `json:"max_revision"`
+	LongestGapMs      float64               `json:"longest_gap_ms"`   // longest virtual time without a completed collective
+	LongestGapAtS     float64               `json:"longest_gap_at_s"` // when it ended, from the start
+	Faults            map[string]int        `json:"faults"`
+	FaultsTotal       int                   `json:"faults_total"`
+	FaultKinds        map[string]int        `json:"fault_kinds"` // the shapes of partitions and asymmetric links
+	MinFaultClass     int                   `json:"min_faults_per_class"`
+	Recovery          map[string]Stats      `json:"recovery_ms"`
+	Invariants        []string              `json:"invariants"`
+	Violations        int                   `json:"violations"`
+	FirstViolationS   float64               `json:"first_violation_s,omitempty"` // virtual seconds from the start
+	ViolationList     []invariant.Violation `json:"violation_list,omitempty"`
+
 	// HeldCuts counts the partitions that left the master hearing fewer than half of the group,
 	// whose kicks for silence were checked against PartitionTimeout (partition_kick).
-	HeldCuts        int                   `json:"held_cuts"`
-	MaxRevision     uint64                `json:"max_revision"`
-	LongestGapMs    float64               `json:"longest_gap_ms"`   // longest virtual time without a completed collective
-	LongestGapAtS   float64               `json:"longest_gap_at_s"` // when it ended, from the start
-	Faults          map[string]int        `json:"faults"`
-	FaultsTotal     int                   `json:"faults_total"`
-	FaultKinds      map[string]int        `json:"fault_kinds"` // the shapes of partitions and asymmetric links
-	MinFaultClass   int                   `json:"min_faults_per_class"`
-	Recovery        map[string]Stats      `json:"recovery_ms"`
-	Invariants      []string              `json:"invariants"`
-	Violations      int                   `json:"violations"`
-	FirstViolationS float64               `json:"first_violation_s,omitempty"` // virtual seconds from the start
-	ViolationList   []invariant.Violation `json:"violation_list,omitempty"`
+	HeldCuts int `json:"held_cuts"`
 }
 
 // invariantList names what the soak checks, for the summary.
@@ -221,6 +222,7 @@ type partition struct {
 	// cut, it must kick none of the far side's peers (farIDs) for silence before kickFrom.
 	holdKicks bool
 	farIDs    map[uint64]bool
+	cutAt     time.Time
 	kickFrom  time.Time
 }
 
@@ -244,12 +246,12 @@ type soak struct {
 	rng    *rand.Rand
 	check  *invariant.Checker
 	events chan event
+	pp     peerParams
+	start  time.Time
+	wall0  time.Time
+	ctx    context.Context
 	// masterEvents carries the master's kicks for silence from its event loop.
 	masterEvents chan master.Event
-	pp           peerParams
-	start        time.Time
-	wall0        time.Time
-	ctx          context.Context
 
 	procs   []*proc // spawn order
 	spawned int
@@ -298,13 +300,12 @@ func Run(o Options) (Summary, error) {
 	}
 	s := &soak{
 		o: o, cl: cl, mcfg: mcfg,
-		masterEvents: make(chan master.Event, 4096),
-		rng:          rand.New(rand.NewPCG(o.Seed, 0x51a1)),
-		check:        invariant.New(o.StallLimit, minPeers),
-		events:       make(chan event, 4096),
-		recovery:     map[string][]float64{},
-		iterations:   map[uint64]bool{},
-		ctx:          context.Background(),
+		rng:        rand.New(rand.NewPCG(o.Seed, 0x51a1)),
+		check:      invariant.New(o.StallLimit, minPeers),
+		events:     make(chan event, 4096),
+		recovery:   map[string][]float64{},
+		iterations: map[uint64]bool{},
+		ctx:        context.Background(),
 		sum: Summary{Seed: o.Seed, Break: o.Break, Peers: o.Peers, Faults: map[string]int{}, FaultKinds: map[string]int{},
 			Recovery: map[string]Stats{}, Invariants: invariantList},
 	}
@@ -329,6 +330,7 @@ func Run(o Options) (Summary, error) {
 		holdJoins: new(atomic.Int64),
 	}
 	s.start = time.Now()
+	s.masterEvents = make(chan master.Event, 4096)
 	cl.OnMasterEvent = func(e master.Event) {
 		if e.Kind != "accepted" && e.Kind != "joined" {
 			s.log.add(fmt.Sprintf("%10.3fs master: %s peer %d: %s", s.elapsed(e.Time).Seconds(), e.Kind, e.Peer, e.Detail))
@@ -1040,7 +1042,7 @@ func (s *soak) judgeCut(now time.Time, pt *partition) {
 	if 2*heard >= size || len(far) == 0 {
 		return
 	}
-	pt.holdKicks, pt.farIDs, pt.kickFrom = true, far, now.Add(s.mcfg.PartitionTimeout-kickSlack)
+	pt.holdKicks, pt.farIDs, pt.cutAt, pt.kickFrom = true, far, now, now.Add(s.mcfg.PartitionTimeout-kickSlack)
 	s.sum.HeldCuts++
 }
 
@@ -1054,7 +1056,7 @@ func (s *soak) kickedForSilence(e master.Event) {
 	}
 	s.check.Fail(e.Time, invariant.PartitionKick, 0, strconv.FormatUint(uint64(e.Peer), 10),
 		"kicked %v after a cut (%s) that left the master hearing fewer than half of the group, before PartitionTimeout (%v): %s",
-		e.Time.Sub(pt.kickFrom.Add(kickSlack-s.mcfg.PartitionTimeout)).Round(time.Millisecond), pt.kind, s.mcfg.PartitionTimeout, e.Detail)
+		e.Time.Sub(pt.cutAt).Round(time.Millisecond), pt.kind, s.mcfg.PartitionTimeout, e.Detail)
 }
 
 // heal ends the partition.
