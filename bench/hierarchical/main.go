@@ -533,6 +533,12 @@ func (b *bench) kill(ctx context.Context, g *group) (bool, timing, error) {
 		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
 	}
 	started := b.wanBytes(g)
+	var crashed <-chan struct{}
+	if !b.fabric {
+		// The victim's next write to a peer crashes it. A machine on the fabric also takes its NICs
+		// down, which a write hook cannot do: there the crash follows the first WAN bytes.
+		crashed = b.wan.crashOnWrite(g.name, victim, n)
+	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i, c := range g.comms {
@@ -543,18 +549,20 @@ func (b *bench) kill(ctx context.Context, g *group) (bool, timing, error) {
 			errs[i] = c.AllReduce(ctx, buf, buf, pccl.Desc{Tag: 2, Count: b.size / 4, DType: pccl.F32, Op: pccl.Sum})
 		}()
 	}
-	for b.wanBytes(g) == started {
-		time.Sleep(100 * time.Microsecond)
-	}
-	if b.fabric {
-		// A machine that dies takes its NICs with it.
-		for r := range b.nics {
-			if err := b.lab.SetNIC(victim, r, false); err != nil {
-				return false, timing{}, err
+	if crashed == nil {
+		for b.wanBytes(g) == started {
+			time.Sleep(100 * time.Microsecond)
+		}
+		if b.fabric {
+			// A machine that dies takes its NICs with it.
+			for r := range b.nics {
+				if err := b.lab.SetNIC(victim, r, false); err != nil {
+					return false, timing{}, err
+				}
 			}
 		}
+		b.wan.crash(g.name, victim)
 	}
-	b.wan.crash(g.name, victim)
 	wg.Wait()
 	g.comms[victim].Close()
 	survivors := g.comms[:victim]

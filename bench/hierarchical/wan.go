@@ -3,8 +3,10 @@ package main
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/concord-ccl/concord/bench/internal/crashhost"
+	"github.com/concord-ccl/concord/internal/transport"
 	"github.com/concord-ccl/concord/internal/wanemu"
 	"github.com/concord-ccl/concord/pccl"
 )
@@ -25,6 +27,11 @@ type wan interface {
 	// crash makes peer i of the group die as a host does: its connections break and it can make no
 	// new ones.
 	crash(group string, i int)
+	// crashOnWrite arms peer i of a group of peers to crash at its next write to another peer: that
+	// write breaks halfway and the host crashes, from inside the write, so the crash lands in the
+	// collective whatever the machine's load. It returns nil where the network cannot do that (the
+	// caller then crashes the peer itself).
+	crashOnWrite(group string, i, peers int) <-chan struct{}
 }
 
 // memWAN is the in-memory network: every ordered pair of hosts is a link of its own, shaped at the
@@ -76,6 +83,27 @@ func (w *memWAN) bytes(group string, peers int) int64 {
 }
 
 func (w *memWAN) crash(group string, i int) { w.net.Crash(host(group, i)) }
+
+func (w *memWAN) crashOnWrite(group string, i, peers int) <-chan struct{} {
+	crashed := make(chan struct{})
+	var fired atomic.Bool
+	for j := range peers {
+		if j == i {
+			continue
+		}
+		w.net.OnWrite(host(group, i), host(group, j), func(wr transport.Write) transport.Fault {
+			if !fired.CompareAndSwap(false, true) {
+				return transport.Fault{}
+			}
+			go func() {
+				w.net.Crash(host(group, i))
+				close(crashed)
+			}()
+			return transport.Fault{Kind: transport.FaultReset, Keep: wr.Size / 2}
+		})
+	}
+	return crashed
+}
 
 func (w *memWAN) drops() uint64 { return 0 }
 
@@ -148,6 +176,8 @@ func (w *nsWAN) between(f func(wanemu.LinkStats) uint64) uint64 {
 	}
 	return sum
 }
+
+func (*nsWAN) crashOnWrite(string, int, int) <-chan struct{} { return nil }
 
 func (w *nsWAN) crash(group string, i int) {
 	w.mu.Lock()

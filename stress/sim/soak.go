@@ -1020,9 +1020,13 @@ func (s *soak) judgeCut(now time.Time, pt *partition) {
 			}
 		}
 	}
+	srv := s.cl.Master()
+	if srv == nil {
+		return // no master at the moment: nothing to check
+	}
 	heard, size := 0, 0
 	far := map[uint64]bool{}
-	for _, pi := range s.cl.Master().Snapshot().Peers {
+	for _, pi := range srv.Snapshot().Peers {
 		if pi.Group != 0 {
 			continue
 		}
