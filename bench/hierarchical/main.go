@@ -533,12 +533,9 @@ func (b *bench) kill(ctx context.Context, g *group) (bool, timing, error) {
 		orig[i] = bytes.Clone(pccl.Bytes(bufs[i]))
 	}
 	started := b.wanBytes(g)
-	var crashed <-chan struct{}
-	if !b.fabric {
-		// The victim's next write to a peer crashes it. A machine on the fabric also takes its NICs
-		// down, which a write hook cannot do: there the crash follows the first WAN bytes.
-		crashed = b.wan.crashOnWrite(g.name, victim, n)
-	}
+	// The victim's next write to a peer crashes it. A machine on the fabric also takes its NICs
+	// down, which a write hook cannot do: there the crash follows the first WAN bytes.
+	armed := !b.fabric && b.wan.crashOnWrite(g.name, victim, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i, c := range g.comms {
@@ -549,7 +546,7 @@ func (b *bench) kill(ctx context.Context, g *group) (bool, timing, error) {
 			errs[i] = c.AllReduce(ctx, buf, buf, pccl.Desc{Tag: 2, Count: b.size / 4, DType: pccl.F32, Op: pccl.Sum})
 		}()
 	}
-	if crashed == nil {
+	if !armed {
 		for b.wanBytes(g) == started {
 			time.Sleep(100 * time.Microsecond)
 		}

@@ -29,9 +29,9 @@ type wan interface {
 	crash(group string, i int)
 	// crashOnWrite arms peer i of a group of peers to crash at its next write to another peer: that
 	// write breaks halfway and the host crashes, from inside the write, so the crash lands in the
-	// collective whatever the machine's load. It returns nil where the network cannot do that (the
-	// caller then crashes the peer itself).
-	crashOnWrite(group string, i, peers int) <-chan struct{}
+	// collective whatever the machine's load. It reports false where the network cannot do that
+	// (the caller then crashes the peer itself).
+	crashOnWrite(group string, i, peers int) bool
 }
 
 // memWAN is the in-memory network: every ordered pair of hosts is a link of its own, shaped at the
@@ -84,8 +84,7 @@ func (w *memWAN) bytes(group string, peers int) int64 {
 
 func (w *memWAN) crash(group string, i int) { w.net.Crash(host(group, i)) }
 
-func (w *memWAN) crashOnWrite(group string, i, peers int) <-chan struct{} {
-	crashed := make(chan struct{})
+func (w *memWAN) crashOnWrite(group string, i, peers int) bool {
 	var fired atomic.Bool
 	for j := range peers {
 		if j == i {
@@ -95,14 +94,11 @@ func (w *memWAN) crashOnWrite(group string, i, peers int) <-chan struct{} {
 			if !fired.CompareAndSwap(false, true) {
 				return transport.Fault{}
 			}
-			go func() {
-				w.net.Crash(host(group, i))
-				close(crashed)
-			}()
+			go w.net.Crash(host(group, i)) // on its own goroutine: the hook runs inside the victim's write
 			return transport.Fault{Kind: transport.FaultReset, Keep: wr.Size / 2}
 		})
 	}
-	return crashed
+	return true
 }
 
 func (w *memWAN) drops() uint64 { return 0 }
@@ -177,7 +173,7 @@ func (w *nsWAN) between(f func(wanemu.LinkStats) uint64) uint64 {
 	return sum
 }
 
-func (*nsWAN) crashOnWrite(string, int, int) <-chan struct{} { return nil }
+func (*nsWAN) crashOnWrite(string, int, int) bool { return false }
 
 func (w *nsWAN) crash(group string, i int) {
 	w.mu.Lock()
