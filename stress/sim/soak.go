@@ -219,16 +219,16 @@ type partition struct {
 	until time.Time
 
 	// The master's rule for the cut (judgeCut): when it heard fewer than half of the group at the
-	// cut, it must kick none of the far side's peers (farIDs) for silence before kickFrom.
+	// cut (cutAt), it must kick none of the far side's peers (farIDs) for silence before
+	// PartitionTimeout − kickSlack has passed.
 	holdKicks bool
 	farIDs    map[uint64]bool
 	cutAt     time.Time
-	kickFrom  time.Time
 }
 
 // kickSlack is how much earlier than PartitionTimeout after the cut the master may kick a silent
 // peer when it hears fewer than half of the group: the peer's last heartbeat may have come up to a
-// heartbeat interval (250 ms) before the cut, and the master's ticks are a quarter of that apart.
+// HeartbeatInterval before the cut, and the master ticks four times per interval.
 const kickSlack = time.Second
 
 // pendingFault is a fault whose recovery is being timed.
@@ -1046,7 +1046,7 @@ func (s *soak) judgeCut(now time.Time, pt *partition) {
 	if 2*heard >= size || len(far) == 0 {
 		return
 	}
-	pt.holdKicks, pt.farIDs, pt.cutAt, pt.kickFrom = true, far, now, now.Add(s.mcfg.PartitionTimeout-kickSlack)
+	pt.holdKicks, pt.farIDs, pt.cutAt = true, far, now
 	s.sum.HeldCuts++
 }
 
@@ -1055,7 +1055,7 @@ func (s *soak) judgeCut(now time.Time, pt *partition) {
 // PartitionTimeout.
 func (s *soak) kickedForSilence(e master.Event) {
 	pt := s.part
-	if pt == nil || !pt.holdKicks || !pt.farIDs[uint64(e.Peer)] || !e.Time.Before(pt.kickFrom) {
+	if pt == nil || !pt.holdKicks || !pt.farIDs[uint64(e.Peer)] || e.Time.Sub(pt.cutAt) >= s.mcfg.PartitionTimeout-kickSlack {
 		return
 	}
 	s.check.Fail(e.Time, invariant.PartitionKick, 0, strconv.FormatUint(uint64(e.Peer), 10),
