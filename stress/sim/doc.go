@@ -57,8 +57,10 @@
 // some peers only); no 20 s without a completed collective while two healthy peers are in the group
 // (the real soak's 10 s, doubled for the WAN's round trips); a master that hears fewer than half of
 // the group when a partition cuts it kicks none of the other side for silence before
-// PartitionTimeout (the soak asks the master which peers the group holds at the cut, and the master's
-// kicks come to it from the master's events); a leaving peer exits within 10 s; no
+// PartitionTimeout (the soak asks the master which peers the group holds at the cut and keeps that
+// up to date from the master's events, so that each kick is judged on the group as it was then: a
+// master that has since removed dead peers and hears half of the rest rightly kicks after
+// HeartbeatTimeout); a leaving peer exits within 10 s; no
 // goroutine of a session is left 3 s after its Close (counted by the pprof label every goroutine of
 // the session inherits), and none of the cluster after the run; no unexpected error; no panic (it
 // ends the test binary, after the seed was printed). The run stops at the first violation and

@@ -218,13 +218,38 @@ type partition struct {
 	far   map[string]bool
 	until time.Time
 
-	// The master's rule for the cut (judgeCut): when it heard fewer than half of the group at the
-	// cut (cutAt), it must kick none of the far side's peers (farIDs) for silence before
-	// PartitionTimeout − kickSlack has passed.
+	// The master's rule for the cut (judgeCut): while it hears fewer than half of the group, it
+	// kicks none of the far side's peers for silence before PartitionTimeout − kickSlack has passed
+	// since the cut (cutAt). members is the group as the master held it at the cut, kept up to date
+	// from the master's events: who left it and when, and how many joined it since.
 	holdKicks bool
-	farIDs    map[uint64]bool
+	members   map[uint64]*member
+	joined    int
 	cutAt     time.Time
+	farDelay  time.Duration // the longest one-way delay from a cut-off peer to the master at the cut
+	lost      int64         // the master's events lost before the cut (soak.lostEvents); more later voids the check
 }
+
+// member is a peer of the group at a cut, placed by the soak.
+type member struct {
+	side   side
+	goneAt time.Time // when the master removed it (zero: still in the group)
+}
+
+// side is where the soak places a peer of the group at a cut.
+type side int
+
+const (
+	heardSide  side = iota // on the master's side and alive: the master hears it
+	farSide                // cut off from the master
+	silentSide             // killed: heard on neither side
+)
+
+// slowMin and slowMax bound the latency a slow fault adds to a link.
+const (
+	slowMin = 20 * time.Millisecond
+	slowMax = 100 * time.Millisecond
+)
 
 // kickSlack is how much earlier than PartitionTimeout after the cut the master may kick a silent
 // peer when it hears fewer than half of the group: the peer's last heartbeat may have come up to a
@@ -250,8 +275,10 @@ type soak struct {
 	start  time.Time
 	wall0  time.Time
 	ctx    context.Context
-	// masterEvents carries the master's kicks for silence from its event loop.
+	// masterEvents carries the master's membership events (joins, departures, kicks for silence)
+	// from its event loop; lostEvents counts those a full queue dropped.
 	masterEvents chan master.Event
+	lostEvents   *atomic.Int64
 
 	procs   []*proc // spawn order
 	spawned int
@@ -331,14 +358,20 @@ func Run(o Options) (Summary, error) {
 	}
 	s.start = time.Now()
 	s.masterEvents = make(chan master.Event, 4096)
+	s.lostEvents = new(atomic.Int64)
 	cl.OnMasterEvent = func(e master.Event) {
 		if e.Kind != "accepted" && e.Kind != "joined" {
 			s.log.add(fmt.Sprintf("%10.3fs master: %s peer %d: %s", s.elapsed(e.Time).Seconds(), e.Kind, e.Peer, e.Detail))
 		}
-		if e.Kind == "timeout" {
+		switch e.Kind {
+		case "timeout", "kicked", "left", "joined":
+			if e.Group != 0 {
+				break
+			}
 			select {
-			case s.masterEvents <- e: // judged by the soak's goroutine (kickedForSilence)
-			default: // a full queue loses the check of this kick, never raises a false one
+			case s.masterEvents <- e: // judged by the soak's goroutine (masterEvent)
+			default:
+				s.lostEvents.Add(1) // voids the partition check in force rather than raise a false one
 			}
 		}
 	}
@@ -403,7 +436,7 @@ func (s *soak) loop() {
 		case ev := <-s.events:
 			s.handle(ev)
 		case e := <-s.masterEvents:
-			s.kickedForSilence(e)
+			s.masterEvent(e)
 		case now := <-tick.C:
 			if !now.Before(end) {
 				return
@@ -829,7 +862,7 @@ func (s *soak) inject(now time.Time) {
 		s.faulted(class, now, v)
 	case "slow":
 		v := pick(slowable)
-		d := 20*time.Millisecond + time.Duration(s.rng.Int64N(int64(80*time.Millisecond)))
+		d := slowMin + time.Duration(s.rng.Int64N(int64(slowMax-slowMin)))
 		v.slowUntil = now.Add(hold)
 		s.setLink(v.name, MasterHost, func(c *pccl.LinkConfig) { c.Latency += d })
 		s.setLink(MasterHost, v.name, func(c *pccl.LinkConfig) { c.Latency += d })
@@ -846,7 +879,7 @@ func (s *soak) inject(now time.Time) {
 	case "link-slow":
 		l := links[s.rng.IntN(len(links))]
 		l.class, l.until = class, now.Add(hold)
-		d := 20*time.Millisecond + time.Duration(s.rng.Int64N(int64(80*time.Millisecond)))
+		d := slowMin + time.Duration(s.rng.Int64N(int64(slowMax-slowMin)))
 		s.setLink(l.from.name, l.to.name, func(c *pccl.LinkConfig) { c.Latency += d })
 		s.linkFaults = append(s.linkFaults, l)
 		s.faulted(class, now, nil)
@@ -879,6 +912,9 @@ func (s *soak) inject(now time.Time) {
 		s.event("master paused until %.3fs", s.elapsed(s.masterPausedUntil).Seconds())
 	case "master-restart":
 		s.lastMasterRestart = now
+		if s.part != nil {
+			s.part.holdKicks = false // the new master's group is not the one the cut was judged on
+		}
 		// A peer that joins the new master before the old group reports is wired alone, and the
 		// group then joins it one peer at a time, each skipping the revisions synced before it
 		// came: documented, and kept out of the schedule as the real soak keeps its spawns out.
@@ -1006,9 +1042,9 @@ func (s *soak) partition(now time.Time, pt *partition) {
 }
 
 // judgeCut works out which rule the master's tick applies to the silent side of pt: it asks the
-// master which peers the group holds and counts those on its own side. When it hears fewer than
-// half, it waits PartitionTimeout before it kicks any of them (a short cut of its own link heals
-// without costing anyone), and pt is set to check that (kickedForSilence). A peer of the group
+// master which peers the group holds and places each on a side. When the master hears fewer than
+// half of them, it waits PartitionTimeout before it kicks any of the others (a short cut of its own
+// link heals without costing anyone), and pt is set to check that (masterEvent). A peer of the group
 // whose process the soak cannot place (its session has not reported yet), or one that is leaving,
 // makes the count uncertain, and the cut is not checked.
 func (s *soak) judgeCut(now time.Time, pt *partition) {
@@ -1024,43 +1060,96 @@ func (s *soak) judgeCut(now time.Time, pt *partition) {
 	if srv == nil {
 		return // no master at the moment: nothing to check
 	}
-	heard, size := 0, 0
-	far := map[uint64]bool{}
+	lost, far := s.lostEvents.Load(), 0
+	members := map[uint64]*member{}
 	for _, pi := range srv.Snapshot().Peers {
 		if pi.Group != 0 {
 			continue
 		}
-		size++
 		p := byID[uint64(pi.ID)]
 		switch {
 		case p == nil || (p.gone() && !p.killed):
 			return
 		case p.killed:
 			// Silent on either side: the master does not hear it, and its silence may predate the cut.
+			members[uint64(pi.ID)] = &member{side: silentSide}
 		case pt.near[p.name]:
-			heard++
+			members[uint64(pi.ID)] = &member{side: heardSide}
 		case pt.far[p.name]:
-			far[uint64(pi.ID)] = true
+			members[uint64(pi.ID)] = &member{side: farSide}
+			far++
+			pt.farDelay = max(pt.farDelay, s.cl.BaseLink(p.name, MasterHost).Latency+slowMax)
+		default:
+			return
 		}
 	}
-	if 2*heard >= size || len(far) == 0 {
+	pt.members, pt.cutAt, pt.lost = members, now, lost
+	if heard, size := pt.hearing(now); 2*heard >= size || far == 0 {
 		return
 	}
-	pt.holdKicks, pt.farIDs, pt.cutAt = true, far, now
+	pt.holdKicks = true
 	s.sum.HeldCuts++
 }
 
-// kickedForSilence checks a kick of the master for silence against the partition in force: a
-// master that heard fewer than half of the group at the cut kicks none of the cut-off peers before
-// PartitionTimeout.
-func (s *soak) kickedForSilence(e master.Event) {
+// hearing counts the peers the master hears of the group at t and the group's size then, by the
+// soak's account since the cut. A peer removed at t itself still counts: the master judges a tick's
+// silent peers on the group as it was before that tick's kicks. Every peer that joined since the cut
+// counts as heard, whenever it joined: it reached the master, and counting it only ever makes the
+// check more lenient.
+func (pt *partition) hearing(t time.Time) (heard, size int) {
+	for _, m := range pt.members {
+		if !m.goneAt.IsZero() && m.goneAt.Before(t) {
+			continue
+		}
+		size++
+		if m.side == heardSide {
+			heard++
+		}
+	}
+	return heard + pt.joined, size + pt.joined
+}
+
+// farHeardFor is how long after the cut of pt the master may still count a cut-off peer as heard:
+// its hearWindow (half of HeartbeatTimeout) from the peer's last message, which was sent before the
+// cut and reached the master up to the link's delay later, and a tick of the master's to spare.
+func (s *soak) farHeardFor(pt *partition) time.Duration {
+	return s.mcfg.HeartbeatTimeout/2 + pt.farDelay + s.mcfg.HeartbeatInterval/4
+}
+
+// masterEvent keeps the partition in force up to date with the group's membership and checks each
+// kick for silence against it: while the master hears fewer than half of the group, it kicks none of
+// the cut-off peers before PartitionTimeout. A kick is judged on the group as it was at that moment:
+// the master may have removed dead peers since the cut and come to hear half of what is left, and
+// then it rightly kicks the silent ones after HeartbeatTimeout.
+func (s *soak) masterEvent(e master.Event) {
 	pt := s.part
-	if pt == nil || !pt.holdKicks || !pt.farIDs[uint64(e.Peer)] || e.Time.Sub(pt.cutAt) >= s.mcfg.PartitionTimeout-kickSlack {
+	if pt == nil || !pt.holdKicks || e.Time.Before(pt.cutAt) {
 		return
 	}
-	s.check.Fail(e.Time, invariant.PartitionKick, 0, strconv.FormatUint(uint64(e.Peer), 10),
-		"kicked %v after a cut (%s) that left the master hearing fewer than half of the group, before PartitionTimeout (%v): %s",
-		e.Time.Sub(pt.cutAt).Round(time.Millisecond), pt.kind, s.mcfg.PartitionTimeout, e.Detail)
+	id := uint64(e.Peer)
+	switch e.Kind {
+	case "joined":
+		pt.joined++
+		return
+	case "kicked", "left":
+		if m := pt.members[id]; m != nil && m.goneAt.IsZero() {
+			m.goneAt = e.Time
+		}
+		return
+	}
+	m := pt.members[id]
+	since := e.Time.Sub(pt.cutAt)
+	if m == nil || m.side != farSide || since >= s.mcfg.PartitionTimeout-kickSlack || since <= s.farHeardFor(pt) ||
+		s.lostEvents.Load() != pt.lost {
+		return
+	}
+	heard, size := pt.hearing(e.Time)
+	if 2*heard >= size {
+		return
+	}
+	s.check.Fail(e.Time, invariant.PartitionKick, 0, strconv.FormatUint(id, 10),
+		"kicked %v after a cut (%s) while the master heard %d of the group's %d peers, before PartitionTimeout (%v): %s",
+		since.Round(time.Millisecond), pt.kind, heard, size, s.mcfg.PartitionTimeout, e.Detail)
 }
 
 // heal ends the partition.
