@@ -25,103 +25,14 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pccl.h>
 
-#include <errno.h>
+#include "testutil.h"
+
 #include <math.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-static int me = -1; /* peer index, -1 in the driver */
-
-static void die(const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    char why[512] = "";
-    concordGetLastError(why, sizeof why);
-    fprintf(stderr, "[%s %d] FAIL: %s (last error: %s)\n", me < 0 ? "driver" : "peer", me, msg, why);
-    exit(1);
-}
-
-#define CHECK(call)                                                       \
-    do {                                                                  \
-        pcclResult_t rc_ = (call);                                        \
-        if (rc_ != pcclSuccess) die("%s returned %d", #call, (int)rc_); \
-    } while (0)
-
-#define EXPECT(call, want)                                                                          \
-    do {                                                                                            \
-        pcclResult_t rc_ = (call);                                                                  \
-        if (rc_ != (want)) die("%s returned %d, want %s (%d)", #call, (int)rc_, #want, (int)(want)); \
-    } while (0)
-
-static void nap_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static ccoip_socket_address_t loopback(uint16_t port) {
-    ccoip_socket_address_t a;
-    memset(&a, 0, sizeof a);
-    a.inet.protocol = inetIPv4;
-    a.inet.ipv4.data[0] = 127;
-    a.inet.ipv4.data[3] = 1;
-    a.port = port;
-    return a;
-}
-
-static pcclReduceDescriptor_t desc_f32(uint64_t tag, size_t count) {
-    pcclReduceDescriptor_t d;
-    memset(&d, 0, sizeof d);
-    d.count = count;
-    d.op = pcclSum;
-    d.tag = tag;
-    d.src_descriptor.datatype = pcclFloat;
-    d.src_descriptor.distribution_hint = pcclDistributionNone;
-    d.quantization_options.quantized_datatype = pcclFloat;
-    d.quantization_options.algorithm = pcclQuantNone;
-    return d;
-}
-
-static int world_size(pcclComm_t *comm) {
-    int w = 0;
-    CHECK(pcclGetAttribute(comm, PCCL_ATTRIBUTE_PEER_GROUP_WORLD_SIZE, &w));
-    return w;
-}
-
-static pcclComm_t *create(uint16_t port, uint32_t group) {
-    CHECK(pcclInit());
-    pcclCommCreateParams_t params;
-    memset(&params, 0, sizeof params);
-    params.master_address = loopback(port);
-    params.peer_group = group;
-    pcclComm_t *comm = NULL;
-    CHECK(pcclCreateCommunicator(&params, &comm));
-    return comm;
-}
-
-/* Grows the ring with pcclUpdateTopology until it holds n peers; a newcomer skips its first update. */
-static void grow(pcclComm_t *comm, int n) {
-    for (int first = 1;; first = 0) {
-        if (!first) CHECK(pcclUpdateTopology(comm));
-        if (world_size(comm) == n) return;
-        nap_ms(20);
-    }
 }
 
 #define COUNT 1031
@@ -319,67 +230,6 @@ static void peer_group(uint16_t port) {
 
 /* ---- the driver ---- */
 
-typedef struct {
-    pid_t pid;
-    FILE *out;
-} child;
-
-static child spawn(const char *self, const char *scenario, uint16_t port, int idx, const char *extra) {
-    int fds[2];
-    if (pipe(fds) != 0) die("pipe: %s", strerror(errno));
-    char ps[16], is[16];
-    snprintf(ps, sizeof ps, "%u", port);
-    snprintf(is, sizeof is, "%d", idx);
-    pid_t pid = fork();
-    if (pid < 0) die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        execl(self, self, "peer", scenario, ps, is, extra, (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    child c = {pid, fdopen(fds[0], "r")};
-    return c;
-}
-
-/* Reads c's output until a line starts with want; the line goes to out (if not NULL). */
-static void await_line(child c, const char *want, char *out, size_t n) {
-    char line[512];
-    while (fgets(line, sizeof line, c.out) != NULL) {
-        if (strncmp(line, want, strlen(want)) == 0) {
-            if (out != NULL) snprintf(out, n, "%s", line);
-            return;
-        }
-    }
-    die("peer %d ended without saying \"%s\"", (int)c.pid, want);
-}
-
-static int reap(child c) {
-    int status;
-    if (waitpid(c.pid, &status, 0) < 0) die("waitpid: %s", strerror(errno));
-    fclose(c.out);
-    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok) fprintf(stderr, "[driver] peer %d ended with status 0x%x\n", (int)c.pid, status);
-    return ok;
-}
-
-static pcclMasterInstance_t *start_master(uint16_t *port, void (*setup)(pcclMasterInstance_t *)) {
-    pcclMasterInstance_t *m = NULL;
-    CHECK(pcclCreateMaster(loopback(0), &m));
-    if (setup != NULL) setup(m);
-    CHECK(pcclRunMaster(m));
-    CHECK(concordMasterGetPort(m, port));
-    return m;
-}
-
-static void stop_master(pcclMasterInstance_t *m) {
-    CHECK(pcclInterruptMaster(m));
-    CHECK(pcclMasterAwaitTermination(m));
-    CHECK(pcclDestroyMaster(m));
-}
-
 static void with_gossip(pcclMasterInstance_t *m) { CHECK(concordMasterSetGossip(m, "127.0.0.1:0")); }
 
 static int drive_gossip(const char *self) {
@@ -409,7 +259,7 @@ static int drive_gossip(const char *self) {
     char done[3][64];
     for (int i = 0; i < 3; i++) {
         await_line(c[i], "done at step", done[i], sizeof done[i]);
-        ok &= reap(c[i]);
+        ok &= reap(c[i], 0);
     }
     if (strcmp(done[0], done[1]) != 0 || strcmp(done[0], done[2]) != 0)
         die("the peers ended at different steps: %s %s %s", done[0], done[1], done[2]);
@@ -462,7 +312,7 @@ static int drive_guard(const char *self) {
     await_line(c[2], "guarded:", line, sizeof line);
     if (strstr(line, "median") == NULL) die("the guard's reason names no median: %s", line);
     int ok = 1;
-    for (int i = 0; i < 3; i++) ok &= reap(c[i]);
+    for (int i = 0; i < 3; i++) ok &= reap(c[i], 0);
     stop_master(m);
     return ok;
 }
@@ -475,7 +325,7 @@ static int drive_quant(const char *self) {
     for (int i = 0; i < 2; i++) c[i] = spawn(self, "quant", port, i, "");
     for (int i = 0; i < 2; i++) await_line(c[i], "result", res[i], sizeof res[i]);
     if (strcmp(res[0], res[1]) != 0) die("the peers' results differ: %s / %s", res[0], res[1]);
-    int ok = reap(c[0]) & reap(c[1]);
+    int ok = reap(c[0], 0) & reap(c[1], 0);
     stop_master(m);
     return ok;
 }
@@ -486,7 +336,7 @@ static int drive_group(const char *self) {
     child c[4];
     for (int i = 0; i < 4; i++) c[i] = spawn(self, "group", port, i, "");
     int ok = 1;
-    for (int i = 0; i < 4; i++) ok &= reap(c[i]);
+    for (int i = 0; i < 4; i++) ok &= reap(c[i], 0);
     stop_master(m);
     return ok;
 }

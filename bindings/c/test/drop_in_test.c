@@ -18,97 +18,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pccl.h>
 
-#include <errno.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-static int me = -1; /* peer index, -1 in the driver */
-
-static void die(const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    char why[512] = "";
-    concordGetLastError(why, sizeof why);
-    fprintf(stderr, "[%s %d] FAIL: %s (last error: %s)\n", me < 0 ? "driver" : "peer", me, msg, why);
-    exit(1);
-}
-
-#define CHECK(call)                                                       \
-    do {                                                                  \
-        pcclResult_t rc_ = (call);                                        \
-        if (rc_ != pcclSuccess) die("%s returned %d", #call, (int)rc_); \
-    } while (0)
-
-#define EXPECT(call, want)                                                                          \
-    do {                                                                                            \
-        pcclResult_t rc_ = (call);                                                                  \
-        if (rc_ != (want)) die("%s returned %d, want %s (%d)", #call, (int)rc_, #want, (int)(want)); \
-    } while (0)
-
-static void nap_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static ccoip_socket_address_t loopback(uint16_t port) {
-    ccoip_socket_address_t a;
-    memset(&a, 0, sizeof a);
-    a.inet.protocol = inetIPv4;
-    a.inet.ipv4.data[0] = 127;
-    a.inet.ipv4.data[3] = 1;
-    a.port = port;
-    return a;
-}
-
-static pcclReduceDescriptor_t desc_f32(uint64_t tag, size_t count) {
-    pcclReduceDescriptor_t d;
-    memset(&d, 0, sizeof d);
-    d.count = count;
-    d.op = pcclSum;
-    d.tag = tag;
-    d.src_descriptor.datatype = pcclFloat;
-    d.src_descriptor.distribution_hint = pcclDistributionNone;
-    d.quantization_options.quantized_datatype = pcclFloat;
-    d.quantization_options.algorithm = pcclQuantNone;
-    return d;
-}
-
-static int world_size(pcclComm_t *comm) {
-    int w = 0;
-    CHECK(pcclGetAttribute(comm, PCCL_ATTRIBUTE_PEER_GROUP_WORLD_SIZE, &w));
-    return w;
-}
-
-static pcclComm_t *join(uint16_t port) {
-    CHECK(pcclInit());
-    pcclCommCreateParams_t params;
-    memset(&params, 0, sizeof params);
-    params.master_address = loopback(port);
-    pcclComm_t *comm = NULL;
-    CHECK(pcclCreateCommunicator(&params, &comm));
-    CHECK(pcclConnect(comm));
-    return comm;
-}
-
-/* Grows the ring with pcclUpdateTopology until it holds n peers; a newcomer skips its first update. */
-static void grow(pcclComm_t *comm, int n) {
-    for (int first = 1;; first = 0) {
-        if (!first) CHECK(pcclUpdateTopology(comm));
-        if (world_size(comm) == n) return;
-        nap_ms(20);
-    }
-}
+#include "testutil.h"
 
 /* What peer `who` contributes to element i. */
 static float contribution(int who, size_t i) { return (float)(i % 5) + (float)who + 1.0f; }
@@ -283,73 +193,13 @@ static void peer_pause(uint16_t port) {
 
 /* ---- the driver ---- */
 
-typedef struct {
-    pid_t pid;
-    FILE *out;
-} child;
-
-static child spawn(const char *self, const char *scenario, uint16_t port, int idx) {
-    int fds[2];
-    if (pipe(fds) != 0) die("pipe: %s", strerror(errno));
-    char ps[16], is[16];
-    snprintf(ps, sizeof ps, "%u", port);
-    snprintf(is, sizeof is, "%d", idx);
-    pid_t pid = fork();
-    if (pid < 0) die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        execl(self, self, "peer", scenario, ps, is, (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    child c = {pid, fdopen(fds[0], "r")};
-    return c;
-}
-
-/* Reads c's output until a line starts with want; the line goes to out (if not NULL). */
-static void await_line(child c, const char *want, char *out, size_t n) {
-    char line[256];
-    while (fgets(line, sizeof line, c.out) != NULL) {
-        if (strncmp(line, want, strlen(want)) == 0) {
-            if (out != NULL) snprintf(out, n, "%s", line);
-            return;
-        }
-    }
-    die("peer %d ended without saying \"%s\"", (int)c.pid, want);
-}
-
-static int reap(child c, int want_kill) {
-    int status;
-    if (waitpid(c.pid, &status, 0) < 0) die("waitpid: %s", strerror(errno));
-    fclose(c.out);
-    int ok = want_kill ? WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL : WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok) fprintf(stderr, "[driver] peer %d ended with status 0x%x\n", (int)c.pid, status);
-    return ok;
-}
-
-static pcclMasterInstance_t *start_master(uint16_t *port) {
-    pcclMasterInstance_t *m = NULL;
-    CHECK(pcclCreateMaster(loopback(0), &m));
-    CHECK(pcclRunMaster(m));
-    CHECK(concordMasterGetPort(m, port));
-    return m;
-}
-
-static void stop_master(pcclMasterInstance_t *m) {
-    CHECK(pcclInterruptMaster(m));
-    CHECK(pcclMasterAwaitTermination(m));
-    CHECK(pcclDestroyMaster(m));
-}
-
 static int drive_admit(const char *self) {
     uint16_t port;
-    pcclMasterInstance_t *m = start_master(&port);
+    pcclMasterInstance_t *m = start_master(&port, NULL);
     child c[4];
-    for (int i = 0; i < 3; i++) c[i] = spawn(self, "admit", port, i);
+    for (int i = 0; i < 3; i++) c[i] = spawn(self, "admit", port, i, NULL);
     await_line(c[0], "ring of 3", NULL, 0);
-    c[3] = spawn(self, "admit", port, 3);
+    c[3] = spawn(self, "admit", port, 3, NULL);
     await_line(c[0], "updating topology", NULL, 0);
     await_line(c[3], "connected", NULL, 0);
     int ok = reap(c[2], 1);
@@ -361,9 +211,9 @@ static int drive_admit(const char *self) {
 
 static int drive_crossed(const char *self) {
     uint16_t port;
-    pcclMasterInstance_t *m = start_master(&port);
+    pcclMasterInstance_t *m = start_master(&port, NULL);
     child c[2];
-    for (int i = 0; i < 2; i++) c[i] = spawn(self, "crossed", port, i);
+    for (int i = 0; i < 2; i++) c[i] = spawn(self, "crossed", port, i, NULL);
     char line[2][256];
     int state[2];
     unsigned long long tx[2], rx[2];
@@ -385,9 +235,9 @@ static int drive_crossed(const char *self) {
 
 static int drive_pause(const char *self) {
     uint16_t port;
-    pcclMasterInstance_t *m = start_master(&port); /* the library's default timing */
+    pcclMasterInstance_t *m = start_master(&port, NULL); /* the library's default timing */
     child c[3];
-    for (int i = 0; i < 3; i++) c[i] = spawn(self, "pause", port, i);
+    for (int i = 0; i < 3; i++) c[i] = spawn(self, "pause", port, i, NULL);
     await_line(c[2], "stop me", NULL, 0);
     kill(c[2].pid, SIGSTOP);
     nap_ms(10000);

@@ -16,55 +16,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pccl.h>
 
-#include <errno.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+#include "testutil.h"
 
 #define NPEERS 3
 #define COUNT 4099 /* not a multiple of the world size */
-
-static int me = -1; /* peer index, -1 in the driver */
-
-static void die(const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    char why[512] = "";
-    concordGetLastError(why, sizeof why);
-    fprintf(stderr, "[%s %d] FAIL: %s (last error: %s)\n", me < 0 ? "driver" : "peer", me, msg, why);
-    exit(1);
-}
-
-#define CHECK(call)                                                       \
-    do {                                                                  \
-        pcclResult_t rc_ = (call);                                        \
-        if (rc_ != pcclSuccess) die("%s returned %d", #call, (int)rc_); \
-    } while (0)
-
-static void nap_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static ccoip_socket_address_t loopback(uint16_t port) {
-    ccoip_socket_address_t a;
-    memset(&a, 0, sizeof a);
-    a.inet.protocol = inetIPv4;
-    a.inet.ipv4.data[0] = 127;
-    a.inet.ipv4.data[3] = 1;
-    a.port = port;
-    return a;
-}
 
 /* ---- element conversions for small integers ---- */
 
@@ -147,25 +102,6 @@ static double contribution(pcclDataType_t t, int rank, size_t i) {
     double v = (double)(i % 7) + rank + 1;
     if ((t == pcclInt8 || t == pcclInt16 || t == pcclInt32 || t == pcclInt64) && i % 2) v = -v;
     return v;
-}
-
-static pcclReduceDescriptor_t desc_of(pcclDataType_t t, pcclRedOp_t op, uint64_t tag, size_t count) {
-    pcclReduceDescriptor_t d;
-    memset(&d, 0, sizeof d);
-    d.count = count;
-    d.op = op;
-    d.tag = tag;
-    d.src_descriptor.datatype = t;
-    d.src_descriptor.distribution_hint = pcclDistributionNone;
-    d.quantization_options.quantized_datatype = t;
-    d.quantization_options.algorithm = pcclQuantNone;
-    return d;
-}
-
-static int world_size(pcclComm_t *comm) {
-    int w = 0;
-    CHECK(pcclGetAttribute(comm, PCCL_ATTRIBUTE_PEER_GROUP_WORLD_SIZE, &w));
-    return w;
 }
 
 /* ---- the peer ---- */
@@ -364,12 +300,7 @@ static int peer(uint16_t port) {
     CHECK(pcclConnect(comm));
     if (pcclConnect(comm) != pcclInvalidUsage) die("a second pcclConnect did not fail with pcclInvalidUsage");
 
-    /* Grow the ring until every peer is in; a newcomer skips its first update. */
-    for (int first = 1;; first = 0) {
-        if (!first) CHECK(pcclUpdateTopology(comm));
-        if (world_size(comm) == NPEERS) break;
-        nap_ms(20);
-    }
+    grow(comm, NPEERS);
     int v = 0;
     CHECK(pcclGetAttribute(comm, PCCL_ATTRIBUTE_GLOBAL_WORLD_SIZE, &v));
     if (v != NPEERS) die("global world size %d", v);
@@ -437,16 +368,12 @@ static int driver(const char *self) {
     for (int i = 0; i < NPEERS; i++) {
         int status;
         if (waitpid(pids[i], &status, 0) < 0) die("waitpid: %s", strerror(errno));
-        int ok = i == 2 ? WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
-                        : WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok) {
+        if (!ended_as_wanted(status, i == 2)) {
             fprintf(stderr, "[driver] peer %d ended with status 0x%x\n", i, status);
             failed = 1;
         }
     }
-    CHECK(pcclInterruptMaster(master));
-    CHECK(pcclMasterAwaitTermination(master));
-    CHECK(pcclDestroyMaster(master));
+    stop_master(master);
     if (failed) return 1;
     printf("PASS\n");
     return 0;
