@@ -24,7 +24,7 @@ import enum
 import ipaddress
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from . import _lib
 from ._buffers import Buffer, buffer
@@ -36,7 +36,7 @@ __all__ = [
     "Master", "Communicator", "SharedState", "AsyncReduce", "ReduceOp", "Quant", "Strategy", "ReduceInfo",
     "SyncInfo", "ConcordError", "PeerLeftError", "AbortedError", "TooFewPeersError", "LocalFailureError",
     "NonFiniteError", "KickedError", "ClosedError", "DescriptorMismatchError", "MasterLostError", "BusyError",
-    "InvalidError", "SyncError", "NotConnectedError", "RefusedError", "library_path",
+    "InvalidError", "SyncError", "NotConnectedError", "RefusedError", "library_path", "run_with_rejoin",
 ]
 
 
@@ -259,7 +259,8 @@ class Communicator:
     ``contribution_stats`` reports each float all-reduce's contribution norm to the master's guard.
 
     A peer the master removed (KickedError, or MasterLostError, with ``err.rejoinable``) comes back
-    with rejoin(); it is then a newcomer and must fetch the group's state first."""
+    with rejoin(); it is then a newcomer and must fetch the group's state first. run_with_rejoin runs
+    a training loop that way."""
 
     def __init__(self, master: str, *, group: int = 0, pool_size: int = 0, secret: str | None = None,
                  transport: str | None = None, site: str | None = None, nics: list[str] | None = None,
@@ -463,3 +464,28 @@ class Communicator:
             self.close()
         except Exception:
             pass
+
+
+T = TypeVar("T")
+
+
+def run_with_rejoin(comm: Communicator, body: Callable[[int], T], *, timeout: float | None = None,
+                    max_rejoins: int | None = None, on_rejoin: Callable[[ConcordError, int], Any] | None = None) -> T:
+    """Runs ``body(rejoins)`` and keeps this peer in the run through kicks, as Go's pccl.Rejoin does:
+    when body raises a ConcordError with ``rejoinable``, ``on_rejoin(err, rejoins)`` is called (rejoins
+    counts this one), ``comm.rejoin(timeout)`` connects again as a newcomer, and body runs again with
+    the count. body must then fetch the group's state first (Strategy.RECEIVE_ONLY), and leave no
+    all-reduce of the old membership running when it raises. Returns what body returns; raises body's
+    other errors, rejoin's (RefusedError; MasterLostError after ``timeout``), and the kick that would
+    be rejoin number max_rejoins + 1."""
+    rejoins = 0
+    while True:
+        try:
+            return body(rejoins)
+        except ConcordError as err:
+            if not err.rejoinable or (max_rejoins is not None and rejoins >= max_rejoins):
+                raise
+            rejoins += 1
+            if on_rejoin is not None:
+                on_rejoin(err, rejoins)
+        comm.rejoin(timeout)

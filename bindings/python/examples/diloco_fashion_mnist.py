@@ -8,14 +8,23 @@ outer parameters, the outer momentum and the round counter are the shared state:
 receives them, and a final sync shows that every peer holds bit-identical state.
 
 A peer that dies makes the survivors' pending all-reduce fail with PeerLeftError; the ring is already
-re-wired without it, so they start the same all-reduce again. Peers that wait to join are admitted
-between rounds (are_peers_pending / update_topology) and take the state with a sync.
+re-wired without it, and all_reduce_many starts the same all-reduce again. Peers that wait to join are admitted
+between rounds (are_peers_pending / update_topology) and take the state with a RECEIVE_ONLY sync. A
+peer that the master removed while it lived (stopped, hung, cut off past the heartbeat timeout) gets
+KickedError or MasterLostError with ``err.rejoinable``. The rounds run under concord.run_with_rejoin:
+the peer lets its background all-reduce end, rejoins as a newcomer, and runs on from the group's
+outer parameters, momentum and round counter. An error a rejoin cannot fix, or a fourth kick, ends
+the peer with a "giving up" line.
 
-Run the whole demo (a master, three peers, one killed, one joining) with
+Run the whole demo with
 
     python3 bindings/python/examples/diloco_fashion_mnist.py --demo
 
-or one peer of a run with --master HOST:PORT --index I. --device cuda keeps the model on the GPU and
+A master with the "wan" timing (a peer silent for 6 s is removed) runs in the demo's process with
+three peers: peer 2 is killed at round 5, peer 3 joins once the others run on without it, then peer 1
+is stopped with SIGSTOP until the others run on without it and continued: it rejoins and finishes.
+The demo checks that peers 0, 1 and 3 end with bit-identical state; every wait has a time limit.
+One peer of a run is --master HOST:PORT --index I. --device cuda keeps the model on the GPU and
 stages the pseudo-gradients through host memory for the all-reduce.
 """
 
@@ -26,10 +35,14 @@ import gzip
 import hashlib
 import os
 import pathlib
+import queue
+import re
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 import torch
@@ -76,7 +89,7 @@ def state_hash(tensors: list[torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def peer(args: argparse.Namespace) -> None:
+def peer(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     device = torch.device(args.device)
     x, y = load("train")
@@ -94,12 +107,20 @@ def peer(args: argparse.Namespace) -> None:
     delta = [torch.zeros_like(p) for p in outer]  # the pseudo-gradient being averaged
     inner_opt = torch.optim.AdamW(params, lr=args.inner_lr)
     gen = torch.Generator().manual_seed(1000 + args.index)
+    name = f"peer {args.index}"
 
+    deadline = time.monotonic() + args.timeout
     if args.wait_for:
         while not os.path.exists(args.wait_for):
+            if time.monotonic() > deadline:
+                print(f"{name}: giving up: {args.wait_for} did not appear within {args.timeout:g} s", flush=True)
+                return 1
             time.sleep(0.01)
     comm = concord.Communicator(args.master, pool_size=2).connect()
-    print(f"peer {args.index}: connected", flush=True)
+    # A peer that did not wait for the first ones and finds a group has joined a running run: its
+    # state is stale, so its first sync only receives, as after a rejoin.
+    newcomer = not args.grow_to and comm.world_size > 1
+    print(f"{name}: connected", flush=True)
     if args.grow_to:  # the first peers of a run wait for each other
         first = True
         while True:
@@ -108,91 +129,106 @@ def peer(args: argparse.Namespace) -> None:
             first = False
             if comm.world_size >= args.grow_to:
                 break
+            if time.monotonic() > deadline:
+                print(f"{name}: giving up: the group did not grow to {args.grow_to} within {args.timeout:g} s",
+                      flush=True)
+                comm.close()
+                return 1
             time.sleep(0.01)
 
-    handle = None
-    need_sync, fresh = True, True
+    reduce = None  # the all-reduce of the last round's pseudo-gradient, running in the background
 
     def finish_reduce() -> None:
-        """Waits for the pending all-reduce (retrying it after a peer left) and applies the outer step."""
-        nonlocal handle
-        if handle is None:
+        """Waits for the pending all-reduce and applies the outer step with its result."""
+        nonlocal reduce
+        if reduce is None:
             return
-        while True:
-            try:
-                info = handle.wait()
-                world = info.world_size
-                break
-            except concord.TooFewPeersError:
-                world = 1  # alone: the own pseudo-gradient is the average
-                break
-            except concord.ConcordError as e:
-                if not e.retryable:
-                    raise
-                print(f"peer {args.index}: round {int(rounds)}: {type(e).__name__}, retrying", flush=True)
-                handle = start_reduce()
-        handle = None
+        pending, reduce = reduce, None
+        try:
+            pending.wait(args.timeout)
+        except concord.TooFewPeersError:
+            pass  # alone: the own pseudo-gradient is the average
         with torch.no_grad():
             for o, m, d in zip(outer, momentum, delta):
                 m.mul_(args.momentum).add_(d)
                 o.sub_(d.add(m, alpha=args.momentum), alpha=args.outer_lr)
-        return world
 
-    def start_reduce():
-        return _Many(comm, delta)
-
-    while int(rounds) < args.rounds:
-        if not fresh and comm.are_peers_pending():
-            finish_reduce()
-            comm.update_topology()
-            need_sync = True
-        fresh = False
-        if need_sync:
-            state.revision += 1
-            info = comm.sync_shared_state(state)
-            with torch.no_grad():
-                for p, o in zip(params, outer):
-                    p.copy_(o)
-            print(f"peer {args.index}: synced at round {int(rounds)}, world {comm.world_size}, "
-                  f"received {info.rx_bytes} bytes", flush=True)
-            need_sync = False
-        print(f"peer {args.index}: round {int(rounds)} world {comm.world_size}", flush=True)
-        model.train()
-        for _ in range(args.inner_steps):
-            idx = shard[torch.randint(len(shard), (args.batch,), generator=gen)]
-            loss = torch.nn.functional.cross_entropy(model(x[idx].to(device)), y[idx].to(device))
-            inner_opt.zero_grad()
-            loss.backward()
-            inner_opt.step()
-        finish_reduce()
+    def sync(receive: bool) -> concord.SyncInfo:
+        state.revision += 1
+        info = comm.sync_shared_state(state, concord.Strategy.RECEIVE_ONLY if receive else
+                                      concord.Strategy.ENFORCE_POPULAR)
         with torch.no_grad():
-            for d, o, p in zip(delta, outer, params):
-                d.copy_(o - p.detach().cpu())  # staged to host for the all-reduce
             for p, o in zip(params, outer):
                 p.copy_(o)
-        rounds += 1
-        handle = start_reduce()
-    finish_reduce()
-    state.revision += 1
-    info = comm.sync_shared_state(state)
+        return info
+
+    def train(rejoins: int) -> concord.SyncInfo:
+        """Runs the rounds left and the final sync. After a rejoin (or as a newcomer) the first sync
+        takes the outer parameters, momentum and round counter from the group."""
+        nonlocal reduce
+        if rejoins:
+            print(f"{name}: rejoined as a newcomer (rejoin {rejoins})", flush=True)
+        receive, need_sync, fresh = newcomer or rejoins > 0, True, True
+        try:
+            while int(rounds) < args.rounds:
+                if not fresh and comm.are_peers_pending():
+                    finish_reduce()
+                    comm.update_topology()
+                    need_sync = True
+                fresh = False
+                if need_sync:
+                    info = sync(receive)
+                    print(f"{name}: synced at round {int(rounds)}, world {comm.world_size}, "
+                          f"received {info.rx_bytes} bytes", flush=True)
+                    receive = need_sync = False
+                print(f"{name}: round {int(rounds)} world {comm.world_size}", flush=True)
+                model.train()
+                for _ in range(args.inner_steps):
+                    idx = shard[torch.randint(len(shard), (args.batch,), generator=gen)]
+                    loss = torch.nn.functional.cross_entropy(model(x[idx].to(device)), y[idx].to(device))
+                    inner_opt.zero_grad()
+                    loss.backward()
+                    inner_opt.step()
+                finish_reduce()
+                with torch.no_grad():
+                    for d, o, p in zip(delta, outer, params):
+                        d.copy_(o - p.detach().cpu())  # staged to host for the all-reduce
+                    for p, o in zip(params, outer):
+                        p.copy_(o)
+                rounds.add_(1)
+                reduce = _Many(comm, delta)
+            finish_reduce()
+            return sync(receive)
+        except concord.ConcordError:
+            if reduce is not None:  # an all-reduce of the old membership: it must end before a rejoin
+                pending, reduce = reduce, None
+                pending.join(args.timeout)
+            raise
+
+    def kicked(err: concord.ConcordError, rejoins: int) -> None:
+        print(f"{name}: kicked at round {int(rounds)}: {type(err).__name__}: {err}; rejoining", flush=True)
+
+    try:
+        info = concord.run_with_rejoin(comm, train, timeout=args.timeout, max_rejoins=3, on_rejoin=kicked)
+    except (concord.ConcordError, TimeoutError) as err:
+        print(f"{name}: giving up: {type(err).__name__}: {err}", flush=True)
+        comm.close()
+        return 1
     with torch.no_grad():
-        for p, o in zip(params, outer):
-            p.copy_(o)
         acc = (model(xt.to(device)).argmax(1).cpu() == yt).float().mean().item()
     digest = state_hash(outer + momentum + [rounds])
-    print(f"peer {args.index}: done rounds {int(rounds)} world {comm.world_size} accuracy {acc:.3f} "
+    print(f"{name}: done rounds {int(rounds)} world {comm.world_size} accuracy {acc:.3f} "
           f"final-sync-rx {info.rx_bytes} hash {digest}", flush=True)
     comm.close()
+    return 0
 
 
 class _Many:
-    """An all_reduce_many (average, retried by the library) run in a thread, with an AsyncReduce-like wait()."""
+    """An all_reduce_many (average, retried by the library after a peer left) run in a thread."""
 
     def __init__(self, comm: concord.Communicator, tensors: list[torch.Tensor]):
-        import threading
-
         self._result = None
-        self._thread = threading.Thread(target=self._run, args=(comm, tensors))
+        self._thread = threading.Thread(target=self._run, args=(comm, tensors), daemon=True)
         self._thread.start()
 
     def _run(self, comm, tensors):
@@ -201,47 +237,138 @@ class _Many:
         except BaseException as e:
             self._result = e
 
-    def wait(self) -> concord.ReduceInfo:
-        self._thread.join()
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the background all-reduce did not end within {timeout:g} s")
+
+    def wait(self, timeout: float) -> concord.ReduceInfo:
+        self.join(timeout)
         if isinstance(self._result, BaseException):
             raise self._result
         return self._result
 
 
-def demo(args: argparse.Namespace) -> None:
-    """A master in this process, three peers, one killed at round 5, one joining after that."""
-    me = pathlib.Path(__file__).resolve()
-    with concord.Master() as master:
-        common = ["--master", master.address, "--rounds", str(args.rounds), "--device", args.device]
-        procs = [subprocess.Popen([sys.executable, "-u", str(me), *common, "--index", str(i), "--grow-to", "3"],
-                                  stdout=subprocess.PIPE, text=True) for i in range(3)]
-        go = pathlib.Path(f"/tmp/concord-diloco-join-{os.getpid()}")
-        joiner = subprocess.Popen([sys.executable, "-u", str(me), *common, "--index", "3", "--wait-for", str(go)],
-                                  stdout=subprocess.PIPE, text=True)
+class _Peers:
+    """The demo's peer processes. A thread per process reads its output into one queue, so that the
+    demo waits for a line with a time limit and prints every peer's lines as they come."""
+
+    def __init__(self):
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.said: dict[int, list[str]] = {}
+        self._lines: queue.Queue = queue.Queue()
+        self._ended: set[int] = set()
+
+    def start(self, index: int, argv: list[str]) -> None:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.procs[index], self.said[index] = p, []
+        threading.Thread(target=self._read, args=(index, p), daemon=True).start()
+
+    def _read(self, index: int, p: subprocess.Popen) -> None:
+        for line in p.stdout:
+            self._lines.put((index, time.monotonic(), line))
+        self._lines.put((index, time.monotonic(), None))
+
+    def _next(self, deadline: float, what: str) -> tuple[int, float, str | None]:
         try:
-            for line in procs[2].stdout:
-                print(line, end="")
-                if "round 5 " in line:
-                    os.kill(procs[2].pid, signal.SIGKILL)
-                    break
-            for line in procs[0].stdout:
-                print(line, end="")
-                if "retrying" in line or "world 2" in line:
-                    go.touch()
-                    break
-            for p in (procs[0], procs[1], joiner):
-                for line in p.stdout:
-                    print(line, end="")
+            index, at, line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError(f"no {what} in time") from None
+        if line is None:
+            self._ended.add(index)
+        else:
+            self.said[index].append(line)
+            print(line, end="", flush=True)
+        return index, at, line
+
+    def expect(self, index: int, pattern: str, timeout: float, after: float = 0.0) -> str:
+        """Returns the first line that peer index prints after the monotonic time ``after`` and that
+        matches pattern, waiting at most timeout seconds."""
+        deadline, what = time.monotonic() + timeout, f"line {pattern!r} from peer {index}"
+        while True:
+            i, at, line = self._next(deadline, what)
+            if i != index:
+                continue
+            if line is None:
+                status = self.procs[index].wait(10)
+                raise RuntimeError(f"peer {index} ended (status {status}) before printing {pattern!r}")
+            if at >= after and re.search(pattern, line):
+                return line
+
+    def wait_all(self, timeout: float) -> None:
+        """Waits at most timeout seconds for every peer to end."""
+        deadline = time.monotonic() + timeout
+        while len(self._ended) < len(self.procs):
+            self._next(deadline, "end of every peer")
+        for p in self.procs.values():
+            p.wait(max(1.0, deadline - time.monotonic()))
+
+    def kill_running(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+def demo(args: argparse.Namespace) -> int:
+    """A master in this process and three peers: peer 2 is killed at round 5, peer 3 joins once the
+    others run on without it, then peer 1 is stopped until the master removes it, and continued."""
+    me = pathlib.Path(__file__).resolve()
+    go = pathlib.Path(tempfile.gettempdir()) / f"concord-diloco-join-{os.getpid()}"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # run the cleanup below when terminated
+
+    def say(what: str) -> None:
+        print(f"demo: {what}", flush=True)
+
+    peers = _Peers()
+    # The "wan" timing: the master removes a peer whose heartbeats stopped 6 s ago.
+    with concord.Master(preset="wan") as master:
+        common = [sys.executable, "-u", str(me), "--master", master.address, "--rounds", str(args.rounds),
+                  "--inner-steps", str(args.inner_steps), "--batch", str(args.batch), "--device", args.device,
+                  "--timeout", str(args.timeout)]
+        try:
+            for i in range(3):
+                peers.start(i, common + ["--index", str(i), "--grow-to", "3"])
+            peers.start(3, common + ["--index", "3", "--wait-for", str(go)])
+            peers.expect(2, r"round 5 ", args.timeout)
+            say("killing peer 2 (SIGKILL)")
+            os.kill(peers.procs[2].pid, signal.SIGKILL)
+            peers.expect(0, r" world 2$", 60)
+            say("letting peer 3 join")
+            go.touch()
+            peers.expect(3, r"synced at round \d+, world 3", 60)
+            peers.expect(1, r"round \d+ world 3$", 60)
+            say("stopping peer 1 (SIGSTOP) until the others run on without it")
+            os.kill(peers.procs[1].pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            peers.expect(0, r"round \d+ world 2$", 60, after=stopped)
+            say(f"continuing peer 1 (SIGCONT) after {time.monotonic() - stopped:.1f} s")
+            os.kill(peers.procs[1].pid, signal.SIGCONT)
+            peers.expect(1, r"rejoined", 60)
+            peers.expect(1, r"synced at round \d+, world 3", 60)
+            peers.wait_all(4 * args.timeout)
+        except (TimeoutError, RuntimeError, subprocess.TimeoutExpired) as e:
+            say(f"FAILED: {e}")
+            return 1
         finally:
-            for p in procs + [joiner]:
-                if p.poll() is None:
-                    os.kill(p.pid, signal.SIGKILL)
-                    p.wait()
+            peers.kill_running()
             go.unlink(missing_ok=True)
+    done = re.compile(r"done rounds \d+ world 3 .* hash (\w+)")
+    hashes = {}
+    for i in (0, 1, 3):
+        found = [m.group(1) for m in map(done.search, peers.said[i]) if m]
+        if peers.procs[i].returncode != 0 or not found:
+            say(f"FAILED: peer {i} did not finish in a group of 3 (status {peers.procs[i].returncode})")
+            return 1
+        hashes[i] = found[-1]
+    if len(set(hashes.values())) != 1:
+        say(f"FAILED: the final states differ: {hashes}")
+        return 1
+    say(f"peers 0, 1 (rejoined) and 3 (joined) hold bit-identical state, hash {hashes[0][:16]}")
+    return 0
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--demo", action="store_true", help="run a master and four peers with churn")
     ap.add_argument("--master", help="the master's host:port")
@@ -256,14 +383,15 @@ def main() -> None:
     ap.add_argument("--outer-lr", type=float, default=0.7)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds a peer waits at most for --wait-for, "
+                    "for the group to grow, for an all-reduce and for a rejoin")
     args = ap.parse_args()
     if args.demo:
-        demo(args)
-    elif args.master:
-        peer(args)
-    else:
+        return demo(args)
+    if not args.master:
         ap.error("give --demo or --master")
+    return peer(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

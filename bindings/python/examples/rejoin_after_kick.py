@@ -2,9 +2,10 @@
 
 Each step every peer all-reduces (averages) an update into its weights, which with the step counter
 are the group's shared state. A peer that was stopped, cut off or hung long enough for the master to
-remove it gets KickedError (or MasterLostError) with ``err.rejoinable`` on its next call: it calls
-rejoin(), which connects again as a newcomer with backoff until the others admit it, then takes the
-group's state with a RECEIVE_ONLY sync and trains on. An error a rejoin cannot fix (a wrong secret:
+remove it gets KickedError (or MasterLostError) with ``err.rejoinable`` on its next call: the
+training loop runs under concord.run_with_rejoin, which calls rejoin() (a new connection as a
+newcomer, with backoff until the others admit it) and runs the loop again: it first takes the group's
+state with a RECEIVE_ONLY sync, then trains on. An error a rejoin cannot fix (a wrong secret:
 RefusedError) ends the peer with the one-line reason. The accepted peers admit waiting peers between
 steps (are_peers_pending / update_topology) and sync the state with them.
 
@@ -56,50 +57,51 @@ def peer(args: argparse.Namespace) -> int:
     step = np.zeros(1, dtype=np.uint64)
     weights = np.zeros(COUNT, dtype=np.float32)
     state = concord.SharedState({"step": step, "weights": weights})
-    fresh, need_sync, kicks, said_ready = False, True, 0, False
-    while True:
-        try:
-            if not fresh and not need_sync and comm.are_peers_pending():
-                comm.update_topology()
-                need_sync = True
-            if need_sync:
-                state.revision += 1
-                try:
-                    comm.sync_shared_state(state, concord.Strategy.RECEIVE_ONLY if fresh else
-                                           concord.Strategy.ENFORCE_POPULAR)
-                except concord.ConcordError:
-                    state.revision -= 1
-                    raise
-                fresh = need_sync = False
-            u = update(args.index, int(step[0]))
-            flag = np.zeros(1, dtype=np.float32)
-            u_info = comm.all_reduce(u, op=concord.ReduceOp.AVG, tag=1)
-            want_stop = step[0] >= args.steps and (args.world == 0 or u_info.world_size >= args.world)
-            flag[0] = 1.0 if want_stop else 0.0
-            f_info = comm.all_reduce(flag, tag=2)
-        except concord.ConcordError as err:
-            if err.retryable:
-                continue  # a peer left: the ring is re-wired without it; run the step again
-            if not err.rejoinable:
-                print(f"giving up: {err}", flush=True)
-                return 1
-            kicks += 1
-            print(f"kicked: {err}", flush=True)
-            if kicks > 3:
-                return 1
-            comm.rejoin(timeout=120)
+
+    def train(rejoins: int) -> concord.ReduceInfo:
+        """Steps until the group stops together; after a rejoin, first takes the group's state."""
+        if rejoins:
             print("rejoined", flush=True)
-            fresh = need_sync = True
-            continue
-        weights += u
-        step[0] += 1
-        if not said_ready and step[0] >= 5:
-            said_ready = True
-            print("ready", flush=True)
-        print(f"step {int(step[0])} world {u_info.world_size}", flush=True)
-        if flag[0] == f_info.world_size:
-            break
-        time.sleep(args.pause)
+        fresh, need_sync = rejoins > 0, True
+        while True:
+            try:
+                if not fresh and not need_sync and comm.are_peers_pending():
+                    comm.update_topology()
+                    need_sync = True
+                if need_sync:
+                    state.revision += 1
+                    try:
+                        comm.sync_shared_state(state, concord.Strategy.RECEIVE_ONLY if fresh else
+                                               concord.Strategy.ENFORCE_POPULAR)
+                    except concord.ConcordError:
+                        state.revision -= 1
+                        raise
+                    fresh = need_sync = False
+                u = update(args.index, int(step[0]))
+                flag = np.zeros(1, dtype=np.float32)
+                u_info = comm.all_reduce(u, op=concord.ReduceOp.AVG, tag=1)
+                want_stop = step[0] >= args.steps and (args.world == 0 or u_info.world_size >= args.world)
+                flag[0] = 1.0 if want_stop else 0.0
+                f_info = comm.all_reduce(flag, tag=2)
+            except concord.ConcordError as err:
+                if err.retryable:
+                    continue  # a peer left: the ring is re-wired without it; run the step again
+                raise
+            np.add(weights, u, out=weights)
+            step[0] += 1
+            if step[0] == 5:
+                print("ready", flush=True)
+            print(f"step {int(step[0])} world {u_info.world_size}", flush=True)
+            if flag[0] == f_info.world_size:
+                return u_info
+            time.sleep(args.pause)
+
+    try:
+        u_info = concord.run_with_rejoin(comm, train, timeout=120, max_rejoins=3,
+                                         on_rejoin=lambda err, n: print(f"kicked: {err}", flush=True))
+    except concord.ConcordError as err:
+        print(f"giving up: {err}", flush=True)
+        return 1
     digest = hashlib.sha256(weights.tobytes()).hexdigest()[:16]
     print(f"done step {int(step[0])} world {u_info.world_size} hash {digest}", flush=True)
     comm.close()

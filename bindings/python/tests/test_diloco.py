@@ -1,5 +1,6 @@
-"""The torch example: async DiLoCo on Fashion-MNIST across three peer processes, one killed and one
-joining; every peer that finishes holds bit-identical shared state."""
+"""The torch example's demo: async DiLoCo on Fashion-MNIST across peer processes, one killed, one
+joining, and one stopped until the master removes it, which rejoins by itself; every peer that
+finishes, the rejoined one included, holds bit-identical shared state."""
 
 from __future__ import annotations
 
@@ -7,49 +8,47 @@ import os
 import pathlib
 import re
 import signal
+import subprocess
 
 import pytest
 
 pytest.importorskip("torch")
 
-import concord  # noqa: E402
-
 EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "diloco_fashion_mnist.py"
 
 
-def test_async_diloco_with_a_kill_and_a_join(children, tmp_path):
-    go = tmp_path / "join"
-    with concord.Master() as master:
-        common = ["--master", master.address, "--rounds", "30", "--inner-steps", "5", "--batch", "32"]
-        peers = [children.python(EXAMPLE, *common, "--index", str(i), "--grow-to", "3") for i in range(3)]
-        joiner = children.python(EXAMPLE, *common, "--index", "3", "--wait-for", str(go))
-        victim = peers[2]
-        for line in victim.stdout:
-            if re.search(r"round 5 ", line):
-                os.kill(victim.pid, signal.SIGKILL)
-                break
-        victim.wait(timeout=30)
-        assert victim.returncode == -signal.SIGKILL
-        seen = []
-        for line in peers[0].stdout:  # the survivors go on without the victim, then the joiner is let in
-            seen.append(line)
-            if "world 2" in line:
-                go.touch()
-                break
-        else:
-            pytest.fail("".join(seen))
-        outs = {}
-        for name, p in (("0", peers[0]), ("1", peers[1]), ("joiner", joiner)):
-            out, _ = p.communicate(timeout=180)
-            outs[name] = ("".join(seen) if name == "0" else "") + out
-            assert p.returncode == 0, f"peer {name}:\n{outs[name]}"
+def test_async_diloco_with_a_kill_a_join_and_a_rejoin(children):
+    demo = children.python(EXAMPLE, "--demo", "--rounds", "30", "--inner-steps", "5", "--batch", "32",
+                           "--timeout", "60")
+    try:
+        out, _ = demo.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.kill(demo.pid, signal.SIGTERM)  # the demo ends the peers it started
+        out, _ = demo.communicate(timeout=30)
+        pytest.fail("the demo did not end in time:\n" + out)
+    assert demo.returncode == 0, out
+
+    def said(peer: int) -> list[str]:
+        return [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith(f"peer {peer}: ")]
+
+    assert not [line for line in said(2) if line.startswith("done")], "the killed peer finished:\n" + out
+    # Peer 1 was stopped: it finds it was kicked, rejoins, and takes the group's state.
+    p1 = said(1)
+    kicked = [i for i, line in enumerate(p1) if re.match(r"kicked at round \d+: (KickedError|MasterLostError)", line)]
+    assert len(kicked) == 1, out
+    rejoined = p1.index("rejoined as a newcomer (rejoin 1)")
+    assert rejoined > kicked[0], out
+    assert re.match(r"synced at round \d+, world 3, received [1-9]", p1[rejoined + 1]), out
+    # The joiner took the state too.
+    assert [line for line in said(3) if re.match(r"synced at round \d+, world 3, received [1-9]", line)], out
     hashes = {}
-    for name, out in outs.items():
-        m = re.search(r"done rounds 30 world (\d) accuracy ([\d.]+) final-sync-rx (\d+) hash (\w+)", out)
-        assert m, f"peer {name}:\n{out}"
-        assert m.group(1) == "3", f"peer {name} ended in a world of {m.group(1)}:\n{out}"
-        assert m.group(3) == "0", f"peer {name} differed before the final sync:\n{out}"
-        assert float(m.group(2)) > 0.5, f"peer {name} did not learn:\n{out}"
-        hashes[name] = m.group(4)
+    for peer in (0, 1, 3):
+        done = [m for m in map(re.compile(r"done rounds 30 world (\d) accuracy ([\d.]+) final-sync-rx (\d+) "
+                                          r"hash (\w+)").match, said(peer)) if m]
+        assert len(done) == 1, f"peer {peer}:\n{out}"
+        world, accuracy, rx, digest = done[0].groups()
+        assert world == "3", f"peer {peer} ended in a world of {world}:\n{out}"
+        assert rx == "0", f"peer {peer} differed before the final sync:\n{out}"
+        assert float(accuracy) > 0.5, f"peer {peer} did not learn:\n{out}"
+        hashes[peer] = digest
     assert len(set(hashes.values())) == 1, hashes
-    assert re.search(r"synced at round \d+, world 3, received [1-9]", outs["joiner"]), outs["joiner"]

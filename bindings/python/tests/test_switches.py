@@ -165,6 +165,43 @@ def test_rejoin_refused_for_a_wrong_secret():
     comm.close()
 
 
+def test_run_with_rejoin():
+    """run_with_rejoin reruns the body after a rejoinable error, counting the rejoins, and raises the
+    others, and the kick past max_rejoins."""
+    with concord.Master() as master:
+        comm = concord.Communicator(master.address).connect()
+        calls, seen = [], []
+
+        def kicked_twice(rejoins):
+            calls.append(rejoins)
+            if rejoins < 2:
+                raise concord.KickedError(f"kick {rejoins}", rejoinable=True)
+            return comm.world_size  # raises unless connected again
+
+        assert concord.run_with_rejoin(comm, kicked_twice, timeout=20,
+                                       on_rejoin=lambda err, n: seen.append((str(err), n))) == 1
+        assert calls == [0, 1, 2] and seen == [("kick 0", 1), ("kick 1", 2)]
+
+        def refused(rejoins):
+            calls.append(rejoins)
+            raise concord.RefusedError("wrong secret")
+
+        calls.clear()
+        with pytest.raises(concord.RefusedError):
+            concord.run_with_rejoin(comm, refused, timeout=20)
+        assert calls == [0]
+
+        def always_kicked(rejoins):
+            calls.append(rejoins)
+            raise concord.MasterLostError("gone", rejoinable=True)
+
+        calls.clear()
+        with pytest.raises(concord.MasterLostError):
+            concord.run_with_rejoin(comm, always_kicked, timeout=20, max_rejoins=1)
+        assert calls == [0, 1]
+        comm.close()
+
+
 def read_until(proc, want, said):
     """Reads proc's output until a line contains want; every line goes to said."""
     for line in proc.stdout:
