@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/concord-ccl/concord/internal/cluster"
@@ -78,6 +79,10 @@ func emitEvent(ev peerEvent) {
 	cluster.Emit(ev)
 }
 
+// leaveGrace is how long a peer told to leave lets its calls end by their context before it closes
+// its communicator.
+const leaveGrace = 2 * time.Second
+
 // peerCommand is what the supervisor sends a peer on stdin.
 type peerCommand struct {
 	Cmd string `json:"cmd"` // "leave": close the communicator and exit
@@ -119,11 +124,20 @@ func peerMain() int {
 	defer cancelLife()
 	ctx, leave := context.WithCancel(life)
 	defer leave()
+	var current atomic.Pointer[pccl.Communicator]
 	go func() {
 		for raw := range cluster.Inbox() {
 			var c peerCommand
 			if json.Unmarshal(raw, &c) == nil && c.Cmd == "leave" {
 				leave()
+				// A collective whose context ends waits for the master's verdict, up to
+				// Config.MasterTimeout: when the master cannot be reached the leave closes the
+				// communicator after leaveGrace, which fails the calls in flight at once.
+				time.AfterFunc(leaveGrace, func() {
+					if comm := current.Load(); comm != nil {
+						comm.Close()
+					}
+				})
 			}
 		}
 	}()
@@ -155,9 +169,11 @@ func peerMain() int {
 			continue
 		}
 		emitEvent(peerEvent{Event: "connected", Sess: comm.ID(), World: comm.WorldSize(), Addr: tr.listening()})
+		current.Store(comm)
 		s := &session{comm: comm, p: p, brk: brk}
 		err = s.run(ctx)
 		comm.Close()
+		current.Store(nil)
 		leak, n := goroutinesAbove(baseline, 3*time.Second)
 		ev := peerEvent{Event: "session_end", Sess: comm.ID(), Kind: errorKind(err), Leak: leak}
 		if err != nil {

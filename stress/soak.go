@@ -613,6 +613,11 @@ func (s *soak) handle(l cluster.Line) {
 		}
 		switch ev.Kind {
 		case "canceled", "deadline":
+		case "closed":
+			// A peer told to leave closes its communicator when its calls do not end in time (leaveGrace).
+			if p.leaveAt.IsZero() {
+				s.check.Fail(now, invariant.Peer, 0, key, "session closed although the peer was not told to leave: %s", ev.Detail)
+			}
 		case "kicked", "master_lost":
 			p.removed = true
 			if ev.Sess == p.sess && p.sess != 0 {
