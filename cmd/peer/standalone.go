@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -127,7 +128,9 @@ func trainCommand() *cli.Command {
 //
 // The first SIGTERM or SIGINT, or a preemption notice (--preempt-notice), makes body leave the group
 // at its next membership step (leaving reports true), so that the others go on without an abort; a
-// second signal, or --leave-timeout without a safe point, stops it at once.
+// second signal, or --leave-timeout without a safe point, stops it at once: body's context ends, and
+// a call still waiting for the master stopGrace later (an unreachable master) is failed by closing
+// the communicator.
 func standalone(cc *cli.Context, body func(ctx context.Context, comm *pccl.Communicator, leaving func() bool, emit func(event)) error) error {
 	log, err := logx.New(os.Stderr, cc.String("log-format"), cc.String("log-level"))
 	if err != nil {
@@ -174,6 +177,7 @@ func standalone(cc *cli.Context, body func(ctx context.Context, comm *pccl.Commu
 	}
 	jsonOut := json.NewEncoder(os.Stdout)
 	err = pccl.Rejoin(ctx, cfg, rc, func(ctx context.Context, comm *pccl.Communicator, rejoins int) error {
+		defer closeOnStop(ctx, stopGrace, func() { comm.Close() })()
 		fmt.Fprintf(os.Stderr, "accepted as peer %d: rank %d of %d\n", comm.ID(), comm.Rank(), comm.WorldSize())
 		return body(ctx, comm, leave.requested, func(e event) {
 			if cc.Bool("json") {
@@ -203,6 +207,38 @@ func standalone(cc *cli.Context, body func(ctx context.Context, comm *pccl.Commu
 		return cli.Exit("stopped: "+leave.why(), 1)
 	}
 	return cli.Exit(err.Error(), 1)
+}
+
+// stopGrace is how long a peer that stops at once lets its calls end by their context before it
+// closes its communicator.
+const stopGrace = 2 * time.Second
+
+// closeOnStop calls closeComm once grace has passed after ctx ended, unless the returned function was
+// called first. A collective whose context ends waits for the master's verdict, up to
+// Config.MasterTimeout; a peer that stops at once while the master cannot be reached closes its
+// communicator instead, which fails the calls in flight at once.
+func closeOnStop(ctx context.Context, grace time.Duration, closeComm func()) (cancel func()) {
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		over  bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !over {
+			timer = time.AfterFunc(grace, closeComm)
+		}
+	})
+	return func() {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		over = true
+		if timer != nil {
+			timer.Stop()
+		}
+	}
 }
 
 // peerSwitches applies the flags that switch optional parts on: the peer group, gossip and the
