@@ -50,7 +50,8 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv []byte, d 
 // Errors: ErrPeerLeft, ErrAborted (retry after UpdateTopology), ErrTooFewPeers,
 // ErrDescriptorMismatch, ErrInvalid, ErrKicked, ErrMasterLost, ErrClosed. If ctx ends before the
 // collective commenced, the vote is withdrawn; if it ends while the collective runs, it is aborted for
-// every peer. Either way AllReduce waits for the master's verdict (bounded by Config.MasterTimeout).
+// every peer. Either way AllReduce waits for the master's verdict (bounded by Config.MasterTimeout;
+// CloseAfter bounds it for a caller that must go).
 func (c *Communicator) AllReduce(ctx context.Context, send, recv []byte, d Desc) error {
 	return cleanError(c.allReduce(ctx, send, recv, d))
 }

@@ -289,6 +289,35 @@ func (c *Communicator) Stats() Stats {
 	return s
 }
 
+// CloseAfter closes c once grace has passed after ctx ended, unless the returned stop was called
+// first; call stop when the work ctx bounds is over. A collective whose context ends waits for the
+// master's verdict, up to Config.MasterTimeout: a caller that must go even while the master cannot be
+// reached uses CloseAfter, and Close fails the calls still in flight at once.
+func (c *Communicator) CloseAfter(ctx context.Context, grace time.Duration) (stop func()) {
+	return afterEnd(ctx, grace, func() { c.Close() })
+}
+
+// afterEnd calls f once grace has passed after ctx ended, unless stop was called first.
+func afterEnd(ctx context.Context, grace time.Duration, f func()) (stop func()) {
+	over := make(chan struct{})
+	go func() {
+		select {
+		case <-over:
+			return
+		case <-ctx.Done():
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-over:
+		case <-t.C:
+			f()
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(over) }) }
+}
+
 // Close leaves the run: it tells the master, closes every connection and waits for the
 // communicator's goroutines. Collectives in flight fail with ErrClosed. Close is idempotent.
 func (c *Communicator) Close() error {

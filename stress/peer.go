@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/concord-ccl/concord/internal/cluster"
@@ -124,20 +123,11 @@ func peerMain() int {
 	defer cancelLife()
 	ctx, leave := context.WithCancel(life)
 	defer leave()
-	var current atomic.Pointer[pccl.Communicator]
 	go func() {
 		for raw := range cluster.Inbox() {
 			var c peerCommand
 			if json.Unmarshal(raw, &c) == nil && c.Cmd == "leave" {
 				leave()
-				// A collective whose context ends waits for the master's verdict, up to
-				// Config.MasterTimeout: when the master cannot be reached the leave closes the
-				// communicator after leaveGrace, which fails the calls in flight at once.
-				time.AfterFunc(leaveGrace, func() {
-					if comm := current.Load(); comm != nil {
-						comm.Close()
-					}
-				})
 			}
 		}
 	}()
@@ -169,11 +159,13 @@ func peerMain() int {
 			continue
 		}
 		emitEvent(peerEvent{Event: "connected", Sess: comm.ID(), World: comm.WorldSize(), Addr: tr.listening()})
-		current.Store(comm)
+		// Told to leave while the master cannot be reached, the session's calls wait for its verdict:
+		// the communicator is closed after leaveGrace, which fails them at once.
+		stop := comm.CloseAfter(ctx, leaveGrace)
 		s := &session{comm: comm, p: p, brk: brk}
 		err = s.run(ctx)
+		stop()
 		comm.Close()
-		current.Store(nil)
 		leak, n := goroutinesAbove(baseline, 3*time.Second)
 		ev := peerEvent{Event: "session_end", Sess: comm.ID(), Kind: errorKind(err), Leak: leak}
 		if err != nil {

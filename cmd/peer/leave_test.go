@@ -36,43 +36,6 @@ func TestNoticeIn(t *testing.T) {
 	}
 }
 
-// TestCloseOnStop checks when a peer that stops at once closes its communicator: grace after its
-// context ended, and never once the body returned.
-func TestCloseOnStop(t *testing.T) {
-	const grace = 20 * time.Millisecond
-	closed := make(chan struct{}, 1)
-	closeComm := func() { closed <- struct{}{} }
-
-	// The context ends and the body does not return: closed after grace.
-	ctx, cancel := context.WithCancel(context.Background())
-	done := closeOnStop(ctx, grace, closeComm)
-	cancel()
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the communicator was not closed after the context ended")
-	}
-	done()
-
-	// The body returns first, before or after the context ends: never closed.
-	const returnGrace = 200 * time.Millisecond // well past the gap between cancel and done below
-	for _, endFirst := range []bool{false, true} {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := closeOnStop(ctx, returnGrace, closeComm)
-		if endFirst {
-			cancel()
-		}
-		done()
-		cancel()
-		time.Sleep(2 * returnGrace)
-		select {
-		case <-closed:
-			t.Fatalf("closed although the body returned (context ended first: %v)", endFirst)
-		default:
-		}
-	}
-}
-
 // TestPreemptWatch polls a file and a metadata endpoint (on loopback) that announce a preemption
 // after a while: the notice comes once, then the channel closes.
 func TestPreemptWatch(t *testing.T) {

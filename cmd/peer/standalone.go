@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -177,7 +176,7 @@ func standalone(cc *cli.Context, body func(ctx context.Context, comm *pccl.Commu
 	}
 	jsonOut := json.NewEncoder(os.Stdout)
 	err = pccl.Rejoin(ctx, cfg, rc, func(ctx context.Context, comm *pccl.Communicator, rejoins int) error {
-		defer closeOnStop(ctx, stopGrace, func() { comm.Close() })()
+		defer comm.CloseAfter(ctx, stopGrace)()
 		fmt.Fprintf(os.Stderr, "accepted as peer %d: rank %d of %d\n", comm.ID(), comm.Rank(), comm.WorldSize())
 		return body(ctx, comm, leave.requested, func(e event) {
 			if cc.Bool("json") {
@@ -212,34 +211,6 @@ func standalone(cc *cli.Context, body func(ctx context.Context, comm *pccl.Commu
 // stopGrace is how long a peer that stops at once lets its calls end by their context before it
 // closes its communicator.
 const stopGrace = 2 * time.Second
-
-// closeOnStop calls closeComm once grace has passed after ctx ended, unless the returned function was
-// called first. A collective whose context ends waits for the master's verdict, up to
-// Config.MasterTimeout; a peer that stops at once while the master cannot be reached closes its
-// communicator instead, which fails the calls in flight at once.
-func closeOnStop(ctx context.Context, grace time.Duration, closeComm func()) (cancel func()) {
-	var (
-		mu    sync.Mutex
-		timer *time.Timer
-		over  bool
-	)
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !over {
-			timer = time.AfterFunc(grace, closeComm)
-		}
-	})
-	return func() {
-		stop()
-		mu.Lock()
-		defer mu.Unlock()
-		over = true
-		if timer != nil {
-			timer.Stop()
-		}
-	}
-}
 
 // peerSwitches applies the flags that switch optional parts on: the peer group, gossip and the
 // contribution statistics.
