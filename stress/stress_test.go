@@ -123,15 +123,19 @@ func TestSoakGossip(t *testing.T) {
 }
 
 // TestSoakCatchesStaleUpdate runs the soak with peers that apply the state update after a failed
-// step, as a bug would: the soak must report that their states diverged.
+// step, as a bug would: the soak must report that their states diverged. Only a step that fails
+// while two or more of its peers stay in the group shows the bug, and when the first such step comes
+// depends on how the kernel schedules the processes; the soak ends at its first violation, so the
+// long limit costs time only when no such step comes early.
 func TestSoakCatchesStaleUpdate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak: skipped with -short")
 	}
-	sum := soakTest(t, 15*time.Second, "stale-update")
+	sum := soakTest(t, time.Minute, "stale-update")
 	if sum.Violations == 0 {
 		t.Fatalf("no violation with stale updates: %+v", sum)
 	}
+	t.Logf("caught after %.1f s, %d aborted steps: %s", sum.DurationS, sum.Aborts, sum.ViolationList[0])
 	for _, v := range sum.ViolationList {
 		if v.Kind != invariant.Diverged && v.Kind != invariant.TwoHashes {
 			t.Errorf("unexpected violation %s", v)
