@@ -35,7 +35,6 @@ import gzip
 import hashlib
 import os
 import pathlib
-import queue
 import re
 import signal
 import struct
@@ -49,6 +48,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import concord  # noqa: E402
+from _peers import Peers  # noqa: E402
 
 DATA_DIRS = [
     pathlib.Path(__file__).resolve().parents[3] / "diloco" / "data",  # the subset the Go diloco package embeds
@@ -249,67 +249,6 @@ class _Many:
         return self._result
 
 
-class _Peers:
-    """The demo's peer processes. A thread per process reads its output into one queue, so that the
-    demo waits for a line with a time limit and prints every peer's lines as they come."""
-
-    def __init__(self):
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.said: dict[int, list[str]] = {}
-        self._lines: queue.Queue = queue.Queue()
-        self._ended: set[int] = set()
-
-    def start(self, index: int, argv: list[str]) -> None:
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.procs[index], self.said[index] = p, []
-        threading.Thread(target=self._read, args=(index, p), daemon=True).start()
-
-    def _read(self, index: int, p: subprocess.Popen) -> None:
-        for line in p.stdout:
-            self._lines.put((index, time.monotonic(), line))
-        self._lines.put((index, time.monotonic(), None))
-
-    def _next(self, deadline: float, what: str) -> tuple[int, float, str | None]:
-        try:
-            index, at, line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            raise TimeoutError(f"no {what} in time") from None
-        if line is None:
-            self._ended.add(index)
-        else:
-            self.said[index].append(line)
-            print(line, end="", flush=True)
-        return index, at, line
-
-    def expect(self, index: int, pattern: str, timeout: float, after: float = 0.0) -> str:
-        """Returns the first line that peer index prints after the monotonic time ``after`` and that
-        matches pattern, waiting at most timeout seconds."""
-        deadline, what = time.monotonic() + timeout, f"line {pattern!r} from peer {index}"
-        while True:
-            i, at, line = self._next(deadline, what)
-            if i != index:
-                continue
-            if line is None:
-                status = self.procs[index].wait(10)
-                raise RuntimeError(f"peer {index} ended (status {status}) before printing {pattern!r}")
-            if at >= after and re.search(pattern, line):
-                return line
-
-    def wait_all(self, timeout: float) -> None:
-        """Waits at most timeout seconds for every peer to end."""
-        deadline = time.monotonic() + timeout
-        while len(self._ended) < len(self.procs):
-            self._next(deadline, "end of every peer")
-        for p in self.procs.values():
-            p.wait(max(1.0, deadline - time.monotonic()))
-
-    def kill_running(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait()
-
-
 def demo(args: argparse.Namespace) -> int:
     """A master in this process and three peers: peer 2 is killed at round 5, peer 3 joins once the
     others run on without it, then peer 1 is stopped until the master removes it, and continued."""
@@ -320,7 +259,7 @@ def demo(args: argparse.Namespace) -> int:
     def say(what: str) -> None:
         print(f"demo: {what}", flush=True)
 
-    peers = _Peers()
+    peers = Peers()
     # The "wan" timing: the master removes a peer whose heartbeats stopped 6 s ago.
     with concord.Master(preset="wan") as master:
         common = [sys.executable, "-u", str(me), "--master", master.address, "--rounds", str(args.rounds),

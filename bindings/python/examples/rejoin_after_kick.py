@@ -14,7 +14,8 @@ steps, in a group of --world peers again, and print
 the step and a hash of their weights: bit-identical on every peer.
 
 Run the whole demo (a master with a gossip failure detector, three peers, one stopped with SIGSTOP
-and continued: the gossip verdict removes it within seconds, and it comes back) with
+and continued: the gossip verdict removes it within seconds, and it comes back; every wait has a
+time limit) with
 
     python3 bindings/python/examples/rejoin_after_kick.py --demo
 
@@ -36,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import concord  # noqa: E402
+from _peers import Peers  # noqa: E402
 
 COUNT = 1031
 
@@ -48,8 +50,12 @@ def update(index: int, step: int) -> np.ndarray:
 def peer(args: argparse.Namespace) -> int:
     comm = concord.Communicator(args.master, gossip_join=args.gossip)
     comm.connect()
-    first = True
+    first, deadline = True, time.monotonic() + args.timeout
     while comm.world_size < args.world:  # the group grows at the accepted peers' update_topology
+        if time.monotonic() > deadline:
+            print(f"giving up: the group did not grow to {args.world} within {args.timeout:g} s", flush=True)
+            comm.close()
+            return 1
         if not first:
             comm.update_topology()
         first = False
@@ -97,7 +103,7 @@ def peer(args: argparse.Namespace) -> int:
             time.sleep(args.pause)
 
     try:
-        u_info = concord.run_with_rejoin(comm, train, timeout=120, max_rejoins=3,
+        u_info = concord.run_with_rejoin(comm, train, timeout=args.timeout, max_rejoins=3,
                                          on_rejoin=lambda err, n: print(f"kicked: {err}", flush=True))
     except concord.ConcordError as err:
         print(f"giving up: {err}", flush=True)
@@ -109,32 +115,37 @@ def peer(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
+    """A master with a gossip detector and three peers: peer 2 is stopped with SIGSTOP once it runs,
+    and continued once the others run on without it. Every wait has a time limit."""
+
+    def say(what: str) -> None:
+        print(f"demo: {what}", flush=True)
+
+    peers = Peers(echo=False)
     with concord.Master(gossip="127.0.0.1:0") as master:
-        cmd = [sys.executable, "-u", __file__, "--master", master.address, "--gossip", master.gossip_address,
-               "--steps", str(args.steps), "--world", "3"]
-        procs = [subprocess.Popen(cmd + ["--index", str(i)], stdout=subprocess.PIPE, text=True) for i in range(3)]
+        common = [sys.executable, "-u", __file__, "--master", master.address, "--gossip", master.gossip_address,
+                  "--steps", str(args.steps), "--world", "3", "--timeout", str(args.timeout)]
         try:
-            for line in procs[2].stdout:
-                if line.startswith("ready"):
-                    break
-            print("stopping peer 2", flush=True)
-            os.kill(procs[2].pid, signal.SIGSTOP)
-            for line in procs[0].stdout:
-                if " world 2" in line:
-                    print(f"peer 0 goes on: {line.strip()}", flush=True)
-                    break
-            os.kill(procs[2].pid, signal.SIGCONT)
-            outs = [p.communicate(timeout=300)[0] for p in procs]
+            for i in range(3):
+                peers.start(i, common + ["--index", str(i)])
+            peers.expect(2, r"^ready", args.timeout)
+            say("stopping peer 2 (SIGSTOP)")
+            os.kill(peers.procs[2].pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            line = peers.expect(0, r" world 2$", args.timeout, after=stopped)
+            say(f"peer 0 goes on: {line.strip()}")
+            os.kill(peers.procs[2].pid, signal.SIGCONT)
+            peers.wait_all(2 * args.timeout)
+        except (TimeoutError, RuntimeError, subprocess.TimeoutExpired) as e:
+            say(f"FAILED: {e}")
+            return 1
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        for i, out in enumerate(outs):
-            for line in out.splitlines():
-                if line.startswith(("kicked", "rejoined", "done", "giving up")):
-                    print(f"peer {i}: {line}")
-        return 0 if all(p.returncode == 0 for p in procs) else 1
+            peers.kill_running()
+    for i in range(3):
+        for line in peers.said[i]:
+            if line.startswith(("kicked", "rejoined", "done", "giving up")):
+                print(f"peer {i}: {line}", end="")
+    return 0 if all(p.returncode == 0 for p in peers.procs.values()) else 1
 
 
 def main() -> int:
@@ -146,6 +157,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=40, help="steps before the peers may stop")
     ap.add_argument("--world", type=int, default=0, help="start and stop only in a group of this many peers (0: any)")
     ap.add_argument("--pause", type=float, default=0.02, help="seconds between steps")
+    ap.add_argument("--timeout", type=float, default=120,
+                    help="seconds a peer waits for the group to form or to be admitted again after a kick")
     args = ap.parse_args()
     if args.demo:
         return demo(args)
