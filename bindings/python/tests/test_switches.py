@@ -208,8 +208,9 @@ def test_run_with_rejoin():
 def test_kicked_peer_rejoins_by_itself():
     """The master keeps a silent peer for a minute (the default timing) but runs a gossip detector the
     peers join: a peer stopped with SIGSTOP is removed by the gossip verdict, and once continued it
-    finds it was kicked, rejoins, takes the state and finishes with the others, bit-identical."""
-    peers = Peers(echo=False)
+    finds it was kicked, rejoins, takes the state and finishes with the others, bit-identical. The
+    peers' lines go to stdout, which pytest shows when the test fails."""
+    peers = Peers()
     with concord.Master(gossip="127.0.0.1:0") as master:
         argv = [sys.executable, "-u", str(EXAMPLES / "rejoin_after_kick.py"), "--master", master.address,
                 "--gossip", master.gossip_address, "--steps", "60", "--world", "3", "--pause", "0.1",
