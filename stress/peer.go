@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/concord-ccl/concord/internal/cluster"
@@ -48,6 +49,7 @@ type peerParams struct {
 	Lifetime      time.Duration `json:"lifetime"`       // hard bound on the process's life
 	OptimizeEvery uint64        `json:"optimize_every"` // OptimizeTopology after steps at revisions divisible by this; 0 never
 	Gossip        string        `json:"gossip"`         // the master's gossip address to join (pccl.Config.GossipJoin); "" none
+	Begun         bool          `json:"begun"`          // the run had accepted a revision when the peer started
 }
 
 // peerEvent is every line a peer prints. T is wall-clock Unix nanoseconds: all processes share the
@@ -84,7 +86,9 @@ const leaveGrace = 2 * time.Second
 
 // peerCommand is what the supervisor sends a peer on stdin.
 type peerCommand struct {
-	Cmd string `json:"cmd"` // "leave": close the communicator and exit
+	// "leave": close the communicator and exit; "begun": the run accepted its first revision, so
+	// every later session of this peer joins a run whose state it lacks.
+	Cmd string `json:"cmd"`
 }
 
 // errorKind names the sentinel error err wraps.
@@ -123,11 +127,19 @@ func peerMain() int {
 	defer cancelLife()
 	ctx, leave := context.WithCancel(life)
 	defer leave()
+	begun := new(atomic.Bool)
+	begun.Store(p.Begun)
 	go func() {
 		for raw := range cluster.Inbox() {
 			var c peerCommand
-			if json.Unmarshal(raw, &c) == nil && c.Cmd == "leave" {
+			if json.Unmarshal(raw, &c) != nil {
+				continue
+			}
+			switch c.Cmd {
+			case "leave":
 				leave()
+			case "begun":
+				begun.Store(true)
 			}
 		}
 	}()
@@ -162,7 +174,7 @@ func peerMain() int {
 		// Told to leave while the master cannot be reached, the session's calls wait for its verdict:
 		// the communicator is closed after leaveGrace, which fails them at once.
 		stop := comm.CloseAfter(ctx, leaveGrace)
-		s := &session{comm: comm, p: p, brk: brk}
+		s := &session{comm: comm, p: p, brk: brk, begun: begun}
 		err = s.run(ctx)
 		stop()
 		comm.Close()
@@ -211,6 +223,10 @@ type session struct {
 	comm *pccl.Communicator
 	p    peerParams
 	brk  string
+	// begun is set once the run accepted a revision: from then on a new session holds none of the
+	// run's state, even one that finds itself alone in the group (the first to reach a restarted
+	// master, before the run's peers report to it).
+	begun *atomic.Bool
 
 	params []int64 // the shared state (entry "params")
 	st     *pccl.State
@@ -313,7 +329,7 @@ func (s *session) run(ctx context.Context) error {
 		return err
 	}
 	id := c.ID()
-	fresh := c.WorldSize() > 1 // joined a running group: adopt its state first
+	fresh := c.WorldSize() > 1 || s.begun.Load() // joined a running run: adopt its state first
 	// A newcomer enters the loop at the sync, where the peers that admitted it are headed; so does
 	// every peer right after an UpdateTopology or OptimizeTopology (either may have admitted someone).
 	atSync := fresh
@@ -382,6 +398,7 @@ func (s *session) run(ctx context.Context) error {
 		rev := res.Revision
 		emitEvent(peerEvent{Event: "synced", Sess: id, Rev: rev, Hash: s.stateHash(), Fetched: len(res.Fetched), Fresh: fresh})
 		fresh = false
+		s.begun.Store(true)
 
 		s.fill(rev)
 		started := time.Now()

@@ -315,6 +315,7 @@ type soak struct {
 	procs              map[*cluster.Proc]*peerProc
 	order              []*peerProc // spawn order
 	spawned            int
+	begun              bool // a revision was accepted: the peers were told (peerCommand "begun")
 
 	nextFault  time.Time
 	joinArmed  bool
@@ -430,7 +431,7 @@ func (s *soak) spawn(why string) (*peerProc, error) {
 		linkAddr = lr.addr()
 	}
 	js, _ := json.Marshal(peerParams{Master: r.addr(), LinkRelay: linkAddr, Progress: soakProgress,
-		Lifetime: s.o.Duration + 5*time.Minute, OptimizeEvery: s.o.OptimizeEvery, Gossip: s.gossip})
+		Lifetime: s.o.Duration + 5*time.Minute, OptimizeEvery: s.o.OptimizeEvery, Gossip: s.gossip, Begun: s.begun})
 	env := []string{envPeer + "=" + string(js)}
 	if s.o.Break != "" {
 		env = append(env, envBreak+"="+s.o.Break)
@@ -546,6 +547,14 @@ func (s *soak) handle(l cluster.Line) {
 	case "synced":
 		h, _ := strconv.ParseUint(ev.Hash, 16, 64)
 		s.check.Synced(now, key, ev.Rev, h, ev.Fetched, ev.Fresh)
+		if !s.begun {
+			// A session that connects from now on holds none of the run's state, even the first to
+			// reach a restarted master, alone in its group: it must adopt the run's at its first sync.
+			s.begun = true
+			for _, q := range s.order {
+				_ = q.proc.Send(peerCommand{Cmd: "begun"})
+			}
+		}
 		if ev.Sess == p.sess && p.sess != 0 {
 			p.established = true
 		}
