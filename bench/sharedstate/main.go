@@ -25,7 +25,18 @@
 //     join_total_seconds adds the admitting UpdateTopology round. Target: join_seconds <= 1.3 x
 //     raw_transfer_seconds. --compress makes the newcomer ask for zstd-compressed transfers;
 //     zstd_ratio says how far the donors' compression level shrinks this content (one entry).
-//   - bit_identical: after the join, every peer re-hashes its whole state; true when all agree.
+//   - join_again_seconds: the join again, --joins-again times (median), in the same processes: the
+//     newcomer zeroes its state in place and the next sync fetches all of it again.
+//     join_again_ratio is join_again_seconds over raw_transfer_seconds.
+//   - raw_transfer_first_seconds_all: the first transfer of each raw set, and join_vs_first_raw,
+//     join_seconds over their median. The join is the first time the kernel copies into the
+//     newcomer's buffers and out of the donors'; on some virtual machines (shadow-paged guests) that
+//     first copy of each page costs many times a later one (a pipe moves a fresh GiB in 5.6 s, then
+//     in 0.37 s), and the raw median, taken past the first transfer, would not pay it. So every
+//     process passes its buffers through the kernel once before anything is timed (--kernel-warm,
+//     on by default; kernel_warm in the JSON); with --kernel-warm=false these two figures show
+//     what the first copy costs.
+//   - bit_identical: after the joins, every peer re-hashes its whole state; true when all agree.
 //   - join_vs_donor_bound: join_seconds over the state's size divided by the sum of the donors'
 //     upload bandwidths (donor_bound_seconds), each donor's taken as the raw transfer's rate. On one
 //     machine the donors share the cores and the memory bus, so this only says how far loopback is
@@ -110,6 +121,13 @@ type result struct {
 	RawTransferSecondsAll     []float64 `json:"raw_transfer_seconds_all"`
 	RawTransferGBps           float64   `json:"raw_transfer_gbps"`
 	JoinRatio                 float64   `json:"join_ratio"`
+	// The join repeated in the same processes, and the first raw transfer of each set (see the doc).
+	JoinAgainSeconds           float64   `json:"join_again_seconds"`
+	JoinAgainSecondsAll        []float64 `json:"join_again_seconds_all"`
+	JoinAgainRatio             float64   `json:"join_again_ratio"`
+	RawTransferFirstSecondsAll []float64 `json:"raw_transfer_first_seconds_all"`
+	JoinVsFirstRaw             float64   `json:"join_vs_first_raw"`
+	KernelWarm                 bool      `json:"kernel_warm"`
 	// DonorBoundSeconds is the state's size over the sum of the donors' upload bandwidths, each
 	// taken as the raw transfer's rate: raw_transfer_seconds / peers. On one machine the donors
 	// share its cores and memory, so their rates do not add up; in virtual time (--virtual) they do.
@@ -149,6 +167,8 @@ func run() int {
 	noopRounds := fs.Int("noop-rounds", 7, "no-op syncs timed with hash caching")
 	rehashRounds := fs.Int("rehash-rounds", 3, "no-op syncs timed with a full re-hash")
 	rawReps := fs.Int("raw-reps", 3, "raw loopback transfers timed")
+	againJoins := fs.Int("joins-again", 3, "joins timed again after the first, the newcomer's state zeroed in place each time (0: none)")
+	warm := fs.Bool("kernel-warm", true, "every process passes its buffers through the kernel once before anything is timed (see the doc)")
 	compress := fs.Bool("compress", false, "the newcomer asks for zstd-compressed transfers")
 	profile := fs.String("profile", "", "directory for the CPU profile of the newcomer's join sync")
 	virt := fs.Bool("virtual", false, "measure the join in virtual time: the master and peers in one process on a simulated WAN (see the doc)")
@@ -158,7 +178,7 @@ func run() int {
 	}
 	size, err := measure.ParseSize(*stateStr)
 	if err != nil || *peers < 1 || *entries < 1 || size < int64(*entries)*4 || size%4 != 0 || size > 1<<40 ||
-		*noopRounds < 1 || *rehashRounds < 1 || *rawReps < 1 {
+		*noopRounds < 1 || *rehashRounds < 1 || *rawReps < 1 || *againJoins < 0 {
 		fmt.Fprintln(os.Stderr, "sharedstate: need --peers >= 1, --state a multiple of 4 of at least 4 bytes per entry, --entries >= 1 and every round count >= 1")
 		return 2
 	}
@@ -180,10 +200,11 @@ func run() int {
 	defer cancelT()
 
 	res := result{Peers: *peers, StateBytes: int(size), Entries: *entries, Compress: *compress,
-		HashRatioTarget: targetHashRatio, SyncNoopTargetMs: targetNoopMs, JoinRatioTarget: targetJoinRatio,
+		HashRatioTarget: targetHashRatio, SyncNoopTargetMs: targetNoopMs, JoinRatioTarget: targetJoinRatio, KernelWarm: *warm,
 		SyncNoopNote: "sync_noop_ms: entries carry a non-zero Version, hashes reused; sync_noop_rehash_ms: Version 0, every peer re-hashes its whole state"}
 	c := cluster.New(cluster.Config{})
-	b := &bench{c: c, n: *peers, p: params{Bytes: int(size), Entries: *entries, Lifetime: *timeout + time.Minute}}
+	b := &bench{c: c, n: *peers, p: params{Bytes: int(size), Entries: *entries, Lifetime: *timeout + time.Minute, Warm: *warm},
+		againJoins: *againJoins}
 	err = b.run(ctx, &res, *noopRounds, *rehashRounds, *rawReps, *compress, *profile)
 	if cerr := c.Close(); cerr != nil {
 		progress("%v", cerr)
@@ -204,11 +225,12 @@ func run() int {
 
 // bench drives the children. It is used by one goroutine.
 type bench struct {
-	c        *cluster.Cluster
-	n        int
-	p        params
-	env      []string // the peers' environment
-	revision uint64   // the revision of the last sync
+	c          *cluster.Cluster
+	n          int
+	p          params
+	env        []string // the peers' environment
+	revision   uint64   // the revision of the last sync
+	againJoins int      // joins after the first
 }
 
 func (b *bench) run(ctx context.Context, res *result, noopRounds, rehashRounds, rawReps int, compress bool, profile string) (err error) {
@@ -229,6 +251,7 @@ func (b *bench) run(ctx context.Context, res *result, noopRounds, rehashRounds, 
 		return fmt.Errorf("raw transfer: %w", err)
 	}
 	res.RawTransferSecondsAll, res.RawCPUSecondsAll = raw, cpus
+	res.RawTransferFirstSecondsAll = append(res.RawTransferFirstSecondsAll, raw[0])
 	res.RawTransferSeconds = measure.Median(raw)
 	res.RawTransferGBps = float64(size) / res.RawTransferSeconds / 1e9
 	progress("raw loopback transfer %.3f s (%.2f GB/s)", res.RawTransferSeconds, res.RawTransferGBps)
@@ -277,6 +300,7 @@ func (b *bench) run(ctx context.Context, res *result, noopRounds, rehashRounds, 
 		return fmt.Errorf("raw transfer after the join: %w", err)
 	}
 	res.RawTransferSecondsAll = append(res.RawTransferSecondsAll, after...)
+	res.RawTransferFirstSecondsAll = append(res.RawTransferFirstSecondsAll, after[0])
 	res.RawCPUSecondsAll = append(res.RawCPUSecondsAll, cpus...)
 	res.RawCPUSeconds = measure.Median(res.RawCPUSecondsAll)
 	res.JoinCPUSeconds = res.JoinNewcomerUsage.cpu()
@@ -291,9 +315,55 @@ func (b *bench) run(ctx context.Context, res *result, noopRounds, rehashRounds, 
 	res.JoinRatio = res.JoinSeconds / res.RawTransferSeconds
 	res.DonorBoundSeconds = res.RawTransferSeconds / float64(b.n)
 	res.JoinVsDonorBound = res.JoinSeconds / res.DonorBoundSeconds
+	res.JoinVsFirstRaw = res.JoinSeconds / measure.Median(res.RawTransferFirstSecondsAll)
+	if len(res.JoinAgainSecondsAll) > 0 {
+		res.JoinAgainSeconds = measure.Median(res.JoinAgainSecondsAll)
+		res.JoinAgainRatio = res.JoinAgainSeconds / res.RawTransferSeconds
+	}
 	progress("join: sync %.3f s (ratio %.2f to raw %.3f s, median of %v), with UpdateTopology %.3f s, fetched %d bytes",
 		res.JoinSeconds, res.JoinRatio, res.RawTransferSeconds, res.RawTransferSecondsAll, res.JoinTotalSeconds, res.JoinFetchedBytes)
+	progress("join %.2fx the first raw transfers %v; joins again %v (median %.2fx raw)", res.JoinVsFirstRaw,
+		res.RawTransferFirstSecondsAll, res.JoinAgainSecondsAll, res.JoinAgainRatio)
 	return nil
+}
+
+// joinAgain zeroes the newcomer's state in place and syncs everyone once more, so that the newcomer
+// fetches the whole state again, and returns the seconds of its sync call. The donors keep their
+// cached hashes, as in the first join; the newcomer's entries carry a new version, so it re-hashes
+// its zeros, as it did then.
+func (b *bench) joinAgain(ctx context.Context, founders []*cluster.Proc, nc *cluster.Proc, version uint64, compress bool) (float64, error) {
+	if _, _, err := b.round(ctx, []*cluster.Proc{nc}, command{Cmd: "zero"}, "zeroed"); err != nil {
+		return 0, err
+	}
+	b.revision++
+	start := time.Now().Add(roundStartDelay)
+	all := append(slices.Clone(founders), nc)
+	for _, p := range all {
+		cmd := command{Cmd: "sync", StartNs: start.UnixNano(), Revision: b.revision, Version: 1}
+		if p == nc {
+			cmd.Version, cmd.Compress = version, compress
+		}
+		if err := p.Send(cmd); err != nil {
+			return 0, err
+		}
+	}
+	var ev peerEvent
+	for _, p := range all {
+		e, err := await(ctx, p, "synced")
+		if err != nil {
+			return 0, err
+		}
+		if p != nc && e.Fetched != 0 {
+			return 0, fmt.Errorf("%s fetched %d bytes", p.Name(), e.Fetched)
+		}
+		ev = e
+	}
+	if ev.Fetched != int64(b.p.Bytes) {
+		return 0, fmt.Errorf("newcomer fetched %d bytes, want %d", ev.Fetched, b.p.Bytes)
+	}
+	secs := time.Duration(ev.EndNs - ev.StartNs).Seconds()
+	progress("join again: sync %.3f s", secs)
+	return secs, nil
 }
 
 // zstdRatio compresses n bytes of the first entry's content as donors do (fastest level) and returns
@@ -312,7 +382,7 @@ func zstdRatio(n int) (float64, error) {
 // rawTransfer runs the raw loopback transfer reps times and returns the seconds of each and the CPU
 // seconds of each (the sender's and the receiver's together).
 func (b *bench) rawTransfer(ctx context.Context, size, reps int) ([]float64, []float64, error) {
-	env := []string{rawEnv(size, reps)}
+	env := []string{rawEnv(size, reps, b.p.Warm)}
 	sink, err := b.c.Spawn(cluster.Spec{Role: roleSink, Name: "raw-sink", Env: env})
 	if err != nil {
 		return nil, nil, err
@@ -572,6 +642,13 @@ func (b *bench) join(ctx context.Context, res *result, founders []*cluster.Proc,
 	res.JoinVsDonorBound = res.JoinSeconds / res.DonorBoundSeconds
 	if ev.Fetched != int64(b.p.Bytes) {
 		return fmt.Errorf("newcomer fetched %d bytes, want %d", ev.Fetched, b.p.Bytes)
+	}
+	for i := range b.againJoins {
+		secs, err := b.joinAgain(ctx, founders, nc, uint64(i+2), compress)
+		if err != nil {
+			return fmt.Errorf("join %d again: %w", i+1, err)
+		}
+		res.JoinAgainSecondsAll = append(res.JoinAgainSecondsAll, secs)
 	}
 
 	progress("re-hashing every peer's state")

@@ -31,12 +31,13 @@ type params struct {
 	Bytes    int           `json:"bytes"`    // state size
 	Entries  int           `json:"entries"`  // number of f32 entries the state is cut into
 	Zero     bool          `json:"zero"`     // start with zeroed state (a newcomer) instead of the common fill
+	Warm     bool          `json:"warm"`     // pass the state through the kernel once before it is used (kernelWarm)
 	Lifetime time.Duration `json:"lifetime"` // the peer gives up after this long
 }
 
 // command is what the parent sends a peer, one JSON line each.
 type command struct {
-	Cmd      string `json:"cmd"`                // "admit", "sync", "digest"
+	Cmd      string `json:"cmd"`                // "admit", "sync", "digest", "zero"
 	StartNs  int64  `json:"start_ns,omitempty"` // wall-clock instant to start at, Unix nanoseconds
 	Revision uint64 `json:"revision,omitempty"` // sync: the state's revision for this sync
 	Version  uint64 `json:"version,omitempty"`  // sync: Version every entry carries (0: re-hash each time)
@@ -47,7 +48,7 @@ type command struct {
 // peerEvent is every line a peer prints. Times are wall-clock Unix nanoseconds: every process shares
 // the machine's clock.
 type peerEvent struct {
-	Event   string `json:"event"` // "ready", "connected", "admitted", "synced", "digest", "error"
+	Event   string `json:"event"` // "ready", "connected", "admitted", "synced", "digest", "zeroed", "error"
 	ID      uint64 `json:"id,omitempty"`
 	World   int    `json:"world,omitempty"`
 	StartNs int64  `json:"start_ns,omitempty"` // when the call began
@@ -91,6 +92,11 @@ func newState(p params) (*sharedstate.State, error) {
 			}
 		} else {
 			fillEntry(data, uint32(i))
+		}
+		if p.Warm {
+			if err := kernelWarm(data); err != nil {
+				return nil, err
+			}
 		}
 		if err := st.Add(&sharedstate.Entry{Name: entryName(i), DType: pccl.F32, Data: data}); err != nil {
 			return nil, err
@@ -224,6 +230,12 @@ func runCommand(ctx context.Context, comm *pccl.Communicator, st *sharedstate.St
 				MinorFaults: u1.MinorFaults - u0.MinorFaults}}, nil
 	case "digest":
 		return peerEvent{Event: "digest", Digest: stateDigest(st), Revision: st.Revision}, nil
+	case "zero":
+		// The state of a newcomer again, in the same buffers: the next sync fetches all of it.
+		for _, e := range st.Entries {
+			clear(e.Data)
+		}
+		return peerEvent{Event: "zeroed"}, nil
 	}
 	return peerEvent{}, errors.New("unknown command")
 }

@@ -33,11 +33,11 @@ type rawEvent struct {
 }
 
 // rawParams reads envRaw.
-func rawParams() (bytes, reps int, err error) {
-	if _, err := fmt.Sscan(os.Getenv(envRaw), &bytes, &reps); err != nil {
-		return 0, 0, fmt.Errorf("%s=%q: %w", envRaw, os.Getenv(envRaw), err)
+func rawParams() (bytes, reps int, warm bool, err error) {
+	if _, err := fmt.Sscan(os.Getenv(envRaw), &bytes, &reps, &warm); err != nil {
+		return 0, 0, false, fmt.Errorf("%s=%q: %w", envRaw, os.Getenv(envRaw), err)
 	}
-	return bytes, reps, nil
+	return bytes, reps, warm, nil
 }
 
 func rawFail(err error) int {
@@ -48,13 +48,18 @@ func rawFail(err error) int {
 // sinkMain is the receiving role: it listens on loopback, accepts one connection and, reps times,
 // reads bytes bytes into its buffer and answers one byte.
 func sinkMain() int {
-	n, reps, err := rawParams()
+	n, reps, warm, err := rawParams()
 	if err != nil {
 		return rawFail(err)
 	}
 	buf := make([]byte, n)
 	for i := 0; i < n; i += 4096 {
 		buf[i] = 1
+	}
+	if warm {
+		if err := kernelWarm(buf); err != nil {
+			return rawFail(err)
+		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -89,12 +94,17 @@ func sinkMain() int {
 // sourceMain is the sending role: it fills its buffer, waits for the sink's address on its inbox,
 // connects and, reps times, writes bytes bytes 1 MiB at a time and waits for the acknowledgement.
 func sourceMain() int {
-	n, reps, err := rawParams()
+	n, reps, warm, err := rawParams()
 	if err != nil {
 		return rawFail(err)
 	}
 	buf := make([]byte, n)
 	fillEntry(buf, 7)
+	if warm {
+		if err := kernelWarm(buf); err != nil {
+			return rawFail(err)
+		}
+	}
 	var addr string
 	if err := json.Unmarshal(<-cluster.Inbox(), &addr); err != nil {
 		return rawFail(err)
@@ -121,6 +131,6 @@ func sourceMain() int {
 }
 
 // rawEnv returns the environment entry of the raw roles.
-func rawEnv(bytes, reps int) string {
-	return envRaw + "=" + strconv.Itoa(bytes) + " " + strconv.Itoa(reps)
+func rawEnv(bytes, reps int, warm bool) string {
+	return envRaw + "=" + strconv.Itoa(bytes) + " " + strconv.Itoa(reps) + " " + strconv.FormatBool(warm)
 }
