@@ -27,9 +27,11 @@ import (
 // least), and on each connection the fetcher keeps fetchDepth requests outstanding, so that a donor
 // always has the next range to send while the last one crosses the network: a donor sends at its
 // upload's pace whatever the round trip, and a faster donor serves more ranges, as ranges go to
-// whichever connection asks next. Ranges are checked block by block against the entry's leaf hashes
-// by hashing goroutines while the connection that brought them receives the next one, and only then
-// copied into the application's memory: nothing unverified is ever written there. The leaf hashes of
+// whichever connection asks next. Ranges are checked block by block against the entry's leaf hashes,
+// and only then copied into the application's memory: nothing unverified is ever written there. A
+// range whose leaf hashes are in is checked by the goroutine that received it, while it is still in
+// that core's cache; one that came first waits for them in a hashing goroutine, so that the
+// connection receives the next meanwhile. The leaf hashes of
 // every entry are asked of every donor at once, on connections of their own, and the first good
 // answer is taken. A range whose donor fails or sends a bad block is fetched again from another
 // donor of its entry; a donor whose connection failed gets no more ranges on it.
@@ -356,7 +358,14 @@ func (f *fetcher) work(donor uint64) {
 			return
 		}
 		inflight = inflight[1:]
-		f.verify <- verified{t: t, donor: donor, buf: buf, free: free}
+		v := verified{t: t, donor: donor, buf: buf, free: free}
+		select {
+		case <-t.job.ready:
+			// Checked here, on the core whose cache the receive just filled.
+			f.install(v)
+		default:
+			f.verify <- v
+		}
 	}
 }
 
@@ -372,36 +381,42 @@ func (f *fetcher) receive(sc *stateConn, buf []byte) error {
 // hash checks received ranges against their entry's leaves and installs them.
 func (f *fetcher) hash() {
 	for v := range f.verify {
-		t := v.t
 		select {
-		case <-t.job.ready:
+		case <-v.t.job.ready:
 		case <-f.ctx.Done():
 			v.free <- v.buf
 			continue
 		}
-		if err := verifyBlocks(v.buf, t.off, t.job.leaves); err != nil {
-			v.free <- v.buf
-			f.retry(t, v.donor, err)
-			f.orphans()
-			continue
-		}
-		copy(t.job.entry.Data[t.off:t.off+t.n], v.buf)
-		v.free <- v.buf
-		if f.opt.Progress != nil {
-			f.opt.Progress(f.done.Add(int64(t.n)), f.total)
-		} else {
-			f.done.Add(int64(t.n))
-		}
-		if t.job.left.Add(-1) == 0 {
-			f.finished(t.job)
-		}
-		f.mu.Lock()
-		f.pending--
-		if f.pending == 0 {
-			f.wake.Broadcast()
-		}
-		f.mu.Unlock()
+		f.install(v)
 	}
+}
+
+// install checks the range of v against its entry's leaves, which must be ready, and copies it into
+// the entry; a range that does not match is fetched again from another donor.
+func (f *fetcher) install(v verified) {
+	t := v.t
+	if err := verifyBlocks(v.buf, t.off, t.job.leaves); err != nil {
+		v.free <- v.buf
+		f.retry(t, v.donor, err)
+		f.orphans()
+		return
+	}
+	copy(t.job.entry.Data[t.off:t.off+t.n], v.buf)
+	v.free <- v.buf
+	if f.opt.Progress != nil {
+		f.opt.Progress(f.done.Add(int64(t.n)), f.total)
+	} else {
+		f.done.Add(int64(t.n))
+	}
+	if t.job.left.Add(-1) == 0 {
+		f.finished(t.job)
+	}
+	f.mu.Lock()
+	f.pending--
+	if f.pending == 0 {
+		f.wake.Broadcast()
+	}
+	f.mu.Unlock()
 }
 
 // take returns the first queued range that donor holds and has not failed, or nil when none is

@@ -40,7 +40,9 @@ type SyncOptions struct {
 	Strategy Strategy
 	// Compress asks donors to zstd-compress what they send. Worth it only for compressible data.
 	Compress bool
-	// HashWorkers is the number of goroutines hashing the state. Default: GOMAXPROCS.
+	// HashWorkers is the number of goroutines hashing the state, and checking fetched ranges that
+	// arrive before their entry's leaf hashes (a range that arrives after them is checked by the
+	// goroutine that received it). Default: GOMAXPROCS.
 	HashWorkers int
 	// Progress, if set, is called as fetched bytes arrive (done of total), from any goroutine.
 	Progress func(done, total int64)
