@@ -31,10 +31,10 @@ import (
 // and only then copied into the application's memory: nothing unverified is ever written there. A
 // range whose leaf hashes are in is checked by the goroutine that received it, while it is still in
 // that core's cache; one that came first waits for them in a hashing goroutine, so that the
-// connection receives the next meanwhile. The leaf hashes of
-// every entry are asked of every donor at once, on connections of their own, and the first good
-// answer is taken. A range whose donor fails or sends a bad block is fetched again from another
-// donor of its entry; a donor whose connection failed gets no more ranges on it.
+// connection receives the next meanwhile. The leaf hashes of every entry are asked of every donor at
+// once, on connections of their own, and the first good answer is taken. A range whose donor fails
+// or sends a bad block is fetched again from another donor of its entry; a donor whose connection
+// failed gets no more ranges on it.
 
 // Sizes of the fetch.
 const (

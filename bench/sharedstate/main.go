@@ -179,7 +179,7 @@ func run() int {
 	size, err := measure.ParseSize(*stateStr)
 	if err != nil || *peers < 1 || *entries < 1 || size < int64(*entries)*4 || size%4 != 0 || size > 1<<40 ||
 		*noopRounds < 1 || *rehashRounds < 1 || *rawReps < 1 || *againJoins < 0 {
-		fmt.Fprintln(os.Stderr, "sharedstate: need --peers >= 1, --state a multiple of 4 of at least 4 bytes per entry, --entries >= 1 and every round count >= 1")
+		fmt.Fprintln(os.Stderr, "sharedstate: need --peers >= 1, --state a multiple of 4 of at least 4 bytes per entry, --entries >= 1 and every round count >= 1 (--joins-again >= 0)")
 		return 2
 	}
 	if *virt {
