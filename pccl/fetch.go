@@ -39,9 +39,9 @@ import (
 // Sizes of the fetch.
 const (
 	// fetchDepth is the number of requests (one block each) outstanding on one connection to a
-	// donor, so that it always has the next range to send: 8 MiB in flight, so two connections
-	// cover a donor's 1 Gbit/s upload across a 100 ms round trip. More only lengthens the tail,
-	// where the donors finish what they were asked for at their own pace.
+	// donor, so that it always has the next range to send while earlier ones cross a WAN's round
+	// trip. More only lengthens the tail, where the donors finish what they were asked for at
+	// their own pace.
 	fetchDepth = 8
 	// fetchBuffers is the number of range buffers of one connection: one being received while
 	// the others are checked and copied.

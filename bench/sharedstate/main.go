@@ -31,11 +31,11 @@
 //   - raw_transfer_first_seconds_all: the first transfer of each raw set, and join_vs_first_raw,
 //     join_seconds over their median. The join is the first time the kernel copies into the
 //     newcomer's buffers and out of the donors'; on some virtual machines (shadow-paged guests) that
-//     first copy of each page costs many times a later one (a pipe moves a fresh GiB in 5.6 s, then
-//     in 0.37 s), and the raw median, taken past the first transfer, would not pay it. So every
-//     process passes its buffers through the kernel once before anything is timed (--kernel-warm,
-//     on by default; kernel_warm in the JSON); with --kernel-warm=false these two figures show
-//     what the first copy costs.
+//     first copy of each page costs many times a later one (docs/results/sharedstate.md), and the
+//     raw median, taken past the first transfer, would not pay it. So every process passes its
+//     buffers through the kernel once before anything is timed (--kernel-warm, on by default;
+//     kernel_warm in the JSON); with --kernel-warm=false these two figures show what the first
+//     copy costs.
 //   - bit_identical: after the joins, every peer re-hashes its whole state; true when all agree.
 //   - join_vs_donor_bound: join_seconds over the state's size divided by the sum of the donors'
 //     upload bandwidths (donor_bound_seconds), each donor's taken as the raw transfer's rate. On one
@@ -327,6 +327,32 @@ func (b *bench) run(ctx context.Context, res *result, noopRounds, rehashRounds, 
 	return nil
 }
 
+// joinSync runs one sync of the founders and the newcomer nc from a common start instant, every
+// entry at Version 1 (the founders' hashes cached) unless edit changes a peer's command, and returns
+// every peer's event, the newcomer's last.
+func (b *bench) joinSync(ctx context.Context, founders []*cluster.Proc, nc *cluster.Proc, edit func(*cluster.Proc, *command) error) ([]peerEvent, error) {
+	all := append(slices.Clone(founders), nc)
+	b.revision++
+	start := time.Now().Add(roundStartDelay)
+	for _, p := range all {
+		cmd := command{Cmd: "sync", StartNs: start.UnixNano(), Revision: b.revision, Version: 1}
+		if err := edit(p, &cmd); err != nil {
+			return nil, err
+		}
+		if err := p.Send(cmd); err != nil {
+			return nil, err
+		}
+	}
+	evs := make([]peerEvent, len(all))
+	for i, p := range all {
+		var err error
+		if evs[i], err = await(ctx, p, "synced"); err != nil {
+			return nil, err
+		}
+	}
+	return evs, nil
+}
+
 // joinAgain zeroes the newcomer's state in place and syncs everyone once more, so that the newcomer
 // fetches the whole state again, and returns the seconds of its sync call. The donors keep their
 // cached hashes, as in the first join; the newcomer's entries carry a new version, so it re-hashes
@@ -335,29 +361,21 @@ func (b *bench) joinAgain(ctx context.Context, founders []*cluster.Proc, nc *clu
 	if _, _, err := b.round(ctx, []*cluster.Proc{nc}, command{Cmd: "zero"}, "zeroed"); err != nil {
 		return 0, err
 	}
-	b.revision++
-	start := time.Now().Add(roundStartDelay)
-	all := append(slices.Clone(founders), nc)
-	for _, p := range all {
-		cmd := command{Cmd: "sync", StartNs: start.UnixNano(), Revision: b.revision, Version: 1}
+	evs, err := b.joinSync(ctx, founders, nc, func(p *cluster.Proc, cmd *command) error {
 		if p == nc {
 			cmd.Version, cmd.Compress = version, compress
 		}
-		if err := p.Send(cmd); err != nil {
-			return 0, err
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for i, e := range evs[:len(founders)] {
+		if e.Fetched != 0 {
+			return 0, fmt.Errorf("%s fetched %d bytes", founders[i].Name(), e.Fetched)
 		}
 	}
-	var ev peerEvent
-	for _, p := range all {
-		e, err := await(ctx, p, "synced")
-		if err != nil {
-			return 0, err
-		}
-		if p != nc && e.Fetched != 0 {
-			return 0, fmt.Errorf("%s fetched %d bytes", p.Name(), e.Fetched)
-		}
-		ev = e
-	}
+	ev := evs[len(evs)-1]
 	if ev.Fetched != int64(b.p.Bytes) {
 		return 0, fmt.Errorf("newcomer fetched %d bytes, want %d", ev.Fetched, b.p.Bytes)
 	}
@@ -586,37 +604,27 @@ func (b *bench) join(ctx context.Context, res *result, founders []*cluster.Proc,
 	}
 	res.JoinUpdateTopologySeconds = admitted.Seconds()
 	all := append(slices.Clone(founders), nc)
-	b.revision++
-	start := time.Now().Add(roundStartDelay)
-	for _, p := range all {
-		cmd := command{Cmd: "sync", StartNs: start.UnixNano(), Revision: b.revision, Version: 1}
+	progress("newcomer admitted in %.3f s; syncing", res.JoinUpdateTopologySeconds)
+	evs, err := b.joinSync(ctx, founders, nc, func(p *cluster.Proc, cmd *command) error {
 		if p == nc {
 			cmd.Compress = compress
 		}
-		if profile != "" && (p == nc || p == founders[0]) {
-			file := "newcomer.cpu.pprof"
-			if p != nc {
-				file = "donor.cpu.pprof"
-			}
-			if err := os.MkdirAll(profile, 0o755); err != nil {
-				return err
-			}
-			abs, err := filepath.Abs(filepath.Join(profile, file))
-			if err != nil {
-				return err
-			}
-			cmd.Profile = abs
+		if profile == "" || (p != nc && p != founders[0]) {
+			return nil
 		}
-		if err := p.Send(cmd); err != nil {
+		file := "newcomer.cpu.pprof"
+		if p != nc {
+			file = "donor.cpu.pprof"
+		}
+		if err := os.MkdirAll(profile, 0o755); err != nil {
 			return err
 		}
-	}
-	progress("newcomer admitted in %.3f s; syncing", res.JoinUpdateTopologySeconds)
-	evs := make([]peerEvent, len(all))
-	for i, p := range all {
-		if evs[i], err = await(ctx, p, "synced"); err != nil {
-			return err
-		}
+		abs, err := filepath.Abs(filepath.Join(profile, file))
+		cmd.Profile = abs
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	ev := evs[len(evs)-1]
 	res.JoinSeconds = time.Duration(ev.EndNs - ev.StartNs).Seconds()

@@ -9,10 +9,8 @@ import (
 const warmChunk = 64 << 10
 
 // kernelWarm passes every page of buf through the kernel once, out to a pipe and back in, and leaves
-// its content as it was. Some virtual machines (shadow-paged guests) charge the first kernel copy
-// into or out of each page of a process many times a later one: a pipe moves a fresh GiB in about
-// 5 s there and in 0.4 s the next time. The raw transfer's median is taken past its first
-// transfer, so without this the join alone would pay that charge (see the doc of --kernel-warm).
+// its content as it was, so that no timed transfer pays the kernel's first copy of a page (see the
+// doc of --kernel-warm).
 func kernelWarm(buf []byte) error {
 	r, w, err := os.Pipe()
 	if err != nil {
